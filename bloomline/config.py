@@ -1,0 +1,238 @@
+"""YAML recipes → typed, validated config dataclasses.
+
+A recipe is a YAML file whose keys mirror a tree of dataclasses (litgpt-style: one dataclass
+per component, a docstring under every field). Loading is strict:
+
+* an unknown key is an error that names the key and suggests the closest known one;
+* a value of the wrong type is an error that names the key and the expected type;
+* each dataclass may define ``validate()`` for range/consistency checks and raise
+  :class:`ConfigError` with the key relative to itself; the loader prefixes the parent path.
+
+``-o dotted.key=value`` overrides are applied to the raw YAML tree before validation, so an
+override is checked exactly like a value in the file. The value is parsed as YAML
+(``-o pack.buckets=[128,256]``, ``-o tokenizer.model=null``).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import inspect
+import textwrap
+import types
+import typing
+from pathlib import Path
+from typing import Any, Iterable, TypeVar, Union, get_args, get_origin
+
+import yaml
+
+from bloomline.errors import ConfigError
+
+T = TypeVar("T")
+
+# Which schema a recipe folder holds. tests/test_configs.py loads every file in configs/
+# through this table, so a recipe that stops matching its schema fails CI.
+SCHEMAS: dict[str, str] = {
+    "data": "data_prep.config:PrepareConfig",
+}
+
+
+def schema_for(path: Path) -> type:
+    """The config dataclass for a recipe, chosen by its folder under ``configs/``."""
+    import importlib
+
+    folder = Path(path).resolve().parent.name
+    if folder not in SCHEMAS:
+        raise ConfigError("", f"{path}: no schema for recipes in configs/{folder}/ (known: {sorted(SCHEMAS)})")
+    module, _, name = SCHEMAS[folder].partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: Iterable[str] = ()) -> T:
+    """Load ``path`` (or the dataclass defaults when None), apply overrides, validate."""
+    raw: dict[str, Any] = {}
+    base_dir = Path.cwd()
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError("", f"config file not found: {path}")
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError("", f"{path}: not valid YAML: {e}") from None
+        if not isinstance(raw, dict):
+            raise ConfigError("", f"{path}: the top level must be a mapping of keys")
+        base_dir = path.resolve().parent
+    raw = apply_overrides(raw, overrides)
+    cfg = from_dict(cls, raw)
+    # Relative paths in a recipe are relative to the recipe's folder, so a recipe means the
+    # same thing whatever directory the command is run from.
+    if hasattr(cfg, "resolve_paths"):
+        cfg.resolve_paths(base_dir)
+    return cfg
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """Return a copy of ``raw`` with each ``a.b.c=value`` applied (value parsed as YAML)."""
+    import copy
+
+    raw = copy.deepcopy(raw)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError("", f"override '{item}' is not of the form dotted.key=value")
+        try:
+            value = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            value = text
+        node = raw
+        parts = key.split(".")
+        for i, part in enumerate(parts[:-1]):
+            nxt = node.get(part)
+            if nxt is None:
+                nxt = node[part] = {}
+            if not isinstance(nxt, dict):
+                raise ConfigError(".".join(parts[: i + 1]), f"cannot set '{key}': this key holds a value, not a section")
+            node = nxt
+        node[parts[-1]] = value
+    return raw
+
+
+def from_dict(cls: type[T], data: Any, path: str = "") -> T:
+    """Build dataclass ``cls`` from a mapping, strictly (see module docstring)."""
+    if not isinstance(data, dict):
+        raise ConfigError(path, f"expected a mapping of keys, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        k = unknown[0]
+        close = difflib.get_close_matches(str(k), list(fields), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else f" (known keys: {', '.join(fields)})"
+        raise ConfigError(_join(path, str(k)), f"unknown key{hint}")
+    kwargs = {name: _convert(hints[name], value, _join(path, name)) for name, value in data.items()}
+    try:
+        obj = cls(**kwargs)
+    except ConfigError as e:
+        raise ConfigError(_join(path, e.key), e.message) from None
+    if hasattr(obj, "validate"):
+        try:
+            obj.validate()
+        except ConfigError as e:
+            raise ConfigError(_join(path, e.key), e.message) from None
+    return obj
+
+
+def to_dict(obj: Any) -> Any:
+    """A plain (YAML/JSON-serialisable) copy of a config tree."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring written under each field of a dataclass (litgpt style)."""
+    source = textwrap.dedent(inspect.getsource(cls))
+    body = ast.parse(source).body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for prev, node in zip(body, body[1:]):
+        if (
+            isinstance(prev, ast.AnnAssign)
+            and isinstance(prev.target, ast.Name)
+            and isinstance(node, ast.Expr)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            docs[prev.target.id] = inspect.cleandoc(node.value.value)
+    return docs
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path and key else (path or key)
+
+
+def _type_name(tp: Any) -> str:
+    if tp is type(None):
+        return "null"
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in get_args(tp))
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(tp))
+    if origin in (list, tuple):
+        return f"list of {_type_name(get_args(tp)[0])}"
+    if origin is dict:
+        return f"mapping of {_type_name(get_args(tp)[1])}"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _convert(tp: Any, value: Any, path: str) -> Any:
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(arg, value, path)
+            except ConfigError as e:
+                errors.append(e)
+        if len(errors) == 1:
+            raise errors[0]
+        raise ConfigError(path, f"expected {_type_name(tp)}, got {value!r}")
+    if origin is typing.Literal:
+        if value not in get_args(tp):
+            raise ConfigError(path, f"expected {_type_name(tp)}, got {value!r}")
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(path, f"expected a list, got {value!r}")
+        (item_tp, *_) = get_args(tp)
+        return [_convert(item_tp, v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(path, f"expected a mapping, got {value!r}")
+        key_tp, val_tp = get_args(tp)
+        return {_convert(key_tp, k, path): _convert(val_tp, v, _join(path, str(k))) for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value if value is not None else {}, path)
+    if tp is Any:
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(path, f"expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(path, f"expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(path, f"expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(path, f"expected a string, got {value!r}")
+        return value
+    if tp is Path:
+        if not isinstance(value, (str, Path)):
+            raise ConfigError(path, f"expected a path, got {value!r}")
+        return Path(value)
+    raise ConfigError(path, f"unsupported config type {_type_name(tp)}")
+
+
+def check(condition: bool, key: str, message: str) -> None:
+    """Raise ConfigError(key, message) unless ``condition`` holds (for ``validate()``)."""
+    if not condition:
+        raise ConfigError(key, message)

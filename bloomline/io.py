@@ -1,0 +1,65 @@
+"""Atomic file writes and checksums.
+
+Every file a stage publishes is written to a temporary name in the same folder and renamed into
+place (``os.replace`` is atomic on POSIX), so a reader never sees a partial file and a killed
+run leaves at worst a ``*.tmp-*`` file, which the next run removes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+TMP_MARK = ".tmp-"
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path; on success fsync it and rename it to ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}{TMP_MARK}{os.getpid()}")
+    try:
+        yield tmp
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_json_atomic(path: str | Path, obj: Any) -> None:
+    """Deterministic JSON (sorted keys, fixed indent) written atomically."""
+    write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode())
+
+
+def read_json(path: str | Path) -> Any:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def sha256_file(path: str | Path, bufsize: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(bufsize):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def remove_stale_tmp(root: str | Path) -> int:
+    """Delete temporary files a killed run left under ``root``; returns how many."""
+    n = 0
+    for p in Path(root).rglob(f"*{TMP_MARK}*"):
+        if p.is_file():
+            p.unlink()
+            n += 1
+    return n

@@ -1,0 +1,150 @@
+"""Quality filter step, modelled on BigScience's ROOTS filters.
+
+Definitions follow ``bigscience-workshop/data-preparation``
+(``preprocessing/training/01b_oscar_cleaning_and_filtering/filtering.py``) and Laurençon et al.
+2022 ("The BigScience ROOTS Corpus", App. C). Checks run in ROOTS' order and a document is
+dropped by the first it fails, with the check's name as reason:
+
+1. ``too_few_words`` / ``too_many_words`` — words: the text split on whitespace, special
+   characters stripped from both ends of each word, empty words dropped. Scripts written without
+   spaces (Han) count each character as a word (ROOTS used a SentencePiece model for zh).
+2. ``char_repetition`` — over all overlapping character n-grams (n = ``char_rep_n``), the
+   sum of the k largest counts over the sum of all counts, k = min(⌊√N⌋, number of n-grams seen
+   more than once), N = number of distinct n-grams (the formula of ROOTS' code).
+3. ``word_repetition`` — over lower-cased word n-grams (n = ``word_rep_n``), the share of
+   n-gram occurrences whose n-gram occurs more than once.
+4. ``special_characters`` — share of characters that are punctuation, digits, whitespace or
+   symbols (Unicode categories P*, S* and Z*, which include emoji — ROOTS used the ``emoji``
+   package's list; the categories cover it without another dependency).
+5. ``flagged_words`` — share of lower-cased words in the language's flagged-word list.
+
+Programming-language documents get only the code checks: ``too_short`` and ``long_lines``.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+import unicodedata
+from collections import Counter
+from functools import lru_cache
+
+from bloomline import languages
+from data_prep.config import FilterConfig, QualityThresholds
+from data_prep.document import Document, Ledger
+from data_prep.step import PipelineStep
+
+_ASCII_SPECIAL = set(string.punctuation + string.digits + string.whitespace)
+
+
+@lru_cache(maxsize=65536)
+def is_special(ch: str) -> bool:
+    if ch in _ASCII_SPECIAL:
+        return True
+    cat = unicodedata.category(ch)
+    return cat[0] in "PSZ" or cat == "Nd" or cat == "Cf"
+
+
+def _is_han(ch: str) -> bool:
+    o = ord(ch)
+    return 0x4E00 <= o <= 0x9FFF or 0x3400 <= o <= 0x4DBF or 0x20000 <= o <= 0x2FFFF or 0xF900 <= o <= 0xFAFF
+
+
+def words(text: str, han_chars: bool = False) -> list[str]:
+    out = []
+    for w in text.split():
+        # strip special characters from both ends, as ROOTS does
+        i, j = 0, len(w)
+        while i < j and is_special(w[i]):
+            i += 1
+        while j > i and is_special(w[j - 1]):
+            j -= 1
+        if i == j:
+            continue
+        w = w[i:j]
+        if han_chars and any(_is_han(c) for c in w):
+            out.extend(c for c in w if not is_special(c))
+        else:
+            out.append(w)
+    return out
+
+
+def char_repetition_ratio(text: str, n: int) -> float:
+    counts = Counter(text[i : i + n] for i in range(len(text) - n + 1))
+    if not counts:
+        return 0.0
+    freqs = sorted(counts.values(), reverse=True)
+    repeated = sum(1 for f in freqs if f > 1)
+    k = min(int(math.sqrt(len(freqs))), repeated)
+    return sum(freqs[:k]) / sum(freqs)
+
+
+def word_repetition_ratio(ws: list[str], n: int) -> float:
+    lowered = [w.lower() for w in ws]
+    counts = Counter(" ".join(lowered[i : i + n]) for i in range(len(lowered) - n + 1))
+    total = sum(counts.values())
+    if not total:
+        return 0.0
+    return sum(c for c in counts.values() if c > 1) / total
+
+
+def special_ratio(text: str) -> float:
+    return sum(1 for ch in text if is_special(ch)) / max(1, len(text))
+
+
+def flagged_ratio(ws: list[str], flagged: set[str]) -> float:
+    if not ws or not flagged:
+        return 0.0
+    return min(1.0, sum(1 for w in ws if w.lower() in flagged) / len(ws))
+
+
+def quality_reason(text: str, t: QualityThresholds, han_chars: bool = False) -> str | None:
+    """The first ROOTS check ``text`` fails under thresholds ``t``, or None if it passes."""
+    ws = words(text, han_chars)
+    if len(ws) < t.min_words:
+        return "too_few_words"
+    if len(ws) > t.max_words:
+        return "too_many_words"
+    if char_repetition_ratio(text, t.char_rep_n) > t.max_char_rep:
+        return "char_repetition"
+    if word_repetition_ratio(ws, t.word_rep_n) > t.max_word_rep:
+        return "word_repetition"
+    if special_ratio(text) > t.max_special:
+        return "special_characters"
+    if t.flagged_words and flagged_ratio(ws, set(t.flagged_words)) > t.max_flagged:
+        return "flagged_words"
+    return None
+
+
+class QualityFilter(PipelineStep):
+    name = "quality"
+
+    def __init__(self, cfg: FilterConfig, ledger: Ledger, strict: bool = False):
+        super().__init__(ledger, strict)
+        self.cfg = cfg
+        self._thresholds: dict[str, QualityThresholds] = {}
+
+    def thresholds(self, lang: str) -> QualityThresholds:
+        t = self._thresholds.get(lang)
+        if t is None:
+            t = self._thresholds[lang] = self.cfg.for_language(lang)
+        return t
+
+    def process(self, doc: Document) -> Document | None:
+        lang = languages.BY_CODE[doc.lang]
+        if lang.kind == "code":
+            reason = self.code_reason(doc.text)
+        else:
+            reason = quality_reason(doc.text, self.thresholds(doc.lang), han_chars=lang.script in ("Hans", "Hant"))
+        if reason:
+            self.drop(doc, "filtered", reason)
+            return None
+        return doc
+
+    def code_reason(self, text: str) -> str | None:
+        c = self.cfg.code
+        if len(text) < c.min_chars:
+            return "too_short"
+        if max(len(line) for line in text.split("\n")) > c.max_line_chars:
+            return "long_lines"
+        return None

@@ -1,0 +1,138 @@
+"""Contract 1: Arrow shards + ``manifest.json`` (see ``data_prep/FORMAT.md``).
+
+Shards are Arrow IPC *stream* files — the format ``datasets.Dataset.from_file`` memory-maps —
+so plain pyarrow (``pa.ipc.open_stream``) and ``datasets`` read them without bloomline.
+One shard holds samples of one split, one language and one bucket.
+
+:func:`load_manifest` checks the manifest's format version and fields; :func:`open_shard`
+verifies a shard's sha256 before returning it, and raises :class:`CorruptShardError` naming the
+file when it does not match.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from bloomline.errors import DataError
+from bloomline.io import TMP_MARK, sha256_file
+
+FORMAT_VERSION = 1
+
+SCHEMA = pa.schema(
+    [
+        pa.field("input_ids", pa.list_(pa.int32()), nullable=False),
+        pa.field("lang", pa.string(), nullable=False),
+        pa.field("doc_offsets", pa.list_(pa.int32()), nullable=False),
+        pa.field("length", pa.int32(), nullable=False),
+    ]
+)
+
+ROWS_PER_BATCH = 1024
+
+MANIFEST_KEYS = ("format_version", "tokenizer", "buckets", "shards", "blend", "languages")
+SHARD_KEYS = ("path", "split", "bucket", "lang", "rows", "tokens", "sha256")
+
+
+class CorruptShardError(DataError):
+    pass
+
+
+class ShardWriter:
+    """Streams samples (objects with ``.ids`` and ``.doc_offsets``) into one shard file.
+
+    The file appears under its final name only at :meth:`close` (atomic rename), so a reader or
+    a resumed run never sees a partial shard.
+    """
+
+    def __init__(self, path: Path, lang: str, bucket: int, split: str):
+        self.path = Path(path)
+        self.lang, self.bucket, self.split = lang, bucket, split
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = self.path.with_name(f"{self.path.name}{TMP_MARK}{os.getpid()}")
+        self.schema = SCHEMA.with_metadata({"bloomline.format_version": str(FORMAT_VERSION), "bucket": str(bucket),
+                                            "split": split, "lang": lang})
+        self._sink = pa.OSFile(str(self._tmp), "wb")
+        self._writer = pa.ipc.new_stream(self._sink, self.schema)
+        self._batch: list[Any] = []
+        self.rows = self.tokens = 0
+
+    def add(self, sample: Any) -> None:
+        if len(sample.ids) > self.bucket:
+            raise ValueError(f"sample of {len(sample.ids)} tokens does not fit bucket {self.bucket}")
+        self._batch.append(sample)
+        self.rows += 1
+        self.tokens += len(sample.ids)
+        if len(self._batch) == ROWS_PER_BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        b = self._batch
+        ids = pa.array([s.ids for s in b], type=pa.list_(pa.int32()))
+        offs = pa.array([s.doc_offsets for s in b], type=pa.list_(pa.int32()))
+        lens = pa.array([len(s.ids) for s in b], type=pa.int32())
+        langs = pa.array([self.lang] * len(b), type=pa.string())
+        self._writer.write_batch(pa.record_batch([ids, langs, offs, lens], schema=self.schema))
+        self._batch = []
+
+    def close(self) -> dict[str, Any]:
+        """Finish the file, move it into place; return rows, tokens and sha256."""
+        if self._batch:
+            self._flush()
+        self._writer.close()
+        self._sink.close()
+        with open(self._tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(self._tmp, self.path)
+        return {"rows": self.rows, "tokens": self.tokens, "sha256": sha256_file(self.path)}
+
+    def abort(self) -> None:
+        try:
+            self._writer.close()
+            self._sink.close()
+        finally:
+            self._tmp.unlink(missing_ok=True)
+
+
+def load_manifest(data_dir: str | Path) -> dict[str, Any]:
+    """Read and check ``DATA_DIR/manifest.json``."""
+    path = Path(data_dir) / "manifest.json"
+    if not path.is_file():
+        raise DataError(f"{path} not found: is {data_dir} the --out folder of a finished 'bloomline prepare'?")
+    try:
+        m = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise DataError(f"{path}: not valid JSON ({e})") from None
+    missing = [k for k in MANIFEST_KEYS if k not in m]
+    if missing:
+        raise DataError(f"{path}: missing keys {missing}")
+    if m["format_version"] != FORMAT_VERSION:
+        raise DataError(f"{path}: format_version {m['format_version']}, this bloomline reads {FORMAT_VERSION}")
+    for i, s in enumerate(m["shards"]):
+        miss = [k for k in SHARD_KEYS if k not in s]
+        if miss:
+            raise DataError(f"{path}: shards[{i}] lacks {miss}")
+    return m
+
+
+def open_shard(data_dir: str | Path, shard: dict[str, Any], verify: bool = True) -> pa.Table:
+    """Memory-map one shard as a Table, after checking its sha256 against the manifest."""
+    path = Path(data_dir) / shard["path"]
+    if not path.is_file():
+        raise CorruptShardError(f"shard missing: {path}")
+    if verify:
+        digest = sha256_file(path)
+        if digest != shard["sha256"]:
+            raise CorruptShardError(f"shard {path} is corrupt: sha256 {digest[:12]}… does not match the manifest's {shard['sha256'][:12]}…")
+    try:
+        with pa.memory_map(str(path), "r") as source:
+            table = pa.ipc.open_stream(source).read_all()
+    except pa.ArrowInvalid as e:
+        raise CorruptShardError(f"shard {path} is unreadable: {e}") from None
+    if table.num_rows != shard["rows"]:
+        raise CorruptShardError(f"shard {path}: {table.num_rows} rows, manifest says {shard['rows']}")
+    return table

@@ -1,0 +1,1 @@
+"""Per-language evaluation after each checkpoint."""

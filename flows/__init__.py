@@ -1,0 +1,1 @@
+"""Prefect flows wrapping each stage, and the ``bloomline`` CLI."""

@@ -1,0 +1,123 @@
+"""The ``bloomline`` command line.
+
+Typer (already a dependency of Prefect) gives typed options and ``--help`` for free. Every
+user-facing failure is a one-line ``error: ...`` and exit status 2; ``--debug`` shows the
+traceback instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+# Before Prefect is imported: no network here, and the temporary server must not phone home.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+
+import typer
+from rich.console import Console
+
+from bloomline.errors import BloomlineError
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA_CONFIG = REPO / "configs" / "data" / "demo.yaml"
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="bloomline: multilingual corpora → trained, evaluated BLOOM-style models.")
+# Wide enough for the summary table when output goes to a file or CI log.
+console = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
+
+
+@app.callback()
+def _root() -> None:
+    """bloomline: multilingual corpora → trained, evaluated BLOOM-style models."""
+
+
+class RichProgress:
+    """Progress bars per stage (bytes/s while reading and tokenizing)."""
+
+    def __init__(self) -> None:
+        from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn,
+                                   TransferSpeedColumn)
+
+        self._p = Progress(TextColumn("[bold]{task.description:<14}"), BarColumn(), DownloadColumn(),
+                           TransferSpeedColumn(), TimeElapsedColumn(), console=console, transient=False)
+        self._tasks: dict[str, int] = {}
+        self._p.start()
+
+    def start(self, stage: str, total: int, unit: str) -> None:
+        self._tasks[stage] = self._p.add_task(stage, total=max(total, 1))
+
+    def advance(self, stage: str, n: int = 1) -> None:
+        self._p.advance(self._tasks[stage], n)
+
+    def finish(self, stage: str, message: str) -> None:
+        tid = self._tasks.get(stage)
+        if tid is not None:
+            self._p.update(tid, completed=self._p.tasks[tid].total)
+        self._p.console.print(f"[green]✓[/] {stage}: {message}")
+
+    def stop(self) -> None:
+        self._p.stop()
+
+
+@app.command()
+def prepare(
+    inputs: List[Path] = typer.Argument(None, help="JSONL / JSONL.gz / Parquet files or folders, or saved datasets; replace the config's sources."),
+    out: Path = typer.Option(..., "--out", help="Output folder (shards, tokenizer, manifest.json)."),
+    config: Path = typer.Option(DEFAULT_DATA_CONFIG, "--config", help="Recipe (YAML)."),
+    override: List[str] = typer.Option([], "-o", "--override", help="Override a config value: -o dotted.key=value (repeatable)."),
+    strict: bool = typer.Option(False, "--strict", help="Stop at the first bad record instead of booking it as an error."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Tokenize and pack multilingual corpora into length-bucketed Arrow shards."""
+    from bloomline.config import load_config
+    from data_prep.config import PrepareConfig, SourceConfig
+
+    def body() -> None:
+        cfg = load_config(PrepareConfig, config, override)
+        if inputs:
+            cfg.sources = [SourceConfig(path=str(p.resolve())) for p in inputs]
+        if not cfg.sources:
+            raise BloomlineError("no inputs: give INPUT arguments or 'sources' in the config")
+        from data_prep.readers import discover
+
+        for s in cfg.sources:  # fail on a missing input before any server or cluster starts
+            discover(s)
+        from flows.prepare import run_prepare
+        from flows.summary import print_summary
+
+        progress = RichProgress()
+        try:
+            manifest = run_prepare(cfg, str(out), strict=strict, progress=progress)
+        finally:
+            progress.stop()
+        if manifest.get("run_stats", {}).get("already_complete"):
+            console.print(f"[green]{out} is already complete[/] (same config and inputs); nothing to do.")
+        print_summary(manifest, console)
+        console.print(f"[bold green]done[/]: {Path(out) / 'manifest.json'}")
+
+    _run(body, debug)
+
+
+def _run(body, debug: bool) -> None:
+    try:
+        body()
+    except BloomlineError as e:
+        if debug:
+            raise
+        console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+    except KeyboardInterrupt:
+        console.print("[bold red]interrupted[/]: rerun the same command to resume")
+        raise typer.Exit(130)
+
+
+def main() -> None:
+    app(prog_name="bloomline")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""The Prefect flow ``prepare``: each pipeline stage is one (coarse) Prefect task, and the
+fine-grained parallel work inside a stage runs on Dask.
+
+Why not Prefect's DaskTaskRunner: a Prefect task costs about a second here, so per-chunk tasks
+would be overhead, and every DaskTaskRunner worker starts its own temporary Prefect server when
+no server is configured. Stages as tasks give the Prefect UI its timeline; Dask does the rest.
+
+Resume does not rely on Prefect's result cache: the stage markers under ``DIR/.work`` make a
+rerun skip finished work with or without a Prefect server (see data_prep/pipeline.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_table_artifact
+from prefect.cache_policies import NONE
+
+from bloomline.config import from_dict, to_dict
+from data_prep.config import PrepareConfig
+from data_prep.pipeline import Progress, run_all
+from flows.summary import summary_rows
+
+
+@contextmanager
+def dask_client(cfg: PrepareConfig) -> Iterator[Any]:
+    """A Dask client: the scheduler at ``dask.address``, else a LocalCluster of processes."""
+    from distributed import Client, LocalCluster
+
+    if cfg.dask.address:
+        with Client(cfg.dask.address) as client:
+            yield client
+        return
+    # One single-threaded process per core: SentencePiece, fastText and the filters are
+    # CPU-bound Python/C++ that holds the GIL for long stretches.
+    with LocalCluster(n_workers=cfg.dask.workers(), threads_per_worker=1, processes=True,
+                      dashboard_address=None, memory_limit=cfg.dask.memory_limit,
+                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+        yield client
+
+
+def dask_map(client: Any) -> Callable:
+    from distributed import as_completed
+
+    def map_fn(func: Callable, items: list) -> Iterator[Any]:
+        if not items:
+            return
+        futures = client.map(func, items, pure=False)
+        try:
+            for fut in as_completed(futures):
+                yield fut.result()
+        finally:
+            client.cancel(futures)
+
+    return map_fn
+
+
+def _stage(name: str, fn: Callable[..., Any], *args: Any) -> Any:
+    return task(fn, name=name, cache_policy=NONE, persist_result=False)(*args)
+
+
+# Set by the CLI: a live progress display is not a flow parameter (parameters go to the API as JSON).
+PROGRESS: Progress | None = None
+
+
+@flow(name="prepare", log_prints=False, persist_result=False)
+def prepare(config: dict[str, Any], out: str, strict: bool = False) -> dict[str, Any]:
+    """Raw corpora → length-bucketed Arrow shards + manifest.json in ``out``."""
+    cfg = from_dict(PrepareConfig, config)
+    log = get_run_logger()
+    log.info("preparing %d source(s) into %s", len(cfg.sources), out)
+    with dask_client(cfg) as client:
+        manifest = run_all(cfg, out, strict=strict, map_fn=dask_map(client), stage=_stage,
+                           progress=PROGRESS or Progress())
+    rows = summary_rows(manifest)
+    create_table_artifact(key="prepare-summary", table=rows,
+                          description=f"Per-language summary of `bloomline prepare` → {Path(out).resolve()}")
+    return manifest
+
+
+def run_prepare(cfg: PrepareConfig, out: str, strict: bool = False, progress: Progress | None = None) -> dict[str, Any]:
+    global PROGRESS
+    PROGRESS = progress
+    try:
+        return prepare(to_dict(cfg), str(out), strict)
+    finally:
+        PROGRESS = None
