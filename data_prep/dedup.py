@@ -24,7 +24,7 @@ from datasketch import LeanMinHash, MinHash, MinHashLSH
 from bloomline import languages
 from data_prep.config import DedupConfig
 from data_prep.document import Document, Ledger
-from data_prep.filters import _is_han, words
+from data_prep.filters import _is_han
 from data_prep.step import PipelineStep
 
 
@@ -33,12 +33,31 @@ def exact_key(text: str) -> int:
     return xxhash.xxh64_intdigest(kept.encode("utf-8"))
 
 
+def _punct(ch: str) -> bool:
+    return unicodedata.category(ch)[0] in "PS"
+
+
+def shingle_words(text: str) -> list[str]:
+    """Lower-cased whitespace-separated words with punctuation/symbols stripped from their ends
+    (digits kept: "room 101" and "room 102" are different documents)."""
+    out = []
+    for w in text.lower().split():
+        i, j = 0, len(w)
+        while i < j and _punct(w[i]):
+            i += 1
+        while j > i and _punct(w[j - 1]):
+            j -= 1
+        if i < j:
+            out.append(w[i:j])
+    return out
+
+
 def shingles(text: str, n: int, han: bool) -> set[bytes]:
     if han:
         chars = [c for c in text if _is_han(c) or c.isalnum()]
         grams = {"".join(chars[i : i + n]) for i in range(max(1, len(chars) - n + 1))}
     else:
-        ws = [w.lower() for w in words(text)]
+        ws = shingle_words(text)
         grams = {" ".join(ws[i : i + n]) for i in range(max(1, len(ws) - n + 1))}
     return {g.encode("utf-8") for g in grams if g}
 

@@ -85,7 +85,7 @@ def train(sample_file: Path, model_prefix: Path, vocab_size: int, character_cove
         m = re.search(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)", msg)
         if m:
             raise TokenizerError(
-                f"tokenizer.vocab_size={m.group(1)} is too small: the corpus needs {m.group(2)} characters in the "
+                f"tokenizer.vocab_size={m.group(1)} is too small: it needs at least {m.group(2)} pieces (256 byte pieces, special "
                 f"vocabulary at character_coverage. Raise tokenizer.vocab_size or lower tokenizer.character_coverage."
             ) from None
         raise TokenizerError(f"SentencePiece training failed: {msg.splitlines()[0] if msg else e}") from None

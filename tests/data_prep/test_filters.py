@@ -1,0 +1,69 @@
+import pytest
+
+from data_prep.config import FilterConfig, QualityThresholds
+from data_prep.document import Document, Ledger
+from data_prep.filters import (QualityFilter, char_repetition_ratio, quality_reason, special_ratio, word_repetition_ratio,
+                               words)
+
+GOOD = ("Every morning the baker opens her shop before sunrise. She kneads the dough, lights the oven and "
+        "arranges fresh loaves on wooden shelves while the street slowly wakes up around her.")
+
+
+def test_definitions_match_roots():
+    # ROOTS' code on "ok_ok_good_ok" with n=3 gives 4/11 (k capped by the repeated n-grams).
+    assert char_repetition_ratio("ok_ok_good_ok", 3) == pytest.approx(4 / 11)
+    ws = "a b c a b c a b c".split()
+    assert word_repetition_ratio(ws, 3) == pytest.approx(1.0)
+    assert word_repetition_ratio("a b c d e f".split(), 2) == 0.0
+    assert words("«Hello», world!! 123 ...") == ["Hello", "world"]  # digits are special in ROOTS
+    assert words("我们去市场", han_chars=True) == list("我们去市场")
+    assert special_ratio("a1 !") == 0.75
+
+
+@pytest.mark.parametrize("text,reason", [
+    ("too short here", "too_few_words"),
+    ("buy now " * 40, "char_repetition"),
+    (GOOD + " $$$ ### @@@ %%% &&& *** ((( ))) 1234567890 1234567890 1234567890 1234567890 !!! ??? ;;; ::: ---", "special_characters"),
+    (GOOD + " porn porn xxx porn", "flagged_words"),
+])
+def test_each_reason(text, reason):
+    t = QualityThresholds(flagged_words=["porn", "xxx"], max_flagged=0.05, max_char_rep=0.2)
+    assert quality_reason(GOOD, t) is None
+    assert quality_reason(text, t) == reason
+
+
+def test_word_repetition_reason():
+    t = QualityThresholds(max_char_rep=1.0, max_word_rep=0.3)
+    text = GOOD + " " + " ".join(["the market opens at dawn today"] * 3)
+    assert quality_reason(text, t) == "word_repetition"
+
+
+def test_per_language_thresholds_and_code_checks():
+    cfg = FilterConfig(languages={"en": {"min_words": 50}})
+    ledger = Ledger()
+    step = QualityFilter(cfg, ledger)
+    docs = [Document(GOOD, "en", "1", "f:1"), Document(GOOD, "fr", "2", "f:2"),
+            Document("x = 1\n", "code-python", "3", "f:3"), Document("y" * 2000 + "\n" + "z = 2\n" * 30, "code-c", "4", "f:4"),
+            Document("def f(x):\n    return x + 1\n\n" * 10, "code-python", "5", "f:5")]
+    out = [d.id for d in step.run(docs)]
+    assert out == ["2", "5"]
+    led = ledger.to_dict()
+    assert led["en"]["filtered"] == {"too_few_words": 1}
+    assert led["code-python"]["filtered"] == {"too_short": 1}
+    assert led["code-c"]["filtered"] == {"long_lines": 1}
+
+
+def test_real_corpus_mostly_passes(shared_corpus):
+    """The demo recipe's thresholds keep most real documents of a few languages."""
+    import json
+
+    from bloomline.config import load_config
+    from data_prep.config import PrepareConfig
+    from pathlib import Path
+
+    cfg = load_config(PrepareConfig, Path(__file__).resolve().parents[2] / "configs/data/demo.yaml")
+    for lang in ("en", "fr", "hi", "zh-Hans", "sw", "yo"):
+        lines = (shared_corpus / "text" / f"{lang}.jsonl").read_text().splitlines()[:60]
+        t = cfg.filters.for_language(lang)
+        kept = sum(quality_reason(json.loads(l)["text"], t, han_chars=lang.startswith("zh")) is None for l in lines)
+        assert kept / len(lines) >= 0.9, (lang, kept)

@@ -1,0 +1,29 @@
+"""Every recipe in configs/ loads into its schema (litgpt-style)."""
+
+from pathlib import Path
+
+import pytest
+
+from bloomline.config import load_config, schema_for
+
+CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").rglob("*.yaml"))
+
+
+def test_there_are_recipes():
+    assert CONFIGS
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_recipe_loads(path):
+    cfg = load_config(schema_for(path), path)
+    for s in getattr(cfg, "sources", []):
+        assert Path(s.path).exists(), f"{path}: source {s.path} does not exist"
+
+
+def test_readme_test_command_is_what_ci_runs():
+    repo = Path(__file__).resolve().parents[1]
+    readme = (repo / "README.md").read_text()
+    ci = (repo / ".ci" / "run").read_text()
+    test_cmd = [l for l in readme.splitlines() if "pytest" in l and l.startswith("python3 -m venv")]
+    assert len(test_cmd) == 1
+    assert test_cmd[0] in ci.splitlines()
