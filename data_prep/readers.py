@@ -67,8 +67,36 @@ def _hf_arrow_files(folder: Path) -> list[Path]:
     return [folder / f["filename"] for f in state["_data_files"]]
 
 
-def discover(source: SourceConfig) -> list[tuple[Path, str]]:
-    """(file, format) pairs of one source, in a stable (sorted) order."""
+def check_readable(path: Path, fmt: str) -> None:
+    """Fail early, naming the file, when an input cannot be opened as its format (cheap:
+    headers and footers only)."""
+    try:
+        if fmt == "parquet":
+            pq.ParquetFile(path).metadata
+        elif fmt == "arrow":
+            with pa.memory_map(str(path), "r") as src:
+                pa.ipc.open_stream(src).schema
+        elif fmt == "jsonl.gz":
+            with gzip.open(path, "rb") as g:
+                g.read(1)
+        else:
+            with open(path, "rb") as f:
+                f.read(1)
+    except (OSError, EOFError, pa.ArrowInvalid) as e:
+        raise DataError(f"cannot read input {path} as {fmt}: {e}") from None
+
+
+def discover(source: SourceConfig, check: bool = False) -> list[tuple[Path, str]]:
+    """(file, format) pairs of one source, in a stable (sorted) order; ``check``: also open
+    each one (see :func:`check_readable`)."""
+    found = _discover(source)
+    if check:
+        for path, fmt in found:
+            check_readable(path, fmt)
+    return found
+
+
+def _discover(source: SourceConfig) -> list[tuple[Path, str]]:
     root = Path(source.path)
     if not root.exists():
         raise DataError(f"input not found: {root}")

@@ -85,7 +85,7 @@ def prepare(
         from data_prep.readers import discover
 
         for s in cfg.sources:  # fail on a missing input before any server or cluster starts
-            discover(s)
+            discover(s, check=True)
         from flows.prepare import run_prepare
         from flows.summary import print_summary
 

@@ -25,6 +25,10 @@ from data_prep.config import PrepareConfig
 from data_prep.pipeline import Progress, run_all
 from flows.summary import summary_rows
 
+# Dask's INFO chatter (workers starting, connections) would drown the stage progress.
+for _name in ("distributed", "distributed.scheduler", "distributed.nanny", "distributed.core", "distributed.worker"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
+
 
 @contextmanager
 def dask_client(cfg: PrepareConfig) -> Iterator[Any]:

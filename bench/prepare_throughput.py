@@ -1,0 +1,223 @@
+"""Benchmark of `bloomline prepare` on ../shared/corpus (run by hand; prints figures).
+
+    python bench/prepare_throughput.py [--scale 16] [--workdir /tmp/bloomline-bench]
+
+What it measures, all in one run so the ratios compare like with like:
+
+1. Peak RSS of ``bloomline prepare`` (the whole process tree: CLI, Dask workers, temporary
+   Prefect server; sampled every 0.1 s) on the corpus ×1 and ×4, with the full pipeline
+   (dedup on: the ×4 copies are found as duplicates) and with dedup off (every stage sees 4×
+   the data). Target: ×4 / ×1 ≤ 1.2.
+2. Throughput of tokenize+pack+write (the pack stage) on the corpus replicated to ≥ 200 MB,
+   in tokens/s, next to
+   * the limit: SentencePiece batch encoding of the same texts with the same model on the same
+     number of cores (``encode(texts, num_threads=N)``), no I/O — target ≥ 0.8 of it;
+   * a baseline in the style of Megatron-LM ``tools/preprocess_data.py``: a multiprocessing pool
+     of N workers, one JSON line per call (chunksize 25, as Megatron), same tokenizer, the
+     result appended to a .bin/.idx pair — target: slower than ours.
+   Both produce the same number of tokens (checked; PII redaction is off for this run, since the
+   others do not redact).
+3. Padding waste of the packed train shards: Σ(bucket − length) / Σ bucket — target < 3%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+from data_prep.normalize import normalize_text
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "corpus"
+CORES = len(os.sched_getaffinity(0))
+
+BASE_OVERRIDES = [
+    "tokenizer.vocab_size=32000", "tokenizer.sample_bytes=20000000",
+    "pack.buckets=[256,512,1024,2048]", "pack.valid_fraction=0.01",
+    f"dask.n_workers={CORES}",
+]
+
+
+def replicate(dst: Path, times: int) -> int:
+    """Write the corpus `times` over into dst (one JSONL per source file and copy); bytes of text."""
+    dst.mkdir(parents=True, exist_ok=True)
+    total = 0
+    files = sorted(SHARED.rglob("*.jsonl"))
+    for k in range(times):
+        for f in files:
+            out = dst / f"{f.parent.name}-{f.stem}-r{k:02d}.jsonl"
+            if not out.exists():
+                lines = f.read_text(encoding="utf-8").splitlines()
+                with open(out, "w", encoding="utf-8") as w:
+                    for line in lines:
+                        rec = json.loads(line)
+                        rec["id"] = f"{rec['id']}-r{k}"
+                        # Written normalized, so the limit and the baseline (which do not
+                        # normalize) tokenize exactly the text bloomline tokenizes.
+                        rec["text"] = normalize_text(rec["text"])
+                        w.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            total += sum(len(json.loads(l)["text"].encode()) for l in out.read_text(encoding="utf-8").splitlines())
+    return total
+
+
+def run_prepare(inputs: Path, out: Path, overrides: list[str]) -> tuple[float, float, dict]:
+    """Run the CLI, sampling the RSS of its process tree; returns (peak MiB, seconds, run_stats)."""
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [sys.executable, "-m", "flows.cli", "prepare", "--out", str(out), str(inputs)]
+    for o in [*BASE_OVERRIDES, *overrides]:
+        cmd += ["-o", o]
+    t0 = time.time()
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    peak = 0
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
+    reader.start()
+    root = psutil.Process(proc.pid)
+    while proc.poll() is None:
+        try:
+            procs = [root, *root.children(recursive=True)]
+            peak = max(peak, sum(p.memory_info().rss for p in procs if p.is_running()))
+        except psutil.Error:
+            pass
+        time.sleep(0.1)
+    reader.join()
+    dt = time.time() - t0
+    if proc.returncode != 0:
+        print("".join(err[-40:]), file=sys.stderr)
+        raise SystemExit(f"prepare failed ({proc.returncode})")
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return peak / 2**20, dt, json.loads((out / "run_stats.json").read_text())
+
+
+def load_texts(folder: Path) -> list[str]:
+    texts = []
+    for f in sorted(folder.glob("*.jsonl")):
+        texts.extend(json.loads(l)["text"] for l in f.read_text(encoding="utf-8").splitlines())
+    return texts
+
+
+def limit_tokens_per_s(model: str, texts: list[str]) -> tuple[float, int]:
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=model)
+    n = 0
+    t0 = time.perf_counter()
+    for i in range(0, len(texts), 4096):
+        for ids in sp.encode(texts[i : i + 4096], num_threads=CORES):
+            n += len(ids) + 1  # + </s>, as written by both pipelines
+    return n / (time.perf_counter() - t0), n
+
+
+# --- Megatron-style baseline (tools/preprocess_data.py: Pool.imap over lines, chunksize 25) -----
+_SP = None
+
+
+def _init(model: str) -> None:
+    global _SP
+    import sentencepiece as spm
+
+    _SP = spm.SentencePieceProcessor(model_file=model)
+
+
+def _encode(line: str) -> np.ndarray:
+    ids = _SP.encode(json.loads(line)["text"])
+    ids.append(_SP.eos_id())
+    return np.asarray(ids, dtype=np.int32)
+
+
+def baseline_tokens_per_s(model: str, folder: Path, out: Path) -> tuple[float, int]:
+    files = sorted(folder.glob("*.jsonl"))
+    t0 = time.perf_counter()
+    n = 0
+    sizes = []
+    with open(out / "baseline.bin", "wb") as bin_f, mp.Pool(CORES, initializer=_init, initargs=(model,)) as pool:
+        for f in files:
+            with open(f, encoding="utf-8") as fin:
+                for arr in pool.imap(_encode, fin, chunksize=25):
+                    bin_f.write(arr.tobytes())
+                    sizes.append(len(arr))
+                    n += len(arr)
+    np.asarray(sizes, dtype=np.int32).tofile(out / "baseline.idx")
+    return n / (time.perf_counter() - t0), n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scale", type=int, default=16, help="replication for the throughput run (≥200 MB)")
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/bloomline-bench"))
+    ap.add_argument("--skip-rss", action="store_true")
+    args = ap.parse_args()
+    if not SHARED.is_dir():
+        raise SystemExit(f"{SHARED} not found")
+    wd = args.workdir
+    wd.mkdir(parents=True, exist_ok=True)
+    print(f"cores: {CORES}")
+
+    # 1. RSS on ×1 and ×4 -----------------------------------------------------------------
+    x1 = wd / "x1"
+    x4 = wd / "x4"
+    b1 = replicate(x1, 1)
+    b4 = replicate(x4, 4)
+    print(f"corpus ×1: {b1 / 1e6:.1f} MB of text, ×4: {b4 / 1e6:.1f} MB")
+    model = wd / "out-x1" / "tokenizer" / "tokenizer.model"
+    if not args.skip_rss or not model.exists():
+        rss1, t1, st1 = run_prepare(x1, wd / "out-x1", [])
+        print(f"prepare ×1 (full pipeline): peak RSS {rss1:,.0f} MiB, {t1:.0f} s")
+    if not args.skip_rss:
+        rss4, t4, _ = run_prepare(x4, wd / "out-x4", [])
+        print(f"prepare ×4 (full pipeline): peak RSS {rss4:,.0f} MiB, {t4:.0f} s   ratio ×4/×1 = {rss4 / rss1:.2f}")
+        nodedup = ["dedup.exact=false", "dedup.near=false", f"tokenizer.model={model}"]
+        r1, t1n, _ = run_prepare(x1, wd / "out-x1-nodedup", nodedup)
+        r4, t4n, _ = run_prepare(x4, wd / "out-x4-nodedup", nodedup)
+        print(f"prepare, dedup off, tokenizer reused: ×1 {r1:,.0f} MiB ({t1n:.0f} s), ×4 {r4:,.0f} MiB ({t4n:.0f} s)"
+              f"   ratio = {r4 / r1:.2f}")
+
+    # 2. throughput of tokenize+pack+write on ≥200 MB ----------------------------------------
+    big = wd / f"x{args.scale}"
+    bb = replicate(big, args.scale)
+    print(f"throughput corpus: ×{args.scale} = {bb / 1e6:.0f} MB of text")
+    fast = ["dedup.exact=false", "dedup.near=false", "langid.enabled=false", "filters.enabled=false",
+            "pii.enabled=false", f"tokenizer.model={model}", "pack.part_bytes=33554432"]
+    _, tall, stats = run_prepare(big, wd / "out-big", fast)
+    ours = stats["pack"]["tokens_per_s"]
+    ours_tokens = stats["pack"]["tokens"]
+    manifest = json.loads((wd / "out-big" / "manifest.json").read_text())
+    texts = load_texts(big)
+    lim, lim_tokens = limit_tokens_per_s(str(model), texts)
+    del texts
+    base, base_tokens = baseline_tokens_per_s(str(model), big, wd)
+    print(f"tokens: ours {ours_tokens:,}  limit {lim_tokens:,}  baseline {base_tokens:,}")
+    assert ours_tokens == lim_tokens == base_tokens, "the three runs must produce the same tokens"
+    print(f"tokenize+pack+write (bloomline pack stage, {CORES} Dask workers): {ours:,.0f} tokens/s")
+    print(f"limit: SentencePiece encode(num_threads={CORES}), no I/O:          {lim:,.0f} tokens/s"
+          f"   ours/limit = {ours / lim:.2f} (target ≥ 0.8)")
+    print(f"baseline: Megatron-style Pool({CORES}).imap, one doc per call:     {base:,.0f} tokens/s"
+          f"   ours/baseline = {ours / base:.2f} (target > 1)")
+    print(f"whole prepare run on ×{args.scale}: {tall:.0f} s")
+
+    # 3. padding ----------------------------------------------------------------------------
+    for name, m in (("×1 full pipeline", json.loads((wd / "out-x1" / "manifest.json").read_text())),
+                    (f"×{args.scale}", manifest)):
+        tr = m["splits"]["train"]
+        print(f"padding waste of train shards ({name}): {100 * tr['padding_fraction']:.3f}% "
+              f"({tr['rows']:,} samples, buckets {m['buckets']})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""The stage sequence without Prefect (serial map): ledger, contract, determinism, resume."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from bloomline import languages
+from bloomline.config import load_config
+from bloomline.errors import DataError
+from data_prep.config import PrepareConfig, SourceConfig
+from data_prep.pipeline import Paths, run_all
+from data_prep.shards import load_manifest, open_shard
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def demo_cfg(*overrides) -> PrepareConfig:
+    return load_config(PrepareConfig, REPO / "configs/data/demo.yaml", list(overrides))
+
+
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != "run_stats.json" and ".work" not in p.parts}
+
+
+
+
+def run_demo(tmp_path, bad_inputs, *overrides):
+    bad = tmp_path / "inputs" / "bad.jsonl"
+    bad.parent.mkdir(parents=True, exist_ok=True)
+    bad_inputs(bad)
+    cfg = demo_cfg(*overrides)
+    cfg.sources.append(SourceConfig(path=str(bad)))
+    out = tmp_path / "out"
+    return cfg, out, run_all(cfg, out)
+
+
+def test_ledger_balances_and_contract_holds(tmp_path, bad_inputs):
+    cfg, out, m = run_demo(tmp_path, bad_inputs)
+    m = load_manifest(out)
+    langs = m["languages"]
+    for lang, e in langs.items():
+        total = e["docs_kept"] + sum(e["filtered"].values()) + sum(e["duplicates"].values()) + sum(e["errors"].values())
+        assert total == e["docs_in"], lang
+    sample_records = sum(1 for f in (REPO / "data_prep/sample_corpus").rglob("*.jsonl") for l in f.read_text().splitlines() if l.strip())
+    assert m["totals"]["input_records"] == sample_records + 12
+    assert m["totals"]["errors"] >= 10
+    # every sample-corpus language is present, with training and validation data
+    present = {p.stem for p in (REPO / "data_prep/sample_corpus").rglob("*.jsonl")}
+    for stem in present:
+        code = languages.resolve(stem) or languages.resolve(f"code-{stem}")
+        assert langs[code]["docs_kept"] > 0 and langs[code]["valid_docs"] >= 1, code
+    assert abs(sum(m["blend"].values()) - 1) < 1e-6
+    # shards: checksums, one language per shard, offsets valid, sample fits bucket
+    eos = m["tokenizer"]["eos_id"]
+    for s in m["shards"]:
+        t = open_shard(out, s)
+        assert set(t.column("lang").to_pylist()) == {s["lang"]}
+        for ids, offs in zip(t.column("input_ids").to_pylist()[:50], t.column("doc_offsets").to_pylist()[:50]):
+            assert len(ids) <= s["bucket"] and offs[0] == 0 and offs == sorted(set(offs))
+            # a document boundary inside a sample follows an </s>
+            assert all(ids[o - 1] == eos for o in offs[1:])
+    # tokenizer recorded with checksum
+    from bloomline.io import sha256_file
+    assert sha256_file(out / m["tokenizer"]["path"]) == m["tokenizer"]["sha256"]
+    assert m["stages"]["langid"]["verified"] > 0
+    assert not (out / ".work").exists()
+
+
+def test_deterministic_resumable_and_refuses_other_config(tmp_path, bad_inputs):
+    cfg, out, _ = run_demo(tmp_path, bad_inputs, "keep_work=true")
+    ref = tree_bytes(out)
+    # Lose part of the finished work (as a kill would): the last stages' markers and some shards.
+    (out / "manifest.json").unlink()
+    shutil.rmtree(out / ".work" / "parts")
+    for p in list((out / "shards").rglob("*.arrow"))[::3]:
+        p.unlink()
+    (out / ".work" / "chunks" / "c000003.json").unlink()
+    (out / "shards" / "stale.arrow.tmp-999").write_bytes(b"partial")
+    run_all(cfg, out)
+    assert tree_bytes(out) == ref
+    # same command again: already complete
+    assert run_all(cfg, out)["run_stats"] == {"already_complete": True}
+    # another config into the same folder is refused
+    with pytest.raises(DataError, match="another config"):
+        run_all(demo_cfg("seed=99"), out)
+
+
+def test_vocab_too_large_fails_with_a_message(tmp_path, bad_inputs):
+    with pytest.raises(Exception, match="tokenizer.vocab_size=200000 is too large"):
+        run_demo(tmp_path, bad_inputs, "tokenizer.vocab_size=200000")
+
+
+def test_explicit_blend_weights(tmp_path, bad_inputs):
+    _, out, m = run_demo(tmp_path, bad_inputs, "blend.weights={en: 3, fr: 1}")
+    assert m["blend"]["en"] == pytest.approx(0.75) and m["blend"]["fr"] == pytest.approx(0.25)
+    assert m["blend"]["de" if "de" in m["blend"] else "es"] == 0

@@ -1,0 +1,63 @@
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from bloomline.errors import DataError
+from data_prep.packing import Sample
+from data_prep.shards import CorruptShardError, ShardWriter, load_manifest, open_shard
+
+
+def write(tmp_path, n=2500):
+    rng = np.random.default_rng(0)
+    samples = [Sample(64, rng.integers(0, 100, size=int(rng.integers(1, 65))).astype(np.int32), [0]) for _ in range(n)]
+    w = ShardWriter(tmp_path / "shards/train/en/x.arrow", "en", 64, "train")
+    for s in samples:
+        w.add(s)
+    info = w.close()
+    shard = {"path": "shards/train/en/x.arrow", "split": "train", "bucket": 64, "lang": "en", **info}
+    return samples, shard
+
+
+def test_roundtrip_with_pyarrow_and_datasets(tmp_path):
+    import datasets
+
+    samples, shard = write(tmp_path)
+    assert shard["rows"] == 2500 and shard["tokens"] == sum(len(s.ids) for s in samples)
+    t = open_shard(tmp_path, shard)
+    assert t.column("input_ids")[7].as_py() == samples[7].ids.tolist()
+    assert t.schema.field("input_ids").type == pa.list_(pa.int32())
+    ds = datasets.Dataset.from_file(str(tmp_path / shard["path"]))
+    assert len(ds) == 2500 and ds[7]["input_ids"] == samples[7].ids.tolist() and ds[7]["lang"] == "en"
+    assert list(tmp_path.rglob("*.tmp-*")) == []
+
+
+def test_corrupt_shard_names_the_file(tmp_path):
+    _, shard = write(tmp_path)
+    p = tmp_path / shard["path"]
+    data = bytearray(p.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    p.write_bytes(bytes(data))
+    with pytest.raises(CorruptShardError, match=r"x\.arrow is corrupt: sha256"):
+        open_shard(tmp_path, shard)
+
+
+def test_oversized_sample_is_refused(tmp_path):
+    w = ShardWriter(tmp_path / "a.arrow", "en", 8, "train")
+    with pytest.raises(ValueError):
+        w.add(Sample(8, np.zeros(9, np.int32), [0]))
+    w.abort()
+    assert not list(tmp_path.iterdir())
+
+
+def test_manifest_checks(tmp_path):
+    with pytest.raises(DataError, match="not found"):
+        load_manifest(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({"format_version": 1}))
+    with pytest.raises(DataError, match="missing keys"):
+        load_manifest(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({"format_version": 99, "tokenizer": {}, "buckets": [],
+                                                        "shards": [], "blend": {}, "languages": {}}))
+    with pytest.raises(DataError, match="format_version 99"):
+        load_manifest(tmp_path)
