@@ -159,7 +159,7 @@ def baseline_tokens_per_s(model: str, folder: Path, out: Path) -> tuple[float, i
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scale", type=int, default=16, help="replication for the throughput run (≥200 MB)")
+    ap.add_argument("--scale", type=int, default=17, help="replication for the throughput run (17 × 12.1 MB ≥ 200 MB)")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/bloomline-bench"))
     ap.add_argument("--skip-rss", action="store_true")
     args = ap.parse_args()

@@ -35,6 +35,8 @@ T = TypeVar("T")
 # through this table, so a recipe that stops matching its schema fails CI.
 SCHEMAS: dict[str, str] = {
     "data": "data_prep.config:PrepareConfig",
+    "model": "training.config:ModelConfig",
+    "train": "training.config:TrainRecipe",
 }
 
 

@@ -357,7 +357,9 @@ def build_tokenizer(cfg: PrepareConfig, paths: Paths, dedup: dict[str, Any], chu
 def _sp(path: str, sha: str):
     import sentencepiece as spm
 
-    return spm.SentencePieceProcessor(model_file=path)
+    # One thread: parallelism comes from one Dask worker process per core. SentencePiece's
+    # default (-1 = every core, per call) oversubscribes the machine N-fold.
+    return spm.SentencePieceProcessor(model_file=path, num_threads=1)
 
 
 def shard_path(split: str, lang: str, bucket: int, k: int) -> str:
@@ -622,7 +624,8 @@ def run_all(cfg: PrepareConfig, out: str | Path, strict: bool = False, map_fn: M
 
     def pack_stage() -> list[dict]:
         t = time.perf_counter()
-        parts = dedup["parts"]
+        # Largest parts first (LPT scheduling): the stage ends when its last part does.
+        parts = sorted(dedup["parts"], key=lambda x: -x["bytes"])
         progress.start("tokenize+pack", sum(x["bytes"] for x in parts), "B")
         sizes = {(x["lang"], x["k"]): x["bytes"] for x in parts}
         res = []

@@ -57,23 +57,32 @@ def sample_lines(text: str) -> Iterable[str]:
 
 def train(sample_file: Path, model_prefix: Path, vocab_size: int, character_coverage: float,
           num_threads: int, seed: int) -> Path:
-    """Train on ``sample_file`` (one sentence per line); returns the ``.model`` path."""
+    """Train on ``sample_file`` (one sentence per line); returns the ``.model`` path.
+
+    The text is streamed in through ``sentence_iterator`` and the model comes back through
+    ``model_writer``: SentencePiece records ``input`` and ``model_prefix`` paths inside the
+    model's TrainerSpec, which would make the model's bytes depend on the output folder.
+    """
+    import io
+
     import sentencepiece as spm
 
     if not sample_file.is_file() or sample_file.stat().st_size == 0:
         raise TokenizerError("no text left to train the tokenizer on (every document was dropped?)")
     spm.set_random_generator_seed(seed)
+    buf = io.BytesIO()
     try:
-        spm.SentencePieceTrainer.train(
-            input=str(sample_file), model_prefix=str(model_prefix), model_type="bpe",
-            vocab_size=vocab_size, character_coverage=character_coverage, byte_fallback=True,
-            unk_id=UNK, bos_id=BOS, eos_id=EOS, pad_id=PAD,
-            user_defined_symbols=list(PLACEHOLDERS.values()),
-            normalization_rule_name="identity", remove_extra_whitespaces=False,
-            split_digits=True, allow_whitespace_only_pieces=True, max_sentence_length=MAX_LINE + 16,
-            input_sentence_size=0, shuffle_input_sentence=False, num_threads=num_threads,
-            minloglevel=2,
-        )
+        with open(sample_file, encoding="utf-8") as lines:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=(line.rstrip("\n") for line in lines), model_writer=buf, model_type="bpe",
+                vocab_size=vocab_size, character_coverage=character_coverage, byte_fallback=True,
+                unk_id=UNK, bos_id=BOS, eos_id=EOS, pad_id=PAD,
+                user_defined_symbols=list(PLACEHOLDERS.values()),
+                normalization_rule_name="identity", remove_extra_whitespaces=False,
+                split_digits=True, allow_whitespace_only_pieces=True, max_sentence_length=MAX_LINE + 16,
+                input_sentence_size=0, shuffle_input_sentence=False, num_threads=num_threads,
+                minloglevel=2,
+            )
     except RuntimeError as e:
         msg = str(e)
         m = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", msg)
@@ -89,7 +98,12 @@ def train(sample_file: Path, model_prefix: Path, vocab_size: int, character_cove
                 f"vocabulary at character_coverage. Raise tokenizer.vocab_size or lower tokenizer.character_coverage."
             ) from None
         raise TokenizerError(f"SentencePiece training failed: {msg.splitlines()[0] if msg else e}") from None
-    return model_prefix.with_suffix(".model")
+    model = model_prefix.with_suffix(".model")
+    model.write_bytes(buf.getvalue())
+    sp = spm.SentencePieceProcessor(model_proto=buf.getvalue())
+    model_prefix.with_suffix(".vocab").write_text(
+        "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i)}\n" for i in range(sp.get_piece_size())), encoding="utf-8")
+    return model
 
 
 def check_model(path: Path) -> int:

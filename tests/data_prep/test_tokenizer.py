@@ -30,3 +30,15 @@ def test_trains_bpe_with_byte_fallback_and_bloom_ids(tmp_path):
     ids = sp.encode("ñ 漢字")  # never seen: byte fallback, no <unk>
     assert 0 not in ids and sp.decode(ids) == "ñ 漢字"
     assert sp.decode(sp.encode("    indented\tcode")) == "    indented\tcode"  # whitespace preserved
+
+
+def test_model_bytes_do_not_depend_on_paths(tmp_path):
+    """Resumed runs write to other folders than reference runs: the model must not embed paths."""
+    f = tmp_path / "s.txt"
+    f.write_text("\n".join(f"sentence {i} of a tiny corpus for the tokenizer" for i in range(200)))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b" / "c").mkdir(parents=True)
+    m1 = train(f, tmp_path / "a" / "m", 300, 0.9995, 2, 0)
+    m2 = train(f, tmp_path / "b" / "c" / "other", 300, 0.9995, 2, 0)
+    assert m1.read_bytes() == m2.read_bytes()
+    assert str(tmp_path).encode() not in m1.read_bytes()

@@ -55,8 +55,17 @@ def test_prepare_end_to_end_and_resume_after_kill(tmp_path, bad_inputs):
 
     # 1. uninterrupted reference run through the real Prefect flow and Dask
     ref = tmp_path / "ref"
-    res = cli(*[a if a is not None else ref for a in args])
+    prefect_home = tmp_path / "prefect-home"
+    res = cli(*[a if a is not None else ref for a in args], env={"PREFECT_HOME": str(prefect_home)})
     assert res.returncode == 0, res.stderr[-3000:]
+    # the per-language table reached Prefect as a table artifact
+    import sqlite3
+
+    with sqlite3.connect(prefect_home / "prefect.db") as db:
+        rows = list(db.execute("select type, data from artifact where key = 'prepare-summary'"))
+    assert rows and rows[0][0] == "table"
+    table = json.loads(json.loads(rows[0][1]))
+    assert {r["lang"] for r in table} >= {"en", "sw", "code-python"}
     assert "per-language summary" in res.stderr and "done" in res.stderr
     m = json.loads((ref / "manifest.json").read_text())
     assert m["totals"]["input_records"] == m["totals"]["docs_in"]

@@ -1,0 +1,274 @@
+"""The dynamic-batch sampler on small synthetic prepared data (shards + manifest as FORMAT.md says)."""
+
+import json
+import math
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+from bloomline.errors import ConfigError, DataError
+from data_prep.packing import Sample
+from data_prep.shards import CorruptShardError, ShardWriter
+from training.config import BatchConfig
+from training.sampler import DynamicBatchSampler, FixedBatchSampler, ShardIndex, materialize
+
+BUCKETS = [128, 256, 512]
+VOCAB, EOS, PAD = 1000, 2, 3
+# rows per (language, bucket): languages of different sizes, most rows in the largest bucket
+ROWS = {"aa": {128: 200, 256: 150, 512: 400}, "bb": {128: 100, 256: 80, 512: 200}, "cc": {128: 50, 256: 40, 512: 100}}
+BLEND = {"aa": 0.5, "bb": 0.3, "cc": 0.2}
+BATCH = BatchConfig(tokens_per_step=16384, micro_batch_tokens=2048)
+
+
+def realistic_lengths(rng, n, lo, hi):
+    """Like the packer's output: most samples nearly fill the bucket, some are short tails."""
+    full = rng.integers(max(lo, int(0.95 * hi)), hi + 1, size=n)
+    short = rng.integers(lo, hi + 1, size=n)
+    return np.where(rng.random(n) < 0.8, full, short)
+
+
+def make_sample(rng, bucket, n):
+    ids = rng.integers(4, VOCAB, size=n).astype(np.int32)
+    cuts = sorted(set(rng.integers(1, n, size=int(rng.integers(0, 4))).tolist())) if n > 1 else []
+    offsets = [0] + cuts
+    for end in cuts + [n]:
+        ids[end - 1] = EOS  # every document ends with </s>
+    return Sample(bucket, ids, offsets)
+
+
+def write_prepared(root, rows=ROWS, blend=BLEND, seed=0, vocab=VOCAB):
+    """Shards written by ShardWriter + a manifest with the fields load_manifest checks."""
+    rng = np.random.default_rng(seed)
+    shards = []
+    for lang, per_bucket in rows.items():
+        prev = 0
+        for bucket in BUCKETS:
+            n = per_bucket[bucket]
+            # two shards per stream when large, as prepare writes parts
+            parts = [n // 2, n - n // 2] if n >= 200 else [n]
+            for p, count in enumerate(parts):
+                rel = f"shards/train/{lang}/{lang}-b{bucket:06d}-p{p:06d}.arrow"
+                w = ShardWriter(root / rel, lang, bucket, "train")
+                for ln in realistic_lengths(rng, count, prev + 1, bucket):
+                    w.add(make_sample(rng, bucket, int(ln)))
+                shards.append({"path": rel, "split": "train", "bucket": bucket, "lang": lang, **w.close()})
+            prev = bucket
+    manifest = {"format_version": 1,
+                "tokenizer": {"path": "tokenizer/tokenizer.model", "vocab_size": vocab, "sha256": "0" * 64, "trained": True,
+                              "eos_id": EOS, "pad_id": PAD, "bos_id": 1, "unk_id": 0},
+                "buckets": BUCKETS, "seq_len": BUCKETS[-1], "shards": sorted(shards, key=lambda s: s["path"]),
+                "blend": blend,
+                "languages": {lg: {"train_tokens": sum(s["tokens"] for s in shards if s["lang"] == lg), "name": lg}
+                              for lg in rows}}
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    return root
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_prepared(tmp_path_factory.mktemp("prepared"))
+
+
+@pytest.fixture(scope="module")
+def index(data):
+    return ShardIndex(data)
+
+
+def sampler(index, dp=2, seed=7, batch=BATCH, blend=None):
+    return DynamicBatchSampler(index, batch, dp_size=dp, seq_len=512, seed=seed, blend=blend)
+
+
+def run(s, n):
+    return [s.next_step() for _ in range(n)]
+
+
+def stream_lengths(index):
+    return {(int(sid), int(row)): int(ln) for st in index.streams.values()
+            for sid, row, ln in zip(st.shard_ids, st.rows, st.lengths)}
+
+
+@pytest.mark.parametrize("dp", [1, 3, 4])
+def test_token_budget_and_shapes(index, dp):
+    lengths = stream_lengths(index)
+    bucket_of = {(int(sid), int(row)): st.bucket for st in index.streams.values()
+                 for sid, row in zip(st.shard_ids, st.rows)}
+    seen_buckets = set()
+    for plan in run(sampler(index, dp=dp), 60):
+        b, m = plan.bucket, plan.micro_batch_size
+        assert plan.budget == BATCH.tokens_per_step
+        assert abs(plan.padded_tokens - plan.budget) <= dp * m * b
+        assert m == max(1, BATCH.micro_batch_tokens // b) and (m * b <= BATCH.micro_batch_tokens or m == 1)
+        assert len(plan.ranks) == dp
+        assert all(len(rank) == plan.gas and all(len(mb) == m for mb in rank) for rank in plan.ranks)
+        refs = [r for rank in plan.ranks for mb in rank for r in mb]
+        assert {bucket_of[r] for r in refs} == {b}  # one bucket per step
+        assert plan.padded_tokens == len(refs) * b and plan.tokens == sum(lengths[r] for r in refs)
+        assert plan.padding_fraction == pytest.approx(1 - plan.tokens / plan.padded_tokens)
+        assert sum(plan.lang_tokens.values()) == plan.tokens
+        seen_buckets.add(b)
+    assert seen_buckets == set(BUCKETS)
+
+
+@pytest.mark.parametrize("dp", [2, 4])
+def test_ranks_are_balanced(index, dp):
+    plans = run(sampler(index, dp=dp), 200)
+    balances = np.array([p.dp_balance for p in plans])
+    # recompute the balance from the plan itself: Σ len + len²/seq_len per rank
+    lengths = stream_lengths(index)
+    loads = [sum(lengths[r] + lengths[r] ** 2 / 512 for mb in rank for r in mb) for rank in plans[-1].ranks]
+    assert plans[-1].dp_balance == pytest.approx(max(loads) / np.mean(loads))
+    print(f"dp={dp}: max dp_balance {balances.max():.4f}, mean {balances.mean():.4f}")
+    assert np.mean(balances <= 1.02) >= 0.99, balances.max()
+
+
+def token_shares(plans):
+    total = sum(p.tokens for p in plans)
+    langs = {lg for p in plans for lg in p.lang_tokens}
+    return {lg: sum(p.lang_tokens.get(lg, 0) for p in plans) / total for lg in langs}
+
+
+@pytest.mark.parametrize("blend", [None, {"aa": 0.2, "bb": 0.2, "cc": 0.6}, {"aa": 1, "cc": 3}])
+def test_language_shares_follow_the_blend(index, blend):
+    plans = run(sampler(index, blend=blend), 300)
+    want = {k: v / sum((blend or BLEND).values()) for k, v in (blend or BLEND).items()}
+    got = token_shares(plans)
+    assert set(got) == set(want)
+    for lang, w in want.items():
+        assert abs(got[lang] - w) <= 0.02, (lang, got[lang], w)
+
+
+def test_unknown_blend_language_is_refused(index):
+    with pytest.raises(DataError, match="zz"):
+        sampler(index, blend={"aa": 1.0, "zz": 0.5})
+
+
+def test_same_seed_same_plans_other_seed_differs(index):
+    a, b, c = run(sampler(index, seed=3), 20), run(sampler(index, seed=3), 20), run(sampler(index, seed=4), 20)
+    assert a == b
+    assert a != c and [p.ranks for p in a] != [p.ranks for p in c]
+
+
+def test_resume_from_state_dict_continues_exactly(index):
+    full = run(sampler(index, dp=3), 17)
+    first = sampler(index, dp=3)
+    run(first, 7)
+    state = json.loads(json.dumps(first.state_dict()))
+    resumed = sampler(index, dp=3)
+    resumed.load_state_dict(state)
+    assert run(resumed, 10) == full[7:17]
+    assert [p.step for p in full[7:17]] == list(range(8, 18))
+
+
+def test_resume_across_epochs(index):
+    """A stream wraps into new epochs well within 150 steps for the small language; resume still matches."""
+    blend = {"cc": 1.0}
+    full = run(sampler(index, blend=blend), 60)
+    s = sampler(index, blend=blend)
+    run(s, 45)
+    state = json.loads(json.dumps(s.state_dict()))
+    assert any(epoch > 0 for epoch, _, _ in state["streams"].values())
+    r = sampler(index, blend=blend)
+    r.load_state_dict(state)
+    assert run(r, 15) == full[45:]
+
+
+def test_resume_refuses_another_seed(index):
+    s = sampler(index, seed=1)
+    run(s, 2)
+    with pytest.raises(ConfigError, match="seed"):
+        sampler(index, seed=2).load_state_dict(s.state_dict())
+
+
+@pytest.mark.parametrize("scaling", ["linear", "sqrt", "none"])
+def test_rampup_budget_and_lr_scale(index, scaling):
+    batch = BatchConfig(tokens_per_step=16384, micro_batch_tokens=2048, rampup_start_tokens=4096,
+                        rampup_increment_tokens=2048, rampup_tokens=60_000, lr_scaling=scaling)
+    # 6 increments of 2048 from 4096 to 16384, one per 10,000 tokens consumed
+    plans = run(sampler(index, dp=2, batch=batch), 40)
+    consumed = 0
+    for p in plans:
+        assert p.budget == min(16384, 4096 + 2048 * (consumed // 10_000))
+        assert abs(p.padded_tokens - p.budget) <= 2 * p.micro_batch_size * p.bucket
+        ratio = p.tokens / 16384
+        assert p.lr_scale == pytest.approx({"linear": ratio, "sqrt": math.sqrt(ratio), "none": 1.0}[scaling])
+        consumed += p.tokens
+    budgets = [p.budget for p in plans]
+    assert budgets[0] == 4096 and budgets[-1] == 16384 and budgets == sorted(budgets)
+    assert len(set(budgets)) == 7
+
+
+def read_row(data, index, shard_id, row):
+    with pa.memory_map(str(data / index.shards[shard_id]["path"]), "r") as f:
+        t = pa.ipc.open_stream(f).read_all()
+    return t.column("input_ids")[row].as_py(), t.column("doc_offsets")[row].as_py()
+
+
+def test_materialize_labels_segments_and_ids(data, index):
+    plan = sampler(index, dp=2, seed=11).next_step()
+    mb = plan.ranks[1][0]
+    # add a sample with several documents, to be sure boundaries are exercised
+    multi = next((int(st.shard_ids[i]), int(st.rows[i])) for st in index.streams.values() if st.bucket == 128
+                 for i in range(st.size) if len(index.fetch(int(st.shard_ids[i]), int(st.rows[i]))[1]) >= 3)
+    mb = mb + [multi]
+    out = materialize(index, mb, 512, PAD)
+    assert out["input_ids"].shape == out["labels"].shape == out["segment_ids"].shape == (len(mb), 512)
+    for i, (sid, row) in enumerate(mb):
+        ids, offsets = read_row(data, index, sid, row)
+        n = len(ids)
+        assert out["lengths"][i] == n
+        assert out["input_ids"][i].tolist() == ids + [PAD] * (512 - n)
+        want_labels, want_seg = [], []
+        for t in range(512):
+            boundary = t + 1 in offsets
+            want_labels.append(ids[t + 1] if t + 1 < n and not boundary else -100)
+            want_seg.append(sum(1 for o in offsets if o <= t) if t < n else 0)
+        assert out["labels"][i].tolist() == want_labels
+        assert out["segment_ids"][i].tolist() == want_seg
+    assert out["segment_ids"][-1].max() >= 3
+    assert out["input_ids"].dtype == out["labels"].dtype == out["segment_ids"].dtype == torch.int64
+
+
+def test_check_model(index):
+    index.check_model(VOCAB, 512)
+    index.check_model(VOCAB, 2048)
+    with pytest.raises(DataError, match="vocab_size 1000.*vocab_size 250880"):
+        index.check_model(250880, 512)
+    with pytest.raises(DataError, match="largest bucket is 512.*seq_len 256"):
+        index.check_model(VOCAB, 256)
+
+
+def test_corrupt_shard_is_named(tmp_path):
+    root = write_prepared(tmp_path, rows={"aa": {128: 5, 256: 5, 512: 5}}, blend={"aa": 1.0})
+    ShardIndex(root)
+    victim = root / "shards/train/aa/aa-b000256-p000000.arrow"
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    with pytest.raises(CorruptShardError, match=r"aa-b000256-p000000\.arrow is corrupt"):
+        ShardIndex(root)
+    ShardIndex(root, verify=False)  # the flipped byte is inside the data, the stream still parses
+
+
+def test_fixed_baseline_pads_more_and_balances_worse(index):
+    dp = 4
+    dyn = run(sampler(index, dp=dp), 100)
+    # the fixed baseline's global batch: about the same tokens per step (16384 / 512 = 32 samples = 8 per rank)
+    fixed = run(FixedBatchSampler(index, samples_per_rank=8, dp_size=dp, seed=7), 100)
+    assert all(len(rank) == 1 and len(rank[0]) == 8 for p in fixed for rank in p.ranks)
+    pad_dyn = 1 - sum(p.tokens for p in dyn) / sum(p.padded_tokens for p in dyn)
+    pad_fixed = 1 - sum(p.tokens for p in fixed) / sum(p.padded_tokens for p in fixed)
+    bal_dyn, bal_fixed = np.mean([p.dp_balance for p in dyn]), np.mean([p.dp_balance for p in fixed])
+    print(f"padding dynamic {pad_dyn:.3f} fixed {pad_fixed:.3f}; mean dp_balance dynamic {bal_dyn:.4f} fixed {bal_fixed:.4f}")
+    assert pad_fixed > pad_dyn + 0.05
+    assert bal_fixed > bal_dyn + 0.02
+
+
+def test_fixed_baseline_resumes(index):
+    full = run(FixedBatchSampler(index, samples_per_rank=64, dp_size=4, seed=1), 12)  # 3072 samples: wraps the 1320 rows twice
+    s = FixedBatchSampler(index, samples_per_rank=64, dp_size=4, seed=1)
+    run(s, 5)
+    r = FixedBatchSampler(index, samples_per_rank=64, dp_size=4, seed=1)
+    r.load_state_dict(json.loads(json.dumps(s.state_dict())))
+    assert run(r, 7) == full[5:]

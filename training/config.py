@@ -1,0 +1,235 @@
+"""Typed configuration of ``bloomline train`` (recipes in ``configs/model/`` and ``configs/train/``).
+
+A training recipe (``configs/train/*.yaml``) is a :class:`TrainRecipe`: the model, how it is
+parallelised, the optimisation, the dynamic batches and checkpointing. ``model:`` may name a
+file in ``configs/model/`` (``model: bloom-tiny``) or spell the model out inline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+from bloomline.config import check
+from bloomline.errors import ConfigError
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int = 250_880
+    """Tokenizer vocabulary size (before padding; the data's manifest must agree)."""
+    hidden_size: int = 1024
+    """Width of the residual stream."""
+    num_layers: int = 24
+    """Transformer blocks."""
+    num_heads: int = 16
+    """Attention heads (ALiBi slopes are per head)."""
+    seq_len: int = 2048
+    """Longest sample (the data's largest bucket must not exceed it)."""
+    ffn_mult: int = 4
+    """MLP width = ffn_mult × hidden_size (BLOOM: 4)."""
+    layernorm_eps: float = 1e-5
+    """LayerNorm epsilon."""
+    init_std: float = 0.0048
+    """Std of the normal weight init (BLOOM-176B: 0.0048, ≈ sqrt(1/(3·hidden)) for hidden 14336)."""
+    make_vocab_divisible_by: int = 128
+    """The embedding is padded to a multiple of this × TP (Megatron's rule; BLOOM: 250880)."""
+
+    def validate(self) -> None:
+        for k in ("vocab_size", "hidden_size", "num_layers", "num_heads", "seq_len", "ffn_mult"):
+            check(getattr(self, k) >= 1, k, "must be >= 1")
+        check(self.hidden_size % self.num_heads == 0, "hidden_size",
+              f"{self.hidden_size} is not divisible by num_heads={self.num_heads}")
+
+    def padded_vocab(self, tp: int = 1) -> int:
+        m = self.make_vocab_divisible_by * tp
+        return ((self.vocab_size + m - 1) // m) * m
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+
+@dataclass
+class ParallelConfig:
+    """How the model is spread over ranks (torchtitan-style: one validated place).
+
+    Rank order is Megatron/DeepSpeed's: tp varies fastest, then dp, then pp."""
+
+    tp: int = 1
+    """Tensor-parallel degree (megatron-core Column/RowParallelLinear, VocabParallelEmbedding)."""
+    pp: int = 1
+    """Pipeline stages (DeepSpeed PipelineModule, partitioned by transformer layers)."""
+    dp: int = 1
+    """Data-parallel replicas."""
+    zero_stage: int = 1
+    """ZeRO stage for data parallelism: 0-3 without PP, 0-1 with PP."""
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """torch.distributed backend; auto: nccl on GPUs, gloo on CPU."""
+
+    def validate(self) -> None:
+        for k in ("tp", "pp", "dp"):
+            check(getattr(self, k) >= 1, k, "must be >= 1")
+        check(0 <= self.zero_stage <= 3, "zero_stage", "must be 0, 1, 2 or 3")
+        check(not (self.pp > 1 and self.zero_stage > 1), "zero_stage",
+              f"ZeRO stage {self.zero_stage} cannot be combined with pipeline parallelism (pp={self.pp}): stages 2 and 3 "
+              "partition gradients/parameters across data-parallel ranks while the pipeline accumulates gradients over "
+              "micro-batches, which DeepSpeed refuses. Use zero_stage 0 or 1 with pp > 1.")
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    def check_world(self, world_size: int) -> None:
+        if self.world_size != world_size:
+            raise ConfigError("parallel", f"tp·pp·dp = {self.tp}·{self.pp}·{self.dp} = {self.world_size} does not match "
+                                          f"the world size {world_size}")
+
+    def check_model(self, model: ModelConfig) -> None:
+        if model.num_heads % self.tp:
+            raise ConfigError("parallel.tp", f"num_heads={model.num_heads} is not divisible by tp={self.tp}")
+        if model.hidden_size % self.tp:
+            raise ConfigError("parallel.tp", f"hidden_size={model.hidden_size} is not divisible by tp={self.tp}")
+        if model.num_layers < self.pp:
+            raise ConfigError("parallel.pp", f"pp={self.pp} pipeline stages need at least {self.pp} layers, the model has "
+                                             f"{model.num_layers}")
+
+
+@dataclass
+class BatchConfig:
+    """Dynamic batches: a token budget per step, one length bucket per step."""
+
+    tokens_per_step: int = 2048 * 2048
+    """Global token budget of one optimizer step (BLOOM-176B: 2048 samples × 2048 tokens)."""
+    micro_batch_tokens: int = 8192
+    """Tokens (padded) of one micro-batch on one rank: samples per micro-batch = this // bucket."""
+    rampup_start_tokens: Optional[int] = None
+    """Batch-size ramp-up: start at this budget (BLOOM: 192 × 2048); None: no ramp-up."""
+    rampup_increment_tokens: int = 16 * 2048
+    """Ramp-up increment (BLOOM: 16 samples)."""
+    rampup_tokens: int = 0
+    """Tokens consumed over which the budget grows to tokens_per_step (BLOOM: 20M samples)."""
+    lr_scaling: Literal["none", "linear", "sqrt"] = "linear"
+    """Scale the LR by the step's actual batch tokens / tokens_per_step (DeepSpeed's
+    variable-batch-size-and-LR): linear, square root, or not at all."""
+    attn_weight: float = 1.0
+    """Weight of the attention term in a sample's estimated compute: len + attn_weight·len²/seq_len."""
+    balance_tolerance: float = 0.02
+    """Data-parallel ranks' estimated compute must be within this of the step's mean."""
+
+    def validate(self) -> None:
+        check(self.tokens_per_step >= 1, "tokens_per_step", "must be >= 1")
+        check(self.micro_batch_tokens >= 1, "micro_batch_tokens", "must be >= 1")
+        check(self.rampup_start_tokens is None or 1 <= self.rampup_start_tokens <= self.tokens_per_step,
+              "rampup_start_tokens", "must be between 1 and tokens_per_step")
+        check(self.attn_weight >= 0, "attn_weight", "must be >= 0")
+        check(0 < self.balance_tolerance < 1, "balance_tolerance", "must be in (0, 1)")
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 6e-5
+    """Peak learning rate (BLOOM-176B: 6e-5)."""
+    min_lr: float = 6e-6
+    """Floor of the cosine decay (BLOOM-176B: 6e-6)."""
+    warmup_steps: int = 375
+    """Linear warm-up steps."""
+    decay_steps: Optional[int] = None
+    """Cosine decay length in steps; None: until train.steps."""
+    beta1: float = 0.9
+    """Adam β1."""
+    beta2: float = 0.95
+    """Adam β2 (BLOOM: 0.95)."""
+    eps: float = 1e-8
+    """Adam epsilon."""
+    weight_decay: float = 0.1
+    """AdamW weight decay (not on biases and LayerNorms)."""
+    clip_grad: float = 1.0
+    """Global gradient-norm clipping (BLOOM: 1.0)."""
+
+    def validate(self) -> None:
+        check(self.lr > 0 and 0 <= self.min_lr <= self.lr, "min_lr", "need 0 <= min_lr <= lr, lr > 0")
+        check(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
+        check(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "beta2", "betas must be in [0, 1)")
+        check(self.clip_grad >= 0, "clip_grad", "must be >= 0")
+
+
+@dataclass
+class TrainLoopConfig:
+    steps: int = 100
+    """Optimizer steps to train for."""
+    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    """bf16 (BLOOM), fp16 with dynamic loss scaling, or fp32."""
+    activation_checkpointing: bool = True
+    """Recompute each block's activations in the backward pass (memory for compute)."""
+    seed: int = 1234
+    """Seed of initialisation, dropout-free training and the sampler."""
+    skip_spike_factor: float = 0.0
+    """Skip a batch whose loss exceeds this × the running mean loss (0: off); NaN/inf always skip."""
+    max_skipped_in_a_row: int = 20
+    """Stop with an error after this many skipped batches in a row."""
+    log_interval: int = 1
+    """Write metrics every this many steps."""
+
+    def validate(self) -> None:
+        check(self.steps >= 1, "steps", "must be >= 1")
+        check(self.skip_spike_factor == 0 or self.skip_spike_factor > 1, "skip_spike_factor", "0 (off) or > 1")
+
+
+@dataclass
+class CheckpointConfig:
+    interval: int = 100
+    """Save every this many steps (and at the end)."""
+    keep: int = 3
+    """Keep the newest this many checkpoints."""
+    max_restarts: int = 3
+    """The train flow restarts a failed job from `latest` at most this many times."""
+
+    def validate(self) -> None:
+        check(self.interval >= 1, "interval", "must be >= 1")
+        check(self.keep >= 1, "keep", "must be >= 1")
+        check(self.max_restarts >= 0, "max_restarts", "must be >= 0")
+
+
+@dataclass
+class TrainRecipe:
+    model: Union[str, ModelConfig] = "bloom-tiny"
+    """A recipe name in configs/model/ or the model spelled out."""
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    """TP × PP × DP layout."""
+    batch: BatchConfig = field(default_factory=BatchConfig)
+    """Dynamic batches."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """AdamW and the LR schedule."""
+    train: TrainLoopConfig = field(default_factory=TrainLoopConfig)
+    """The loop."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Checkpoints and restarts."""
+
+    def resolve_paths(self, base: Path) -> None:
+        if isinstance(self.model, str):
+            from bloomline.config import load_config
+
+            name = self.model
+            candidates = [base / name, base.parent / "model" / f"{name}.yaml", MODEL_DIR / f"{name}.yaml"]
+            for c in candidates:
+                if c.is_file():
+                    self.model = load_config(ModelConfig, c)
+                    break
+            else:
+                raise ConfigError("model", f"no model recipe '{name}' (looked in {MODEL_DIR})")
+        self.parallel.check_model(self.model)
+
+    def validate(self) -> None:
+        if isinstance(self.model, ModelConfig):
+            self.parallel.check_model(self.model)
+
+
+MODEL_DIR = Path(__file__).resolve().parents[1] / "configs" / "model"
+
+
+def recipe_dict(recipe: TrainRecipe) -> dict[str, Any]:
+    from bloomline.config import to_dict
+
+    return to_dict(recipe)

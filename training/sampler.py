@@ -1,0 +1,528 @@
+"""Dynamic, load-balanced batches over the prepared shards (``data_prep/FORMAT.md``).
+
+Why dynamic batches: ``bloomline prepare`` packs samples into length buckets, so most tokens sit
+in full samples of the largest bucket and the tails sit in smaller buckets. A fixed number of
+samples per step would pad every tail sample to the sequence length; instead every step here
+takes **one bucket** and as many samples of it as fit the step's **token budget**, so a step
+of short samples costs about as much as a step of long ones and padding is only the waste
+inside one bucket.
+
+Why load balancing: data-parallel ranks wait for each other at every gradient all-reduce, so a
+step is as slow as its slowest rank. All ranks run the same number of micro-batches of the same
+shape (DeepSpeed's pipeline and ZeRO need that); within that constraint the drawn samples are
+dealt so that every rank's estimated compute ``Σ len + attn_weight·len²/seq_len`` (the MLP
+part is linear in the real length, attention quadratic) is as equal as possible.
+
+Determinism: everything a step draws is a pure function of ``(seed, state)``. The state
+(:meth:`DynamicBatchSampler.state_dict`) is plain JSON — the step count, the tokens consumed
+(ramp-up) and, per (language, bucket) stream, its epoch and position in the epoch's seeded
+permutation — so it goes into a checkpoint and a resumed run draws exactly what an
+uninterrupted run would have drawn.
+
+Pieces:
+
+* :class:`ShardIndex`: the manifest, the verified shards of a split, per-(lang, bucket) length
+  arrays, row access.
+* :class:`DynamicBatchSampler`: the trainer's sampler, one :class:`StepPlan` per step.
+* :class:`FixedBatchSampler`: a fixed-sample-count baseline for the benchmarks.
+* :func:`materialize`: a micro-batch of ``(shard_id, row)`` → padded tensors with labels that
+  never cross a document boundary.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import torch
+
+from bloomline.errors import ConfigError, DataError
+from data_prep.shards import load_manifest, open_shard
+from training.config import BatchConfig
+
+IGNORE_INDEX = -100
+"""Label value that ``torch.nn.functional.cross_entropy`` skips."""
+
+STATE_VERSION = 1
+
+SampleRef = tuple[int, int]
+"""``(shard_id, row)``: shard_id indexes :attr:`ShardIndex.shards`."""
+
+
+def _seed_words(seed: int) -> int:
+    # numpy's SeedSequence wants non-negative entropy; accept any int seed.
+    return int(seed) & (2**64 - 1)
+
+
+def _stream_key(lang: str, bucket: int) -> str:
+    return f"{lang}/{bucket}"
+
+
+@dataclass
+class Stream:
+    """All samples of one (language, bucket) in one split, in manifest shard order."""
+
+    lang: str
+    bucket: int
+    shard_ids: np.ndarray  # int32 [n]
+    rows: np.ndarray  # int32 [n]
+    lengths: np.ndarray  # int64 [n]
+
+    @property
+    def key(self) -> str:
+        return _stream_key(self.lang, self.bucket)
+
+    @property
+    def size(self) -> int:
+        return len(self.rows)
+
+    @property
+    def tokens(self) -> int:
+        return int(self.lengths.sum())
+
+
+class ShardIndex:
+    """The shards of one split of a prepared data folder, opened and indexed.
+
+    Every shard listed in the manifest for ``split`` is opened with
+    :func:`data_prep.shards.open_shard`, which (with ``verify``) checks its sha256 and raises
+    :class:`~data_prep.shards.CorruptShardError` naming the file. Only the ``length`` column is
+    read eagerly (one numpy array per (lang, bucket) stream); token ids are read per row from
+    the memory-mapped tables by :meth:`fetch`.
+    """
+
+    def __init__(self, data_dir: str | Path, split: str = "train", verify: bool = True):
+        self.data_dir = Path(data_dir)
+        self.split = split
+        self.manifest = load_manifest(self.data_dir)
+        self.shards = [s for s in self.manifest["shards"] if s["split"] == split]
+        if not self.shards:
+            raise DataError(f"{self.data_dir}: the manifest lists no '{split}' shards")
+        self.tables = [open_shard(self.data_dir, s, verify=verify) for s in self.shards]
+        self._flat: dict[int, tuple[np.ndarray, ...]] = {}
+        parts: dict[tuple[str, int], list[tuple[int, np.ndarray]]] = {}
+        for sid, (shard, table) in enumerate(zip(self.shards, self.tables)):
+            lengths = table.column("length").to_numpy().astype(np.int64)
+            parts.setdefault((shard["lang"], int(shard["bucket"])), []).append((sid, lengths))
+        self.streams: dict[tuple[str, int], Stream] = {}
+        for (lang, bucket), items in sorted(parts.items()):
+            self.streams[(lang, bucket)] = Stream(
+                lang, bucket,
+                shard_ids=np.concatenate([np.full(len(ln), sid, np.int32) for sid, ln in items]),
+                rows=np.concatenate([np.arange(len(ln), dtype=np.int32) for _, ln in items]),
+                lengths=np.concatenate([ln for _, ln in items]))
+        self.languages = sorted({lang for lang, _ in self.streams})
+        self.buckets = sorted({b for _, b in self.streams})
+        tok = self.manifest["tokenizer"]
+        self.vocab_size = int(tok["vocab_size"])
+        self.pad_id = int(tok.get("pad_id", 0))
+        self.eos_id = int(tok.get("eos_id", 0))
+
+    def lang_tokens(self, lang: str) -> int:
+        """Real (unpadded) tokens of ``lang`` in this split."""
+        return sum(s.tokens for (lg, _), s in self.streams.items() if lg == lang)
+
+    def check_model(self, vocab_size: int, seq_len: int) -> None:
+        """Refuse data the model cannot read: another tokenizer, or samples longer than seq_len."""
+        if self.vocab_size != vocab_size:
+            raise DataError(f"{self.data_dir}: the data was tokenized with vocab_size {self.vocab_size}, the model has "
+                            f"vocab_size {vocab_size}; set model.vocab_size to {self.vocab_size} or prepare the data "
+                            "with the model's tokenizer")
+        largest = max(int(b) for b in self.manifest["buckets"])
+        if largest > seq_len:
+            raise DataError(f"{self.data_dir}: the largest bucket is {largest} tokens, longer than the model's seq_len "
+                            f"{seq_len}; raise model.seq_len or prepare the data with pack.buckets up to {seq_len}")
+
+    def _columns(self, shard_id: int) -> tuple[np.ndarray, ...]:
+        if shard_id not in self._flat:
+            t = self.tables[shard_id]
+            ids, offs = t.column("input_ids").combine_chunks(), t.column("doc_offsets").combine_chunks()
+            # ListArray.offsets already accounts for a slice offset; pair it with the unsliced .values.
+            self._flat[shard_id] = (ids.offsets.to_numpy(), ids.values.to_numpy(),
+                                    offs.offsets.to_numpy(), offs.values.to_numpy())
+        return self._flat[shard_id]
+
+    def fetch(self, shard_id: int, row: int) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids (int32, unpadded) and doc_offsets of one sample."""
+        io, iv, oo, ov = self._columns(shard_id)
+        return iv[io[row]:io[row + 1]], ov[oo[row]:oo[row + 1]]
+
+    def length(self, shard_id: int, row: int) -> int:
+        io = self._columns(shard_id)[0]
+        return int(io[row + 1] - io[row])
+
+
+@dataclass
+class StepPlan:
+    """What every data-parallel rank trains on in one optimizer step.
+
+    ``ranks[r][g]`` is micro-batch ``g`` of rank ``r``: a list of ``(shard_id, row)``; every
+    micro-batch of the step has the same number of samples, and ``pad_lengths[r][g]`` is the
+    length it is padded to (the step's ``bucket`` for the dynamic sampler).
+    """
+
+    step: int
+    bucket: int
+    micro_batch_size: int
+    gas: int
+    ranks: list[list[list[SampleRef]]]
+    tokens: int
+    """Σ real lengths of all samples of the step (all ranks)."""
+    padded_tokens: int
+    """Σ padded lengths (what is computed)."""
+    padding_fraction: float
+    dp_balance: float
+    """max / mean estimated compute over ranks (1.0 = perfect)."""
+    lr_scale: float
+    lang_tokens: dict[str, int]
+    budget: int = 0
+    """The step's token budget (after ramp-up); 0 for the fixed baseline."""
+    pad_lengths: list[list[int]] = field(default_factory=list)
+
+
+def _cost(lengths: np.ndarray, attn_weight: float, seq_len: int) -> np.ndarray:
+    """Estimated compute of samples: linear (MLP, projections) + attention (quadratic)."""
+    ln = lengths.astype(np.float64)
+    return ln + attn_weight * ln * ln / seq_len
+
+
+def _build_plan(step: int, refs: list[SampleRef], lengths: np.ndarray, langs: Sequence[str],
+                assignment: list[list[list[int]]], pad_lengths: list[list[int]], cost: np.ndarray,
+                lr_scale: float, budget: int) -> StepPlan:
+    """Turn an assignment of sample indices ([dp][gas][m]) into a StepPlan with its statistics."""
+    tokens = int(lengths.sum())
+    padded = sum(len(mb) * pl for rank, pls in zip(assignment, pad_lengths) for mb, pl in zip(rank, pls))
+    loads = np.array([sum(cost[i] for mb in rank for i in mb) for rank in assignment])
+    lang_tokens: dict[str, int] = {}
+    for lg, ln in zip(langs, lengths):
+        lang_tokens[lg] = lang_tokens.get(lg, 0) + int(ln)
+    return StepPlan(
+        step=step, bucket=max(max(p) for p in pad_lengths), micro_batch_size=len(assignment[0][0]),
+        gas=len(assignment[0]), ranks=[[[refs[i] for i in mb] for mb in rank] for rank in assignment],
+        tokens=tokens, padded_tokens=padded, padding_fraction=1.0 - tokens / padded,
+        dp_balance=float(loads.max() / loads.mean()), lr_scale=lr_scale,
+        lang_tokens=dict(sorted(lang_tokens.items())), budget=budget, pad_lengths=pad_lengths)
+
+
+def balance(cost: np.ndarray, dp: int, per_rank: int, tolerance: float) -> list[list[int]]:
+    """Deal ``dp·per_rank`` samples to ``dp`` ranks, exactly ``per_rank`` each, evening out compute.
+
+    1. Greedy LPT under the cardinality constraint: samples in descending cost, each to the
+       least-loaded rank that still has room.
+    2. Pairwise swaps: while the most-loaded rank A is above ``(1 + tolerance)·mean``, swap one
+       of its samples with one of another rank B (least-loaded first) whose cost difference
+       δ lies in (0, load_A − load_B) — that lowers max(load_A, load_B) — choosing δ closest to
+       half the gap. Stops when balanced or when no swap with A helps.
+
+    Deterministic: stable sorts, ties to the lowest index.
+    """
+    n = len(cost)
+    assert n == dp * per_rank, (n, dp, per_rank)
+    order = np.argsort(-cost, kind="stable")
+    members: list[list[int]] = [[] for _ in range(dp)]
+    loads = np.zeros(dp)
+    for i in order:
+        room = np.where(np.array([len(m) < per_rank for m in members]), loads, np.inf)
+        r = int(room.argmin())
+        members[r].append(int(i))
+        loads[r] += cost[i]
+    if dp == 1:
+        return members
+    target = (1.0 + tolerance) * loads.mean()
+    for _ in range(4 * n):
+        a = int(loads.argmax())
+        if loads[a] <= target:
+            break
+        ca = cost[members[a]]
+        for b in np.argsort(loads, kind="stable"):
+            b = int(b)
+            gap = loads[a] - loads[b]
+            if b == a or gap <= 0:
+                continue
+            delta = ca[:, None] - cost[members[b]][None, :]
+            ok = (delta > 0) & (delta < gap)
+            if not ok.any():
+                continue
+            score = np.where(ok, np.abs(delta - gap / 2), np.inf)
+            i, j = np.unravel_index(int(score.argmin()), score.shape)
+            d = delta[i, j]
+            members[a][i], members[b][j] = members[b][j], members[a][i]
+            loads[a] -= d
+            loads[b] += d
+            break
+        else:
+            break  # no swap with the most-loaded rank helps
+    return members
+
+
+def split_micro_batches(members: list[int], cost: np.ndarray, gas: int) -> list[list[int]]:
+    """Split one rank's samples into ``gas`` micro-batches of equal size and similar cost.
+
+    Snake order over the samples sorted by cost (0,1,…,g−1,g−1,…,0,…) gives every micro-batch
+    the same count and nearly the same compute, which keeps pipeline stages evenly busy.
+    """
+    ranked = sorted(members, key=lambda i: (-cost[i], i))
+    out: list[list[int]] = [[] for _ in range(gas)]
+    for k, i in enumerate(ranked):
+        rnd, pos = divmod(k, gas)
+        out[pos if rnd % 2 == 0 else gas - 1 - pos].append(i)
+    return out
+
+
+def take_epochs(size: int, epoch: int, pos: int, count: int,
+                perm: Callable[[int], np.ndarray]) -> tuple[np.ndarray, int, int]:
+    """The next ``count`` indices of a sequence read in ``perm(epoch)`` order, epoch after epoch.
+
+    Returns ``(indices, epoch, pos)`` after the read; a new epoch (a new permutation) begins
+    when the current one is exhausted, so a small stream may repeat within one read.
+    """
+    out = []
+    while count > 0:
+        if pos == size:
+            epoch, pos = epoch + 1, 0
+        k = min(count, size - pos)
+        out.append(perm(epoch)[pos:pos + k])
+        pos, count = pos + k, count - k
+    return (np.concatenate(out) if out else np.zeros(0, np.int64)), epoch, pos
+
+
+class DynamicBatchSampler:
+    """One bucket per step, a token budget per step, load-balanced over data-parallel ranks.
+
+    Per step (all of it a pure function of ``(seed, state)``):
+
+    1. **Budget** ``B``: ``batch.tokens_per_step``, or during ramp-up (BLOOM's batch-size
+       ramp-up, in tokens) ``min(tokens_per_step, start + increment·⌊consumed / portion⌋)``
+       where ``portion = rampup_tokens / ⌈(tokens_per_step − start) / increment⌉`` and
+       ``consumed`` counts the real tokens of all earlier steps.
+    2. **Shape** for each bucket ``b``: ``m_b = max(1, micro_batch_tokens // b)`` samples per
+       micro-batch and ``gas_b = max(1, round(B / (dp·m_b·b)))`` micro-batches per rank, so a
+       step draws ``N_b = dp·gas_b·m_b`` samples, ``N_b·b ≈ B`` padded tokens.
+    3. **Bucket**: the blend gives bucket ``b`` the token share
+       ``s_b = Σ_lang w_lang · tokens(lang, b) / tokens(lang)``. A step of bucket ``b`` yields
+       ``N_b · (mean length in b)`` tokens, which differs between buckets (padding, rounding of
+       gas), so ``b`` is drawn with probability ∝ ``Σ_lang w_lang·rows(lang,b)/tokens(lang) /
+       N_b`` — this makes the *expected tokens trained* from ``b`` exactly ∝ ``s_b`` (it equals
+       ``s_b / (tokens per step)`` when every step yields the same tokens).
+    4. **Languages**: each of the ``N_b`` samples is of language ``lang`` with probability ∝
+       ``w_lang · rows(lang, b) / tokens(lang)`` (a multinomial draw). With 3. this gives every
+       language exactly its blend share of real tokens in expectation, and every (lang, bucket)
+       stream of a language advances through its epochs at the same rate.
+    5. **Samples**: each (lang, bucket) stream is read in a seeded permutation per epoch
+       (``(seed, stream, epoch)``); when exhausted, the next epoch's permutation begins.
+    6. **Balance** (:func:`balance`) and split into micro-batches (:func:`split_micro_batches`).
+    """
+
+    def __init__(self, index: ShardIndex, batch: BatchConfig, dp_size: int, seq_len: int, seed: int,
+                 blend: Optional[dict[str, float]] = None):
+        if dp_size < 1:
+            raise ConfigError("parallel.dp", "must be >= 1")
+        self.index, self.batch, self.dp, self.seq_len, self.seed = index, batch, int(dp_size), int(seq_len), int(seed)
+        too_long = [b for b in index.buckets if b > seq_len]
+        if too_long:
+            raise DataError(f"buckets {too_long} are longer than seq_len {seq_len}")
+        self.weights = self._resolve_blend(index.manifest["blend"] if blend is None else blend)
+        self.streams = [s for s in index.streams.values() if self.weights.get(s.lang, 0.0) > 0 and s.size]
+        lang_tok = {lg: index.lang_tokens(lg) for lg in self.weights}
+        # Per bucket: the languages present and their draw weights w·rows/tokens (step 4).
+        grouped: dict[int, list[Stream]] = {}
+        for s in self.streams:
+            grouped.setdefault(s.bucket, []).append(s)
+        self._by_bucket: dict[int, tuple[list[Stream], np.ndarray]] = {
+            b: (ss, np.array([self.weights[s.lang] * s.size / lang_tok[s.lang] for s in ss]))
+            for b, ss in sorted(grouped.items())}
+        self._perms: dict[str, tuple[int, np.ndarray]] = {}
+        self._rampup = self._rampup_schedule(batch)
+        self.step = 0
+        self.consumed_tokens = 0
+        self.positions: dict[str, list[int]] = {s.key: [0, 0] for s in self.streams}  # key -> [epoch, pos]
+
+    def _resolve_blend(self, blend: dict[str, float]) -> dict[str, float]:
+        bad = {k: v for k, v in blend.items() if not (isinstance(v, (int, float)) and v >= 0 and math.isfinite(v))}
+        if bad:
+            raise ConfigError("blend", f"weights must be finite and >= 0, got {bad}")
+        has_data = {lg for lg in self.index.languages if self.index.lang_tokens(lg)}
+        missing = sorted(k for k, v in blend.items() if v > 0 and k not in has_data)
+        if missing:
+            raise DataError(f"the blend names {missing}, which have no '{self.index.split}' data in {self.index.data_dir}")
+        total = float(sum(blend.values()))
+        if total <= 0:
+            raise ConfigError("blend", "gives no weight to any language")
+        return {k: v / total for k, v in sorted(blend.items()) if v > 0}
+
+    @staticmethod
+    def _rampup_schedule(batch: BatchConfig) -> Optional[tuple[int, int, float]]:
+        start = batch.rampup_start_tokens
+        if start is None or batch.rampup_tokens <= 0 or start >= batch.tokens_per_step:
+            return None
+        increments = math.ceil((batch.tokens_per_step - start) / batch.rampup_increment_tokens)
+        return start, batch.rampup_increment_tokens, batch.rampup_tokens / increments
+
+    def budget(self) -> int:
+        """Token budget of the next step (ramp-up applied)."""
+        if self._rampup is None:
+            return self.batch.tokens_per_step
+        start, inc, portion = self._rampup
+        return min(self.batch.tokens_per_step, start + inc * int(self.consumed_tokens // portion))
+
+    def shape(self, bucket: int, budget: int) -> tuple[int, int]:
+        """``(m_b, gas)`` of a step of ``bucket`` under ``budget``."""
+        m = max(1, self.batch.micro_batch_tokens // bucket)
+        gas = max(1, int(math.floor(budget / (self.dp * m * bucket) + 0.5)))
+        return m, gas
+
+    def _perm(self, stream: Stream, epoch: int) -> np.ndarray:
+        cached = self._perms.get(stream.key)
+        if cached is None or cached[0] != epoch:
+            rng = np.random.default_rng([_seed_words(self.seed), 1, zlib.crc32(stream.key.encode()), epoch])
+            cached = (epoch, rng.permutation(stream.size))
+            self._perms[stream.key] = cached
+        return cached[1]
+
+    def _take(self, stream: Stream, count: int) -> np.ndarray:
+        """The next ``count`` sample indices of a stream, starting new epochs as needed."""
+        epoch, pos = self.positions[stream.key]
+        idx, epoch, pos = take_epochs(stream.size, epoch, pos, count, lambda e: self._perm(stream, e))
+        self.positions[stream.key] = [epoch, pos]
+        return idx
+
+    def next_step(self) -> StepPlan:
+        budget = self.budget()
+        rng = np.random.default_rng([_seed_words(self.seed), 0, self.step + 1])
+        buckets = list(self._by_bucket)
+        shapes = [self.shape(b, budget) for b in buckets]
+        p = np.array([w.sum() / (self.dp * gas * m) for (_, w), (m, gas) in zip(self._by_bucket.values(), shapes)])
+        k = int(rng.choice(len(buckets), p=p / p.sum()))
+        bucket, (m, gas) = buckets[k], shapes[k]
+        streams, w = self._by_bucket[bucket]
+        counts = rng.multinomial(self.dp * gas * m, w / w.sum())
+        refs: list[SampleRef] = []
+        lengths, langs = [], []
+        for s, c in zip(streams, counts):
+            idx = self._take(s, int(c))
+            refs.extend(zip(s.shard_ids[idx].tolist(), s.rows[idx].tolist()))
+            lengths.append(s.lengths[idx])
+            langs.extend([s.lang] * len(idx))
+        lengths = np.concatenate(lengths)
+        cost = _cost(lengths, self.batch.attn_weight, self.seq_len)
+        members = balance(cost, self.dp, gas * m, self.batch.balance_tolerance)
+        assignment = [split_micro_batches(mem, cost, gas) for mem in members]
+        self.step += 1
+        tokens = int(lengths.sum())
+        self.consumed_tokens += tokens
+        return _build_plan(self.step, refs, lengths, langs, assignment, [[bucket] * gas for _ in range(self.dp)],
+                           cost, self._lr_scale(tokens), budget)
+
+    def _lr_scale(self, tokens: int) -> float:
+        ratio = tokens / self.batch.tokens_per_step
+        return {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[self.batch.lr_scaling]
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable state after the last step (goes into a checkpoint)."""
+        return {"version": STATE_VERSION, "seed": self.seed, "step": self.step, "consumed_tokens": self.consumed_tokens,
+                "streams": {s.key: [*self.positions[s.key], s.size] for s in self.streams}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state``: the next step is ``state['step'] + 1``, drawn as an uninterrupted run would.
+
+        Refuses a state from another seed or from other data (a stream's row count differs),
+        since either would silently draw other samples than the checkpointed run.
+        """
+        if state.get("version") != STATE_VERSION:
+            raise DataError(f"sampler state version {state.get('version')}, this bloomline reads {STATE_VERSION}")
+        if state["seed"] != self.seed:
+            raise ConfigError("train.seed", f"the checkpoint's sampler was seeded with {state['seed']}, this run with "
+                                            f"{self.seed}; resume with the same seed")
+        sizes = {s.key: s.size for s in self.streams}
+        for key, (_, _, rows) in state["streams"].items():
+            if key in sizes and sizes[key] != rows:
+                raise DataError(f"sampler state: stream {key} had {rows} rows, the data now has {sizes[key]}: the data "
+                                "changed since the checkpoint")
+        self.step, self.consumed_tokens = int(state["step"]), int(state["consumed_tokens"])
+        self.positions = {key: [int(v) for v in state["streams"].get(key, [0, 0])[:2]] for key in sizes}
+
+
+class FixedBatchSampler:
+    """Baseline: a fixed number of samples per rank per step, as Megatron-style trainers do.
+
+    All samples of all buckets and languages (no blend) are read in one seeded permutation per
+    epoch; each step takes the next ``samples_per_rank·dp`` and deals them round-robin (sample
+    ``i`` to rank ``i mod dp``, no balancing); each rank runs them as one micro-batch padded to
+    the longest bucket among its samples. Same :class:`StepPlan` statistics as the dynamic
+    sampler, for the benchmark's comparison (``lr_scale`` is always 1, ``budget`` 0).
+    """
+
+    def __init__(self, index: ShardIndex, samples_per_rank: int, dp_size: int, seed: int,
+                 seq_len: Optional[int] = None, attn_weight: float = 1.0):
+        self.index, self.per_rank, self.dp, self.seed = index, int(samples_per_rank), int(dp_size), int(seed)
+        self.seq_len = int(seq_len or max(index.buckets))
+        self.attn_weight = attn_weight
+        streams = list(index.streams.values())
+        self.refs = np.stack([np.concatenate([s.shard_ids for s in streams]),
+                              np.concatenate([s.rows for s in streams])], axis=1)
+        self.lengths = np.concatenate([s.lengths for s in streams])
+        self.buckets = np.concatenate([np.full(s.size, s.bucket) for s in streams])
+        self.langs = np.concatenate([np.full(s.size, i) for i, s in enumerate(streams)])
+        self._lang_names = [s.lang for s in streams]
+        self.step, self.epoch, self.pos = 0, 0, 0
+        self._cached: tuple[int, np.ndarray] = (-1, np.zeros(0, np.int64))
+
+    def _perm(self, epoch: int) -> np.ndarray:
+        if self._cached[0] != epoch:
+            rng = np.random.default_rng([_seed_words(self.seed), 2, epoch])
+            self._cached = (epoch, rng.permutation(len(self.lengths)))
+        return self._cached[1]
+
+    def next_step(self) -> StepPlan:
+        idx, self.epoch, self.pos = take_epochs(len(self.lengths), self.epoch, self.pos, self.per_rank * self.dp,
+                                                self._perm)
+        lengths = self.lengths[idx]
+        cost = _cost(lengths, self.attn_weight, self.seq_len)
+        assignment = [[list(range(r, len(idx), self.dp))] for r in range(self.dp)]
+        pad = [[int(self.buckets[idx[mb]].max()) for mb in rank] for rank in assignment]
+        refs = [(int(a), int(b)) for a, b in self.refs[idx]]
+        self.step += 1
+        return _build_plan(self.step, refs, lengths, [self._lang_names[i] for i in self.langs[idx]], assignment, pad,
+                           cost, 1.0, 0)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"version": STATE_VERSION, "seed": self.seed, "step": self.step, "epoch": self.epoch, "pos": self.pos}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step, self.epoch, self.pos = int(state["step"]), int(state["epoch"]), int(state["pos"])
+
+
+def materialize(index: ShardIndex, micro_batch: Sequence[SampleRef], bucket: int, pad_id: int) -> dict[str, torch.Tensor]:
+    """Tensors of one micro-batch, padded to ``bucket``.
+
+    * ``input_ids`` LongTensor[m, bucket]: the sample's tokens, then ``pad_id``.
+    * ``labels``: ``input_ids`` shifted left by one; ``-100`` (ignored by the loss) on padding,
+      at each sample's last real position (its next token is not in the sample) and at every
+      position whose next token starts another document — so the model is never trained to
+      predict one document from another that was merely packed before it.
+    * ``segment_ids``: 1, 2, 3, … per document from ``doc_offsets``, 0 on padding (for an
+      attention mask that stays inside a document).
+    * ``lengths`` LongTensor[m]: real lengths.
+    """
+    m = len(micro_batch)
+    ids = np.full((m, bucket), pad_id, dtype=np.int64)
+    labels = np.full((m, bucket), IGNORE_INDEX, dtype=np.int64)
+    seg = np.zeros((m, bucket), dtype=np.int64)
+    lengths = np.zeros(m, dtype=np.int64)
+    for i, (shard_id, row) in enumerate(micro_batch):
+        toks, offsets = index.fetch(shard_id, row)
+        n = len(toks)
+        if n > bucket:
+            raise DataError(f"sample {index.shards[shard_id]['path']}:{row} has {n} tokens, more than its bucket {bucket}")
+        ids[i, :n] = toks
+        lengths[i] = n
+        labels[i, :n - 1] = toks[1:]
+        starts = np.asarray(offsets, dtype=np.int64)
+        labels[i, starts[starts > 0] - 1] = IGNORE_INDEX
+        seg[i, :n] = np.searchsorted(starts, np.arange(n), side="right")
+    return {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(labels),
+            "segment_ids": torch.from_numpy(seg), "lengths": torch.from_numpy(lengths)}
