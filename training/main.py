@@ -1,0 +1,41 @@
+"""Entry point of one training rank: ``python -m training.main --recipe R.json --data DIR --out RUN``.
+
+Started once per rank by the DeepSpeed launcher (``bloomline train`` / the Prefect flow ``train``
+do that); it reads the fully resolved recipe the flow wrote, so every rank trains exactly the
+same configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from bloomline.config import from_dict
+from bloomline.errors import BloomlineError
+from training.config import TrainRecipe
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--recipe", required=True, help="resolved recipe (JSON) written by the train flow")
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--local_rank", type=int, default=0)  # passed by the DeepSpeed launcher
+    args = ap.parse_args(argv)
+    with open(args.recipe, encoding="utf-8") as f:
+        recipe = from_dict(TrainRecipe, json.load(f))
+    recipe.resolve_paths(__import__("pathlib").Path("."))
+    from training.trainer import Trainer, seed_everything
+
+    seed_everything(recipe.train.seed)
+    try:
+        Trainer(recipe, args.data, args.out).train()
+    except BloomlineError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,326 @@
+"""Parallelism applied from outside the single-device model (torchtitan's order: TP, then PP,
+then data parallelism with ZeRO, which DeepSpeed wraps around the result).
+
+* :func:`init_distributed` starts torch.distributed (gloo on CPU, nccl on GPUs) and
+  megatron-core's model-parallel groups; its rank order — tp fastest, then dp, then pp — is
+  the order of DeepSpeed's ``PipeModelDataParallelTopology``, so both agree on every group.
+* Tensor parallelism: :func:`tp_block` etc. build the single-device module
+  (``training.model``) and swap its ``nn.Linear``/``nn.Embedding`` for megatron-core
+  ``ColumnParallelLinear``/``RowParallelLinear``/``VocabParallelEmbedding`` holding this rank's
+  slice of the very same weights, so TP=n computes what TP=1 computes (tested).
+  qkv and fc1 are column-parallel (whole heads per rank), dense and fc2 row-parallel; the
+  word embedding is split by vocabulary and the output logits stay vocabulary-parallel.
+* Pipeline parallelism: :func:`layer_specs` lists the model as DeepSpeed ``LayerSpec``\\ s —
+  embedding (tied), embedding LayerNorm, blocks, final LayerNorm, output head (the same tied
+  embedding) — partitioned by transformer layers. Without PP the same layers run in order as
+  one module (:class:`SequentialBloom`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from training.config import ModelConfig, ParallelConfig
+from training.model import Block, EmbeddingStage, HeadStage
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class Mesh:
+    """This rank's place in the TP × DP × PP grid."""
+
+    rank: int
+    world: int
+    tp: int
+    dp: int
+    pp: int
+    tp_rank: int
+    dp_rank: int
+    pp_rank: int
+
+    @property
+    def is_first_stage(self) -> bool:
+        return self.pp_rank == 0
+
+    @property
+    def is_last_stage(self) -> bool:
+        return self.pp_rank == self.pp - 1
+
+
+def init_distributed(parallel: ParallelConfig, seed: int) -> Mesh:
+    """Start torch.distributed and megatron-core's groups; returns this rank's coordinates."""
+    import deepspeed
+    from megatron.core import parallel_state, tensor_parallel
+
+    backend = parallel.backend
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if not torch.distributed.is_initialized():
+        deepspeed.init_distributed(dist_backend=backend, verbose=False)
+    world = torch.distributed.get_world_size()
+    parallel.check_world(world)
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=parallel.tp,
+                                             pipeline_model_parallel_size=parallel.pp)
+    rank = torch.distributed.get_rank()
+    mesh = Mesh(rank, world, parallel.tp, parallel.dp, parallel.pp,
+                parallel_state.get_tensor_model_parallel_rank(), parallel_state.get_data_parallel_rank(),
+                parallel_state.get_pipeline_model_parallel_rank())
+    # Cross-check with DeepSpeed's topology: the two frameworks must agree on who is who.
+    from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
+
+    topo = PipeModelDataParallelTopology(num_pp=parallel.pp, num_mp=parallel.tp, num_dp=parallel.dp)
+    coord = topo.get_coord(rank)
+    assert (coord.pipe, coord.data, coord.model) == (mesh.pp_rank, mesh.dp_rank, mesh.tp_rank), (coord, mesh)
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        tensor_parallel.model_parallel_cuda_manual_seed(seed)
+    return mesh
+
+
+def megatron_config(parallel: ParallelConfig, dtype: torch.dtype) -> Any:
+    from megatron.core import ModelParallelConfig
+
+    return ModelParallelConfig(
+        tensor_model_parallel_size=parallel.tp, pipeline_model_parallel_size=parallel.pp,
+        use_cpu_initialization=True, perform_initialization=False,  # weights are copied in, see _shard
+        params_dtype=torch.float32, pipeline_dtype=dtype, sequence_parallel=False,
+        gradient_accumulation_fusion=False,
+    )
+
+
+# ------------------------------------------------------------------------------ tensor parallel
+
+def _tp() -> tuple[int, int]:
+    from megatron.core import parallel_state
+
+    if not parallel_state.model_parallel_is_initialized():
+        return 0, 1
+    return parallel_state.get_tensor_model_parallel_rank(), parallel_state.get_tensor_model_parallel_world_size()
+
+
+class _Column(nn.Module):
+    """megatron-core ColumnParallelLinear returning only its output (no bias tuple)."""
+
+    def __init__(self, lin: nn.Linear, mcfg: Any):
+        super().__init__()
+        from megatron.core.tensor_parallel import ColumnParallelLinear
+
+        rank, size = _tp()
+        out, inp = lin.weight.shape
+        self.inner = ColumnParallelLinear(inp, out, config=mcfg, init_method=lambda w: None, bias=True,
+                                          gather_output=False, skip_bias_add=False)
+        rows = out // size
+        with torch.no_grad():
+            self.inner.weight.copy_(lin.weight[rank * rows:(rank + 1) * rows])
+            self.inner.bias.copy_(lin.bias[rank * rows:(rank + 1) * rows])
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.inner.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x)[0]
+
+
+class _Row(nn.Module):
+    """megatron-core RowParallelLinear (input already split by columns) returning its output."""
+
+    def __init__(self, lin: nn.Linear, mcfg: Any):
+        super().__init__()
+        from megatron.core.tensor_parallel import RowParallelLinear
+
+        rank, size = _tp()
+        out, inp = lin.weight.shape
+        self.inner = RowParallelLinear(inp, out, config=mcfg, init_method=lambda w: None, bias=True,
+                                       input_is_parallel=True, skip_bias_add=False)
+        cols = inp // size
+        with torch.no_grad():
+            self.inner.weight.copy_(lin.weight[:, rank * cols:(rank + 1) * cols])
+            self.inner.bias.copy_(lin.bias)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.inner.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x)[0]
+
+
+def tp_block(cfg: ModelConfig, mcfg: Any, layer_idx: int, seed: int) -> Block:
+    """Block ``layer_idx`` with its linears sharded over TP. Seeded per layer, so every TP rank
+    (and the single-device model built with the same seeds) starts from the same full weights."""
+    torch.manual_seed(seed + 1 + layer_idx)
+    block = Block(cfg)
+    rank, size = _tp()
+    if size > 1:
+        block.attn.qkv = _Column(block.attn.qkv, mcfg)
+        block.attn.dense = _Row(block.attn.dense, mcfg)
+        block.mlp.fc1 = _Column(block.mlp.fc1, mcfg)
+        block.mlp.fc2 = _Row(block.mlp.fc2, mcfg)
+        heads = cfg.num_heads // size
+        block.attn.alibi_slopes = block.attn.alibi_slopes[rank * heads:(rank + 1) * heads].clone()
+    return block
+
+
+class TPEmbedding(nn.Module):
+    """The word embedding, split by vocabulary over TP ranks. Used twice in a pipeline: as the
+    input embedding (first stage) and, tied, as the output projection (last stage);
+    ``weight`` is the attribute DeepSpeed ties."""
+
+    def __init__(self, cfg: ModelConfig, mcfg: Any, seed: int):
+        super().__init__()
+        torch.manual_seed(seed)
+        full = EmbeddingStage(cfg).word_embeddings
+        rank, size = _tp()
+        if size > 1:
+            from megatron.core.tensor_parallel import VocabParallelEmbedding
+
+            self.word_embeddings = VocabParallelEmbedding(full.num_embeddings, full.embedding_dim, config=mcfg,
+                                                          init_method=lambda w: None)
+            rows = full.num_embeddings // size
+            with torch.no_grad():
+                self.word_embeddings.weight.copy_(full.weight[rank * rows:(rank + 1) * rows])
+        else:
+            self.word_embeddings = full
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.word_embeddings.weight
+
+    def forward(self, inputs: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        input_ids, segment_ids = inputs
+        return self.word_embeddings(input_ids), segment_ids
+
+
+def head_logits(embedding: TPEmbedding, hidden: torch.Tensor) -> torch.Tensor:
+    """Output projection through the tied embedding → vocabulary-parallel logits [B, T, V/tp]."""
+    rank, size = _tp()
+    if size > 1:
+        from megatron.core.tensor_parallel import copy_to_tensor_model_parallel_region
+
+        # identity forward, all-reduce of the input gradient backward (each rank sees V/tp columns)
+        hidden = copy_to_tensor_model_parallel_region(hidden)
+    return F.linear(hidden, embedding.weight)
+
+
+class EmbedNorm(nn.Module):
+    """The LayerNorm after the word embedding (BLOOM §3.2.2)."""
+
+    def __init__(self, cfg: ModelConfig, seed: int):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.embed_ln = EmbeddingStage(cfg).embed_ln
+
+    def forward(self, inputs: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden, segment_ids = inputs
+        return self.embed_ln(hidden), segment_ids
+
+
+class PipeBlock(nn.Module):
+    """A Block taking and returning ``(hidden, segment_ids)``, as pipeline layers must."""
+
+    def __init__(self, cfg: ModelConfig, mcfg: Any, layer_idx: int, seed: int):
+        super().__init__()
+        self.block = tp_block(cfg, mcfg, layer_idx, seed)
+
+    def forward(self, inputs: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden, segment_ids = inputs
+        return self.block(hidden, segment_ids), segment_ids
+
+
+class FinalNorm(nn.Module):
+    def __init__(self, cfg: ModelConfig, seed: int):
+        super().__init__()
+        self.final_ln = HeadStage(cfg).final_ln
+
+    def forward(self, inputs: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return self.final_ln(inputs[0])
+
+
+def layer_specs(cfg: ModelConfig, mcfg: Any, seed: int) -> list[Any]:
+    """The model as DeepSpeed pipeline layers; the embedding is tied across first and last stage."""
+    from deepspeed.pipe import LayerSpec, TiedLayerSpec
+
+    return [
+        TiedLayerSpec("embed", TPEmbedding, cfg, mcfg, seed, tied_weight_attr=["weight"]),
+        LayerSpec(EmbedNorm, cfg, seed),
+        *[LayerSpec(PipeBlock, cfg, mcfg, i, seed) for i in range(cfg.num_layers)],
+        LayerSpec(FinalNorm, cfg, seed),
+        TiedLayerSpec("embed", TPEmbedding, cfg, mcfg, seed, forward_fn=head_logits, tied_weight_attr=["weight"]),
+    ]
+
+
+class SequentialBloom(nn.Module):
+    """The same layers without pipeline parallelism: (input_ids, segment_ids) → local logits."""
+
+    def __init__(self, cfg: ModelConfig, mcfg: Any, seed: int, checkpoint: bool = False):
+        super().__init__()
+        self.embedding = TPEmbedding(cfg, mcfg, seed)
+        self.embed_norm = EmbedNorm(cfg, seed)
+        self.blocks = nn.ModuleList(PipeBlock(cfg, mcfg, i, seed) for i in range(cfg.num_layers))
+        self.final_norm = FinalNorm(cfg, seed)
+        self.checkpoint = checkpoint
+
+    def forward(self, inputs: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        x = self.embed_norm(self.embedding(inputs))
+        for blk in self.blocks:
+            if self.checkpoint and self.training:
+                x = torch.utils.checkpoint.checkpoint(blk, x, use_reentrant=False)
+            else:
+                x = blk(x)
+        return head_logits(self.embedding, self.final_norm(x))
+
+
+# ------------------------------------------------------------------------------------- the loss
+
+def token_losses(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum of per-token cross-entropy over labelled positions, number of them), fp32.
+
+    Vocabulary-parallel logits go through megatron-core's ``vocab_parallel_cross_entropy``
+    (each rank holds V/tp columns; the softmax normaliser is all-reduced)."""
+    mask = labels != IGNORE_INDEX
+    safe = torch.where(mask, labels, torch.zeros_like(labels))
+    rank, size = _tp()
+    if size > 1:
+        from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
+
+        per_token = vocab_parallel_cross_entropy(logits.float(), safe)
+    else:
+        per_token = F.cross_entropy(logits.float().flatten(0, 1), safe.flatten(), reduction="none").view_as(labels)
+    return (per_token * mask).sum(), mask.sum()
+
+
+class StepLoss:
+    """Loss of one micro-batch, scaled so DeepSpeed's averaging gives the step's token mean.
+
+    DeepSpeed divides each micro-batch loss by the number of micro-batches (gas) and averages
+    gradients over DP ranks; micro-batches hold different numbers of labelled tokens. Scaling
+    the summed token loss by gas·dp / (labelled tokens of the whole step, all ranks) makes the
+    final gradient exactly that of the mean token loss of the step."""
+
+    def __init__(self) -> None:
+        self.scale = 1.0
+        self.sum = 0.0  # unscaled token-loss sum seen on this rank in this step
+        self.count = 0
+
+    def set_step(self, gas: int, dp: int, step_tokens: int) -> None:
+        self.scale = gas * dp / max(step_tokens, 1)
+        self.sum, self.count = 0.0, 0
+
+    def __call__(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        total, n = token_losses(logits, labels)
+        self.sum += float(total.detach())
+        self.count += int(n)
+        return total * self.scale
+
+
+def checkpoint_fn() -> Callable:
+    return partial(torch.utils.checkpoint.checkpoint, use_reentrant=False)

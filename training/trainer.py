@@ -1,0 +1,253 @@
+"""The training loop of one rank (launched by the DeepSpeed launcher, see training/main.py).
+
+Per step: the dynamic-batch sampler plans the whole step (every rank plans the same step from
+the same seed and state and takes its data-parallel slice), the LR is set from warm-up + cosine
+× the step's batch-size factor, the micro-batches run through DeepSpeed (``train_batch`` of the
+PipelineEngine with PP, forward/backward/step of the engine without), and rank 0 appends one
+JSON line to ``RUN_DIR/metrics.jsonl`` and the same scalars to TensorBoard.
+
+Contract 2 (``RUN_DIR``): ``metrics.jsonl``, ``tensorboard/``, ``checkpoints/step_N/`` (DeepSpeed
+model + optimizer state, plus ``bloomline.json``: step, sampler state, RNG, config, data manifest
+hash) and ``checkpoints/latest`` (the newest complete checkpoint's name, replaced atomically).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from bloomline.config import to_dict
+from bloomline.errors import BloomlineError
+from bloomline.io import sha256_file, write_bytes_atomic, write_json_atomic
+from training.config import TrainRecipe
+from training.parallelize import (Mesh, SequentialBloom, StepLoss, checkpoint_fn, init_distributed, layer_specs,
+                                  megatron_config)
+from training.sampler import DynamicBatchSampler, ShardIndex, materialize
+
+KILL_SWITCH = "STOP"  # touch RUN_DIR/STOP: the job saves a checkpoint and exits cleanly
+
+
+def lr_at(step: int, recipe: TrainRecipe) -> float:
+    """Linear warm-up to optim.lr, then cosine decay to optim.min_lr (BLOOM, Megatron)."""
+    o = recipe.optim
+    if o.warmup_steps and step <= o.warmup_steps:
+        return o.lr * step / o.warmup_steps
+    decay = o.decay_steps or recipe.train.steps
+    progress = min(1.0, (step - o.warmup_steps) / max(1, decay - o.warmup_steps))
+    return o.min_lr + 0.5 * (o.lr - o.min_lr) * (1 + math.cos(math.pi * progress))
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """No weight decay on biases and LayerNorm parameters (as Megatron)."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim < 2 else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def deepspeed_config(recipe: TrainRecipe) -> dict[str, Any]:
+    p = recipe.train.precision
+    return {
+        # One nominal sample per micro-batch: our micro-batches have as many samples as the step's
+        # bucket allows, and the number of micro-batches (gas) is set per step.
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": recipe.optim.clip_grad,
+        "bf16": {"enabled": p == "bf16"},
+        "fp16": {"enabled": p == "fp16", "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000,
+                 "hysteresis": 2, "min_loss_scale": 1},
+        "zero_optimization": {"stage": recipe.parallel.zero_stage},
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+
+
+class Trainer:
+    def __init__(self, recipe: TrainRecipe, data_dir: str | Path, run_dir: str | Path):
+        self.recipe = recipe
+        self.data_dir = Path(data_dir)
+        self.run_dir = Path(run_dir)
+        self.ckpt_dir = self.run_dir / "checkpoints"
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        cfg = recipe.model
+        seed = recipe.train.seed
+        self.mesh: Mesh = init_distributed(recipe.parallel, seed)
+        self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[recipe.train.precision]
+        self.device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+        self.index = ShardIndex(self.data_dir, "train")
+        self.index.check_model(cfg.vocab_size, cfg.seq_len)
+        self.pad_id = int(self.index.manifest["tokenizer"].get("pad_id", 3))
+        self.manifest_sha = sha256_file(self.data_dir / "manifest.json")
+        self.sampler = DynamicBatchSampler(self.index, recipe.batch, recipe.parallel.dp, cfg.seq_len, seed)
+
+        import deepspeed
+
+        mcfg = megatron_config(recipe.parallel, self.dtype)
+        self.loss = StepLoss()
+        if recipe.parallel.pp > 1:
+            from deepspeed.pipe import PipelineModule
+            from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
+
+            topo = PipeModelDataParallelTopology(num_pp=recipe.parallel.pp, num_mp=recipe.parallel.tp,
+                                                 num_dp=recipe.parallel.dp)
+            model = PipelineModule(layers=layer_specs(cfg, mcfg, seed), topology=topo, loss_fn=self.loss,
+                                   partition_method="type:PipeBlock",
+                                   activation_checkpoint_interval=1 if recipe.train.activation_checkpointing else 0,
+                                   activation_checkpoint_func=checkpoint_fn(), dynamic_shape=True)
+        else:
+            model = SequentialBloom(cfg, mcfg, seed, checkpoint=recipe.train.activation_checkpointing)
+        o = recipe.optim
+        optimizer = torch.optim.AdamW(param_groups(model, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps)
+        self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
+                                                                 config=deepspeed_config(recipe))
+        self.step = 0
+        self.skipped = 0
+        self.loss_ema: float | None = None
+        self._tb = None
+        self._resume()
+
+    # ----------------------------------------------------------------------------- the loop
+    def train(self) -> None:
+        r = self.recipe
+        while self.step < r.train.steps:
+            if (self.run_dir / KILL_SWITCH).exists():
+                self.save()
+                if self.mesh.rank == 0:
+                    print(f"kill switch {self.run_dir / KILL_SWITCH}: saved step {self.step}, exiting", flush=True)
+                return
+            t0 = time.perf_counter()
+            plan = self.sampler.next_step()
+            self.step += 1
+            lr = lr_at(self.step, r) * plan.lr_scale
+            for g in self.optimizer.param_groups:
+                g["lr"] = lr
+            batches = [materialize(self.index, mb, plan.bucket, self.pad_id) for mb in plan.ranks[self.mesh.dp_rank]]
+            labelled = torch.tensor([sum(int((b["labels"] != -100).sum()) for b in batches)], dtype=torch.long)
+            torch.distributed.all_reduce(labelled)  # over all ranks = dp · tp · pp copies of each replica
+            step_tokens = int(labelled.item()) // (self.mesh.tp * self.mesh.pp)
+            self.loss.set_step(plan.gas, self.mesh.dp, step_tokens)
+            loss = self._run(batches, plan.gas)
+            grad_norm = self.engine.get_global_grad_norm()
+            dt = time.perf_counter() - t0
+            self._log(plan, loss, lr, grad_norm, dt)
+            if self.step % r.checkpoint.interval == 0 or self.step == r.train.steps:
+                self.save()
+
+    def _to_device(self, b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {k: v.to(self.device) for k, v in b.items()}
+
+    def _run(self, batches: list[dict[str, torch.Tensor]], gas: int) -> float:
+        dp = self.mesh.dp
+        if self.recipe.parallel.pp > 1:
+            self.engine.set_train_batch_size(gas * dp)
+
+            def it() -> Iterator:
+                for b in batches:
+                    b = self._to_device(b)
+                    yield (b["input_ids"], b["segment_ids"]), b["labels"]
+
+            return float(self.engine.train_batch(data_iter=it()))
+        self.engine.set_train_batch_size(gas * dp)
+        total = 0.0
+        for b in batches:
+            b = self._to_device(b)
+            with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
+                logits = self.engine((b["input_ids"], b["segment_ids"]))
+            loss = self.loss(logits, b["labels"])
+            self.engine.backward(loss)
+            self.engine.step()
+            total += float(loss.detach())
+        # the reported loss: token mean of the step over all DP ranks
+        t = torch.tensor([total / gas], dtype=torch.float64)
+        torch.distributed.all_reduce(t)
+        return float(t.item()) / self.mesh.world
+
+    # ---------------------------------------------------------------------------- metrics
+    def _log(self, plan: Any, loss: float, lr: float, grad_norm: Any, dt: float) -> None:
+        if self.mesh.rank != 0:
+            return
+        rec = {
+            "step": self.step, "loss": loss, "lr": lr, "global_batch_tokens": int(plan.tokens),
+            "padded_tokens": int(plan.padded_tokens), "padding_fraction": float(plan.padding_fraction),
+            "dp_balance": float(plan.dp_balance), "tokens_per_s": plan.tokens / dt if dt > 0 else None,
+            "grad_norm": float(grad_norm) if grad_norm is not None else None, "bucket": int(plan.bucket),
+            "micro_batches": int(plan.gas), "micro_batch_size": int(plan.micro_batch_size),
+            "skipped_batches": self.skipped, "step_seconds": dt,
+        }
+        with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(rec) + "\n")
+        if self._tb is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(str(self.run_dir / "tensorboard"))
+        # Named as in BLOOM's TensorBoard (Megatron-DeepSpeed) where they match.
+        tb = {"lm-loss-training/lm loss": loss, "learning-rate/learning-rate": lr,
+              "batch-size/batch-size": plan.tokens, "grad-norm/grad-norm": rec["grad_norm"],
+              "iteration-time/tokens-per-second": rec["tokens_per_s"], "bloomline/padding_fraction": rec["padding_fraction"],
+              "bloomline/dp_balance": rec["dp_balance"], "bloomline/skipped_batches": self.skipped}
+        for k, v in tb.items():
+            if v is not None:
+                self._tb.add_scalar(k, v, self.step)
+        self._tb.flush()
+
+    # ------------------------------------------------------------------------- checkpoints
+    def save(self) -> None:
+        tag = f"step_{self.step}"
+        state = {"step": self.step, "sampler": self.sampler.state_dict(), "skipped": self.skipped,
+                 "loss_ema": self.loss_ema, "config": to_dict(self.recipe), "data_manifest_sha256": self.manifest_sha,
+                 "rng": {"python": random.getstate()[1][:1], "torch_seed": torch.initial_seed()}}
+        self.engine.save_checkpoint(str(self.ckpt_dir), tag=tag, client_state={"bloomline": state}, save_latest=False)
+        torch.distributed.barrier()
+        if self.mesh.rank == 0:
+            write_json_atomic(self.ckpt_dir / tag / "bloomline.json", state)
+            # the pointer moves only once every rank has written its part
+            write_bytes_atomic(self.ckpt_dir / "latest", tag.encode())
+            steps = sorted((int(p.name[5:]) for p in self.ckpt_dir.glob("step_*") if p.name[5:].isdigit()))
+            for old in steps[: -self.recipe.checkpoint.keep]:
+                shutil.rmtree(self.ckpt_dir / f"step_{old}", ignore_errors=True)
+        torch.distributed.barrier()
+
+    def _resume(self) -> None:
+        latest = self.ckpt_dir / "latest"
+        if not latest.is_file():
+            return
+        tag = latest.read_text().strip()
+        meta = json.loads((self.ckpt_dir / tag / "bloomline.json").read_text())
+        if meta["data_manifest_sha256"] != self.manifest_sha:
+            raise BloomlineError(f"{self.ckpt_dir / tag} was trained on other data (manifest hash differs): "
+                                 f"use a new run folder or the same --data")
+        saved = meta["config"]["parallel"]
+        now = to_dict(self.recipe.parallel)
+        if (saved["tp"], saved["pp"], saved["dp"]) != (now["tp"], now["pp"], now["dp"]):
+            raise BloomlineError(
+                f"{self.ckpt_dir / tag} was written with tp={saved['tp']} pp={saved['pp']} dp={saved['dp']}; resuming "
+                f"with tp={now['tp']} pp={now['pp']} dp={now['dp']} is refused: DeepSpeed's checkpoint is sharded by "
+                f"that layout. Resume with the same -o parallel.* values.")
+        _, client = self.engine.load_checkpoint(str(self.ckpt_dir), tag=tag, load_optimizer_states=True,
+                                                load_lr_scheduler_states=False)
+        state = client["bloomline"]
+        self.step = state["step"]
+        self.skipped = state["skipped"]
+        self.loss_ema = state["loss_ema"]
+        self.sampler.load_state_dict(state["sampler"])
+        if self.mesh.rank == 0:
+            print(f"resumed from {self.ckpt_dir / tag} at step {self.step}", flush=True)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
