@@ -85,6 +85,34 @@ def init_distributed(parallel: ParallelConfig, seed: int) -> Mesh:
     return mesh
 
 
+class DeepSpeedMPU:
+    """megatron-core's groups in the interface DeepSpeed expects as ``mpu`` (without PP, where no
+    pipeline grid tells DeepSpeed which ranks are tensor-parallel peers rather than replicas)."""
+
+    def __init__(self) -> None:
+        from megatron.core import parallel_state as ps
+
+        self.ps = ps
+
+    def get_model_parallel_rank(self) -> int:
+        return self.ps.get_tensor_model_parallel_rank()
+
+    def get_model_parallel_world_size(self) -> int:
+        return self.ps.get_tensor_model_parallel_world_size()
+
+    def get_model_parallel_group(self) -> Any:
+        return self.ps.get_tensor_model_parallel_group()
+
+    def get_data_parallel_rank(self) -> int:
+        return self.ps.get_data_parallel_rank()
+
+    def get_data_parallel_world_size(self) -> int:
+        return self.ps.get_data_parallel_world_size()
+
+    def get_data_parallel_group(self) -> Any:
+        return self.ps.get_data_parallel_group()
+
+
 def megatron_config(parallel: ParallelConfig, dtype: torch.dtype) -> Any:
     from megatron.core import ModelParallelConfig
 

@@ -29,7 +29,7 @@ from bloomline.config import to_dict
 from bloomline.errors import BloomlineError
 from bloomline.io import sha256_file, write_bytes_atomic, write_json_atomic
 from training.config import TrainRecipe
-from training.parallelize import (Mesh, SequentialBloom, StepLoss, checkpoint_fn, init_distributed, layer_specs,
+from training.parallelize import (DeepSpeedMPU, Mesh, SequentialBloom, StepLoss, checkpoint_fn, init_distributed, layer_specs,
                                   megatron_config)
 from training.sampler import DynamicBatchSampler, ShardIndex, materialize
 
@@ -69,6 +69,9 @@ def deepspeed_config(recipe: TrainRecipe) -> dict[str, Any]:
                  "hysteresis": 2, "min_loss_scale": 1},
         "zero_optimization": {"stage": recipe.parallel.zero_stage},
         "zero_allow_untested_optimizer": True,
+        # Send whole activations between stages: DeepSpeed's TP-partitioned sends cache their
+        # partition metadata, which breaks when the bucket (sequence length) changes between steps.
+        "pipeline": {"pipe_partitioned": False, "grad_partitioned": False},
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
     }
@@ -111,7 +114,8 @@ class Trainer:
             model = SequentialBloom(cfg, mcfg, seed, checkpoint=recipe.train.activation_checkpointing)
         o = recipe.optim
         optimizer = torch.optim.AdamW(param_groups(model, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps)
-        self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
+        mpu = DeepSpeedMPU() if recipe.parallel.pp == 1 else None  # with PP the module's topology says it
+        self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, mpu=mpu,
                                                                  config=deepspeed_config(recipe))
         self.step = 0
         self.skipped = 0
@@ -164,8 +168,7 @@ class Trainer:
         total = 0.0
         for b in batches:
             b = self._to_device(b)
-            with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
-                logits = self.engine((b["input_ids"], b["segment_ids"]))
+            logits = self.engine((b["input_ids"], b["segment_ids"]))  # DeepSpeed holds the weights in bf16/fp16
             loss = self.loss(logits, b["labels"])
             self.engine.backward(loss)
             self.engine.step()
