@@ -66,6 +66,8 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: Iterabl
         if not isinstance(raw, dict):
             raise ConfigError("", f"{path}: the top level must be a mapping of keys")
         base_dir = path.resolve().parent
+    if hasattr(cls, "expand_raw"):  # e.g. a training recipe naming its model recipe
+        raw = cls.expand_raw(raw, base_dir)
     raw = apply_overrides(raw, overrides)
     cfg = from_dict(cls, raw)
     # Relative paths in a recipe are relative to the recipe's folder, so a recipe means the

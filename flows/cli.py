@@ -102,6 +102,39 @@ def prepare(
     _run(body, debug)
 
 
+DEFAULT_TRAIN_CONFIG = REPO / "configs" / "train" / "bloom-tiny.yaml"
+
+
+@app.command()
+def train(
+    data: Path = typer.Option(..., "--data", help="Folder written by 'bloomline prepare' (manifest.json, shards)."),
+    out: Path = typer.Option(..., "--out", help="Run folder: metrics.jsonl, tensorboard/, checkpoints/. Rerun to resume."),
+    config: Path = typer.Option(DEFAULT_TRAIN_CONFIG, "--config", help="Training recipe (YAML, configs/train/)."),
+    override: List[str] = typer.Option([], "-o", "--override", help="Override a value: -o parallel.tp=2 (repeatable)."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Train a BLOOM model on prepared data (ranks started with the DeepSpeed launcher)."""
+    from bloomline.config import load_config, to_dict
+    from training.config import TrainRecipe
+
+    def body() -> None:
+        recipe = load_config(TrainRecipe, config, override)
+        from flows.train import validate
+
+        validate(recipe, data)  # before any server, launcher or rank starts
+        from flows.train import train as train_flow
+
+        res = train_flow(to_dict(recipe), str(data.resolve()), str(out.resolve()))
+        last = res.get("last", {})
+        if res["stopped_by_kill_switch"]:
+            console.print(f"[yellow]stopped by the kill switch[/] at step {res['step']}: remove {out / 'STOP'} and rerun to continue")
+        else:
+            console.print(f"[bold green]done[/]: step {res['step']}/{res['steps']}, loss {last.get('loss', float('nan')):.4f} "
+                          f"({res['attempts']} attempt(s)); metrics in {out / 'metrics.jsonl'}")
+
+    _run(body, debug)
+
+
 def _run(body, debug: bool) -> None:
     try:
         body()

@@ -207,18 +207,29 @@ class TrainRecipe:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Checkpoints and restarts."""
 
+    @staticmethod
+    def model_recipe(name: str, base: Path) -> Path:
+        for c in (base / name, base.parent / "model" / f"{name}.yaml", MODEL_DIR / f"{name}.yaml"):
+            if c.is_file():
+                return c
+        raise ConfigError("model", f"no model recipe '{name}' (looked in {MODEL_DIR})")
+
+    @classmethod
+    def expand_raw(cls, raw: dict[str, Any], base: Path) -> dict[str, Any]:
+        """Replace ``model: <name>`` by that recipe's keys, so ``-o model.hidden_size=...`` works."""
+        import yaml
+
+        name = raw.get("model", "bloom-tiny")
+        if isinstance(name, str):
+            raw = dict(raw)
+            raw["model"] = yaml.safe_load(cls.model_recipe(name, base).read_text()) or {}
+        return raw
+
     def resolve_paths(self, base: Path) -> None:
         if isinstance(self.model, str):
             from bloomline.config import load_config
 
-            name = self.model
-            candidates = [base / name, base.parent / "model" / f"{name}.yaml", MODEL_DIR / f"{name}.yaml"]
-            for c in candidates:
-                if c.is_file():
-                    self.model = load_config(ModelConfig, c)
-                    break
-            else:
-                raise ConfigError("model", f"no model recipe '{name}' (looked in {MODEL_DIR})")
+            self.model = load_config(ModelConfig, self.model_recipe(self.model, base))
         self.parallel.check_model(self.model)
 
     def validate(self) -> None:

@@ -195,7 +195,8 @@ class Trainer:
         if self._tb is None:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(str(self.run_dir / "tensorboard"))
+            # purge_step drops events a failed attempt logged after the checkpoint we resumed from
+            self._tb = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=self.step)
         # Named as in BLOOM's TensorBoard (Megatron-DeepSpeed) where they match.
         tb = {"lm-loss-training/lm loss": loss, "learning-rate/learning-rate": lr,
               "batch-size/batch-size": plan.tokens, "grad-norm/grad-norm": rec["grad_norm"],
@@ -247,6 +248,11 @@ class Trainer:
         self.loss_ema = state["loss_ema"]
         self.sampler.load_state_dict(state["sampler"])
         if self.mesh.rank == 0:
+            # Steps after the checkpoint were lost with the failed job; they will be redone.
+            metrics = self.run_dir / "metrics.jsonl"
+            if metrics.exists():
+                kept = [l for l in metrics.read_text().splitlines() if l and json.loads(l)["step"] <= self.step]
+                write_bytes_atomic(metrics, "".join(l + "\n" for l in kept).encode())
             print(f"resumed from {self.ckpt_dir / tag} at step {self.step}", flush=True)
 
 

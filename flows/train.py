@@ -1,0 +1,132 @@
+"""The Prefect flow ``train``: validate, launch the ranks with the DeepSpeed launcher, restart
+from the latest checkpoint when a rank dies.
+
+The job runs as a subprocess in its own session (``start_new_session``) so that on failure or
+cancellation its whole process group — launcher and every rank — is killed: a Prefect timeout
+or cancel would not kill children by itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NONE
+
+from bloomline.config import from_dict, to_dict
+from bloomline.errors import BloomlineError, ConfigError
+from bloomline.io import write_json_atomic
+from training.config import TrainRecipe
+
+EXIT_USER_ERROR = 2  # training/main.py: a configuration or data problem, restarting cannot help
+
+
+def validate(recipe: TrainRecipe, data_dir: str | Path) -> dict[str, Any]:
+    """Everything that can be checked before any rank starts; raises with a message naming it."""
+    from data_prep.shards import load_manifest
+
+    if isinstance(recipe.model, str):
+        raise ConfigError("model", f"unresolved model recipe '{recipe.model}'")
+    recipe.parallel.check_model(recipe.model)
+    m = load_manifest(data_dir)
+    vocab = m["tokenizer"]["vocab_size"]
+    if vocab != recipe.model.vocab_size:
+        raise ConfigError("model.vocab_size", f"the model's vocabulary is {recipe.model.vocab_size} but the data in "
+                                              f"{data_dir} was tokenized with a {vocab}-piece tokenizer")
+    if max(m["buckets"]) > recipe.model.seq_len:
+        raise ConfigError("model.seq_len", f"the data's largest bucket is {max(m['buckets'])} tokens, longer than the "
+                                           f"model's seq_len {recipe.model.seq_len}")
+    if not any(s["split"] == "train" for s in m["shards"]):
+        raise BloomlineError(f"{data_dir} has no training shards")
+    return m
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_command(recipe_file: Path, data_dir: str, out: str, world: int) -> list[str]:
+    main = Path(__file__).resolve().parents[1] / "training" / "main.py"
+    launcher = Path(sys.executable).with_name("deepspeed")
+    return [str(launcher), "--num_gpus", str(world), "--master_port", str(_free_port()), str(main),
+            "--recipe", str(recipe_file), "--data", str(data_dir), "--out", str(out)]
+
+
+def run_job(cmd: list[str], log_file: Path, env: dict[str, str]) -> int:
+    """Run the launcher in its own process group; kill the whole group if we are interrupted."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            rc = proc.wait()
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        finally:
+            # Whatever happened, no rank outlives its job (a dead rank's peers may hang in a collective).
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return rc
+
+
+def _latest_step(out: Path) -> int:
+    latest = out / "checkpoints" / "latest"
+    return int(latest.read_text().strip()[5:]) if latest.is_file() else 0
+
+
+@flow(name="train", persist_result=False)
+def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
+    """Train (or resume) the recipe on prepared data; restarts from ``latest`` after a failure."""
+    log = get_run_logger()
+    r = from_dict(TrainRecipe, recipe)
+    r.resolve_paths(Path.cwd())
+    validate(r, data)
+    run = Path(out).resolve()
+    run.mkdir(parents=True, exist_ok=True)
+    recipe_file = run / "recipe.json"
+    write_json_atomic(recipe_file, to_dict(r))
+    env = dict(os.environ)
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            env.setdefault("DS_ACCELERATOR", "cpu")
+    except ImportError:
+        pass
+    world = r.parallel.world_size
+    attempts = r.checkpoint.max_restarts + 1
+    for attempt in range(attempts):
+        start = _latest_step(run)
+        log.info("attempt %d/%d: %d ranks (tp=%d pp=%d dp=%d), from step %d", attempt + 1, attempts, world,
+                 r.parallel.tp, r.parallel.pp, r.parallel.dp, start)
+        rc = task(run_job, name=f"ranks-attempt-{attempt + 1}", cache_policy=NONE, persist_result=False)(
+            launch_command(recipe_file, data, str(run), world), run / "logs" / f"attempt-{attempt + 1}.log", env)
+        if rc == 0:
+            break
+        tail = (run / "logs" / f"attempt-{attempt + 1}.log").read_text(errors="replace").splitlines()[-15:]
+        if rc == EXIT_USER_ERROR or any(line.startswith("error: ") for line in tail):
+            msg = next((l for l in tail if l.startswith("error: ")), f"exit status {rc}")
+            raise BloomlineError(f"training stopped: {msg.removeprefix('error: ')}")
+        log.warning("the job failed (exit %s) at step %d; last lines:\n%s", rc, _latest_step(run), "\n".join(tail))
+        if attempt + 1 == attempts:
+            raise BloomlineError(f"training failed {attempts} times (checkpoint.max_restarts={r.checkpoint.max_restarts}); "
+                                 f"see {run / 'logs'}")
+        time.sleep(1)
+    step = _latest_step(run)
+    metrics = run / "metrics.jsonl"
+    last = json.loads(metrics.read_text().splitlines()[-1]) if metrics.exists() and metrics.stat().st_size else {}
+    stopped = (run / "STOP").exists() and step < r.train.steps
+    return {"step": step, "steps": r.train.steps, "last": last, "attempts": attempt + 1, "stopped_by_kill_switch": stopped}
