@@ -18,6 +18,7 @@ then data parallelism with ZeRO, which DeepSpeed wraps around the result).
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from functools import partial
@@ -332,21 +333,31 @@ class StepLoss:
     DeepSpeed divides each micro-batch loss by the number of micro-batches (gas) and averages
     gradients over DP ranks; micro-batches hold different numbers of labelled tokens. Scaling
     the summed token loss by gas·dp / (labelled tokens of the whole step, all ranks) makes the
-    final gradient exactly that of the mean token loss of the step."""
+    final gradient exactly that of the mean token loss of the step.
+
+    Skipping a bad batch: when a micro-batch's mean token loss is not finite, or exceeds
+    ``spike_limit``, its loss is made NaN on purpose. The NaN reaches every rank's gradients
+    through the all-reduces, DeepSpeed finds the global gradient norm invalid and skips the
+    optimizer step on all ranks alike (counted in ``engine.skipped_steps``)."""
 
     def __init__(self) -> None:
         self.scale = 1.0
-        self.sum = 0.0  # unscaled token-loss sum seen on this rank in this step
-        self.count = 0
+        self.spike_limit = math.inf
+        self.poison = False  # fault injection for tests (BLOOMLINE_INJECT_NAN_STEP)
+        self.bad = False
 
-    def set_step(self, gas: int, dp: int, step_tokens: int) -> None:
+    def set_step(self, gas: int, dp: int, step_tokens: int, spike_limit: float = math.inf, poison: bool = False) -> None:
         self.scale = gas * dp / max(step_tokens, 1)
-        self.sum, self.count = 0.0, 0
+        self.spike_limit = spike_limit
+        self.poison = poison
+        self.bad = False
 
     def __call__(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         total, n = token_losses(logits, labels)
-        self.sum += float(total.detach())
-        self.count += int(n)
+        mean = float(total.detach()) / max(int(n), 1)
+        if self.poison or not math.isfinite(mean) or mean > self.spike_limit:
+            self.bad = True
+            return total * float("nan")
         return total * self.scale
 
 

@@ -64,7 +64,7 @@ def deepspeed_config(recipe: TrainRecipe) -> dict[str, Any]:
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 1,
         "gradient_clipping": recipe.optim.clip_grad,
-        "bf16": {"enabled": p == "bf16"},
+        "bf16": {"enabled": p == "bf16", "check_grad_overflow": True},  # NaN/inf grads skip the step
         "fp16": {"enabled": p == "fp16", "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000,
                  "hysteresis": 2, "min_loss_scale": 1},
         "zero_optimization": {"stage": recipe.parallel.zero_stage},
@@ -119,6 +119,7 @@ class Trainer:
                                                                  config=deepspeed_config(recipe))
         self.step = 0
         self.skipped = 0
+        self.skipped_in_a_row = 0
         self.loss_ema: float | None = None
         self._tb = None
         self._resume()
@@ -142,11 +143,28 @@ class Trainer:
             labelled = torch.tensor([sum(int((b["labels"] != -100).sum()) for b in batches)], dtype=torch.long)
             torch.distributed.all_reduce(labelled)  # over all ranks = dp · tp · pp copies of each replica
             step_tokens = int(labelled.item()) // (self.mesh.tp * self.mesh.pp)
-            self.loss.set_step(plan.gas, self.mesh.dp, step_tokens)
+            f = r.train.skip_spike_factor
+            spike = f * self.loss_ema if (f and self.loss_ema is not None) else math.inf
+            poison = os.environ.get("BLOOMLINE_INJECT_NAN_STEP") == str(self.step)
+            self.loss.set_step(plan.gas, self.mesh.dp, step_tokens, spike, poison)
+            skipped_before = self.engine.skipped_steps
             loss = self._run(batches, plan.gas)
             grad_norm = self.engine.get_global_grad_norm()
+            skipped = self.engine.skipped_steps > skipped_before
+            if skipped:
+                self.skipped += 1
+                self.skipped_in_a_row += 1
+                if self.mesh.rank == 0:
+                    print(f"step {self.step}: batch skipped (loss {loss}, NaN/inf or above the spike limit {spike:.3f})",
+                          flush=True)
+                if self.skipped_in_a_row > r.train.max_skipped_in_a_row:
+                    raise BloomlineError(f"{self.skipped_in_a_row} batches in a row skipped for NaN/inf or spiking "
+                                         f"loss (train.max_skipped_in_a_row={r.train.max_skipped_in_a_row})")
+            else:
+                self.skipped_in_a_row = 0
+                self.loss_ema = loss if self.loss_ema is None else 0.9 * self.loss_ema + 0.1 * loss
             dt = time.perf_counter() - t0
-            self._log(plan, loss, lr, grad_norm, dt)
+            self._log(plan, loss, lr, grad_norm, dt, skipped)
             if self.step % r.checkpoint.interval == 0 or self.step == r.train.steps:
                 self.save()
 
@@ -179,16 +197,16 @@ class Trainer:
         return float(t.item()) / self.mesh.world
 
     # ---------------------------------------------------------------------------- metrics
-    def _log(self, plan: Any, loss: float, lr: float, grad_norm: Any, dt: float) -> None:
+    def _log(self, plan: Any, loss: float, lr: float, grad_norm: Any, dt: float, skipped: bool) -> None:
         if self.mesh.rank != 0:
             return
         rec = {
-            "step": self.step, "loss": loss, "lr": lr, "global_batch_tokens": int(plan.tokens),
+            "step": self.step, "loss": loss if math.isfinite(loss) else None, "lr": lr, "global_batch_tokens": int(plan.tokens),
             "padded_tokens": int(plan.padded_tokens), "padding_fraction": float(plan.padding_fraction),
             "dp_balance": float(plan.dp_balance), "tokens_per_s": plan.tokens / dt if dt > 0 else None,
-            "grad_norm": float(grad_norm) if grad_norm is not None else None, "bucket": int(plan.bucket),
+            "grad_norm": float(grad_norm) if grad_norm is not None and math.isfinite(float(grad_norm)) else None, "bucket": int(plan.bucket),
             "micro_batches": int(plan.gas), "micro_batch_size": int(plan.micro_batch_size),
-            "skipped_batches": self.skipped, "step_seconds": dt,
+            "skipped": skipped, "skipped_batches": self.skipped, "step_seconds": dt,
         }
         with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps(rec) + "\n")
@@ -198,7 +216,7 @@ class Trainer:
             # purge_step drops events a failed attempt logged after the checkpoint we resumed from
             self._tb = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=self.step)
         # Named as in BLOOM's TensorBoard (Megatron-DeepSpeed) where they match.
-        tb = {"lm-loss-training/lm loss": loss, "learning-rate/learning-rate": lr,
+        tb = {"lm-loss-training/lm loss": rec["loss"], "learning-rate/learning-rate": lr,
               "batch-size/batch-size": plan.tokens, "grad-norm/grad-norm": rec["grad_norm"],
               "iteration-time/tokens-per-second": rec["tokens_per_s"], "bloomline/padding_fraction": rec["padding_fraction"],
               "bloomline/dp_balance": rec["dp_balance"], "bloomline/skipped_batches": self.skipped}
