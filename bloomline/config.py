@@ -184,6 +184,11 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         args = get_args(tp)
         if value is None and type(None) in args:
             return None
+        if isinstance(value, dict):
+            # a mapping can only be meant as the dataclass: report that branch's own error
+            for arg in args:
+                if dataclasses.is_dataclass(arg):
+                    return _convert(arg, value, path)
         errors = []
         for arg in args:
             if arg is type(None):

@@ -135,45 +135,44 @@ def _tp() -> tuple[int, int]:
     return parallel_state.get_tensor_model_parallel_rank(), parallel_state.get_tensor_model_parallel_world_size()
 
 
-class _Column(nn.Module):
-    """megatron-core ColumnParallelLinear returning only its output (no bias tuple)."""
+def _mark_tp(param: torch.Tensor, dim: int) -> None:
+    """Tag a sharded parameter as megatron's initialiser would (it is skipped here, since the
+    weights are copied in): DeepSpeed's gradient norm and clipping sum such parameters over TP
+    ranks and count untagged (replicated) ones once."""
+    from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
 
-    def __init__(self, lin: nn.Linear, mcfg: Any):
+    if not getattr(param, "tensor_model_parallel", False):
+        for attr in ("tensor_model_parallel", "partition_dim", "partition_stride"):
+            if hasattr(param, attr):
+                delattr(param, attr)
+        set_tensor_model_parallel_attributes(param, True, dim, 1)
+
+
+class _Sharded(nn.Module):
+    """A megatron-core parallel linear holding this rank's slice of a single-device ``nn.Linear``,
+    returning only its output (megatron returns ``(output, bias)``)."""
+
+    def __init__(self, lin: nn.Linear, mcfg: Any, column: bool):
         super().__init__()
-        from megatron.core.tensor_parallel import ColumnParallelLinear
+        from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 
         rank, size = _tp()
         out, inp = lin.weight.shape
-        self.inner = ColumnParallelLinear(inp, out, config=mcfg, init_method=lambda w: None, bias=True,
-                                          gather_output=False, skip_bias_add=False)
-        rows = out // size
         with torch.no_grad():
-            self.inner.weight.copy_(lin.weight[rank * rows:(rank + 1) * rows])
-            self.inner.bias.copy_(lin.bias[rank * rows:(rank + 1) * rows])
-
-    @property
-    def weight(self) -> torch.Tensor:
-        return self.inner.weight
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.inner(x)[0]
-
-
-class _Row(nn.Module):
-    """megatron-core RowParallelLinear (input already split by columns) returning its output."""
-
-    def __init__(self, lin: nn.Linear, mcfg: Any):
-        super().__init__()
-        from megatron.core.tensor_parallel import RowParallelLinear
-
-        rank, size = _tp()
-        out, inp = lin.weight.shape
-        self.inner = RowParallelLinear(inp, out, config=mcfg, init_method=lambda w: None, bias=True,
-                                       input_is_parallel=True, skip_bias_add=False)
-        cols = inp // size
-        with torch.no_grad():
-            self.inner.weight.copy_(lin.weight[:, rank * cols:(rank + 1) * cols])
-            self.inner.bias.copy_(lin.bias)
+            if column:  # output rows split: whole heads (qkv) / MLP columns (fc1) per rank
+                self.inner = ColumnParallelLinear(inp, out, config=mcfg, init_method=lambda w: None, bias=True,
+                                                  gather_output=False, skip_bias_add=False)
+                rows = out // size
+                self.inner.weight.copy_(lin.weight[rank * rows:(rank + 1) * rows])
+                self.inner.bias.copy_(lin.bias[rank * rows:(rank + 1) * rows])
+                _mark_tp(self.inner.weight, 0)
+            else:  # input columns split; the output is all-reduced, then the (replicated) bias added
+                self.inner = RowParallelLinear(inp, out, config=mcfg, init_method=lambda w: None, bias=True,
+                                               input_is_parallel=True, skip_bias_add=False)
+                cols = inp // size
+                self.inner.weight.copy_(lin.weight[:, rank * cols:(rank + 1) * cols])
+                self.inner.bias.copy_(lin.bias)
+                _mark_tp(self.inner.weight, 1)
 
     @property
     def weight(self) -> torch.Tensor:
@@ -190,10 +189,10 @@ def tp_block(cfg: ModelConfig, mcfg: Any, layer_idx: int, seed: int) -> Block:
     block = Block(cfg)
     rank, size = _tp()
     if size > 1:
-        block.attn.qkv = _Column(block.attn.qkv, mcfg)
-        block.attn.dense = _Row(block.attn.dense, mcfg)
-        block.mlp.fc1 = _Column(block.mlp.fc1, mcfg)
-        block.mlp.fc2 = _Row(block.mlp.fc2, mcfg)
+        block.attn.qkv = _Sharded(block.attn.qkv, mcfg, column=True)
+        block.attn.dense = _Sharded(block.attn.dense, mcfg, column=False)
+        block.mlp.fc1 = _Sharded(block.mlp.fc1, mcfg, column=True)
+        block.mlp.fc2 = _Sharded(block.mlp.fc2, mcfg, column=False)
         heads = cfg.num_heads // size
         block.attn.alibi_slopes = block.attn.alibi_slopes[rank * heads:(rank + 1) * heads].clone()
     return block
@@ -217,6 +216,7 @@ class TPEmbedding(nn.Module):
             rows = full.num_embeddings // size
             with torch.no_grad():
                 self.word_embeddings.weight.copy_(full.weight[rank * rows:(rank + 1) * rows])
+            _mark_tp(self.word_embeddings.weight, 0)
         else:
             self.word_embeddings = full
 

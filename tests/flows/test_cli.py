@@ -103,3 +103,59 @@ def test_strict_fails_fast(tmp_path, bad_inputs):
     res = cli("prepare", "--strict", "--out", tmp_path / "o", bad)
     assert res.returncode == 2
     assert "bad.jsonl:2: malformed_json" in res.stderr
+
+
+@pytest.fixture(scope="module")
+def demo_data(tmp_path_factory):
+    from bloomline.config import load_config
+    from data_prep.config import PrepareConfig
+    from data_prep.pipeline import run_all
+
+    out = tmp_path_factory.mktemp("demo-data")
+    run_all(load_config(PrepareConfig, REPO / "configs/data/demo.yaml"), out)
+    return out
+
+
+def test_train_refuses_bad_configuration_before_any_rank_starts(demo_data, tmp_path):
+    t0 = time.time()
+    one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "model.vocab_size=5000"),
+                   "tokenized with a 4000-piece tokenizer")
+    one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "parallel.tp=3"),
+                   "num_heads=4 is not divisible by tp=3")
+    one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "parallel.pp=2",
+                       "-o", "parallel.zero_stage=3"), "cannot be combined with pipeline parallelism")
+    one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "model.seq_len=256"),
+                   "longer than the model's seq_len 256")
+    assert time.time() - t0 < 120 and not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_train_flow_restarts_after_a_rank_is_killed(demo_data, tmp_path):
+    """SIGKILL one rank of a PP=2 job after its first checkpoint: the flow restarts the job from
+    `latest` and the run completes, every step logged once."""
+    import psutil
+
+    out = tmp_path / "run"
+    cmd = [*BLOOMLINE, "train", "--data", str(demo_data), "--out", str(out), "-o", "parallel.pp=2",
+           "-o", "train.steps=6", "-o", "checkpoint.interval=2", "-o", "optim.decay_steps=30"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    killed = False
+    deadline = time.time() + 400
+    while time.time() < deadline and proc.poll() is None and not killed:
+        if (out / "checkpoints" / "latest").exists():
+            for p in psutil.Process(proc.pid).children(recursive=True):
+                try:
+                    if "training/main.py" in " ".join(p.cmdline()) and "--local_rank=1" in p.cmdline():
+                        p.kill()
+                        killed = True
+                except psutil.Error:
+                    pass
+        time.sleep(0.05)
+    assert killed, "no rank found to kill"
+    output, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, output[-3000:]
+    assert "done: step 6/6" in output and "2 attempt(s)" in output
+    steps = [json.loads(l)["step"] for l in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 5, 6]
+    assert (out / "logs" / "attempt-2.log").exists()

@@ -1,0 +1,53 @@
+import pytest
+
+from bloomline.config import from_dict, load_config
+from bloomline.errors import ConfigError
+from training.config import ModelConfig, ParallelConfig, TrainRecipe
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_parallel_validation_messages():
+    with pytest.raises(ConfigError, match="tp·pp·dp = 2·2·2 = 8 does not match the world size 4"):
+        ParallelConfig(tp=2, pp=2, dp=2).check_world(4)
+    with pytest.raises(ConfigError, match="ZeRO stage 2 cannot be combined with pipeline parallelism"):
+        from_dict(ParallelConfig, {"pp": 2, "zero_stage": 2})
+    from_dict(ParallelConfig, {"pp": 1, "zero_stage": 3})  # fine without PP
+    m = ModelConfig(hidden_size=64, num_heads=4, num_layers=2)
+    with pytest.raises(ConfigError, match="num_heads=4 is not divisible by tp=3"):
+        ParallelConfig(tp=3).check_model(m)
+    with pytest.raises(ConfigError, match="pp=3 pipeline stages need at least 3 layers"):
+        ParallelConfig(pp=3).check_model(m)
+
+
+def test_overrides_reach_the_named_model_recipe():
+    r = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml",
+                    ["model.hidden_size=128", "parallel.tp=2", "parallel.pp=2", "parallel.dp=2", "train.steps=7",
+                     "checkpoint.interval=3"])
+    assert r.model.hidden_size == 128 and r.model.num_layers == 4
+    assert (r.parallel.tp, r.parallel.pp, r.parallel.dp, r.train.steps, r.checkpoint.interval) == (2, 2, 2, 7, 3)
+    with pytest.raises(ConfigError, match="model.hidden_size.*num_heads=5"):
+        load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", ["model.num_heads=5"])
+
+
+def test_bloom_176b_recipe_is_the_published_one():
+    r = load_config(TrainRecipe, REPO / "configs/train/bloom-176b.yaml")
+    m = r.model
+    assert (m.num_layers, m.hidden_size, m.num_heads, m.seq_len, m.vocab_size) == (70, 14336, 112, 2048, 250880)
+    assert m.padded_vocab(tp=4) == 250880
+    assert (r.parallel.tp, r.parallel.pp, r.parallel.dp) == (4, 12, 8)
+    assert r.batch.tokens_per_step == 2048 * 2048 and r.batch.rampup_start_tokens == 192 * 2048
+    assert r.batch.rampup_increment_tokens == 16 * 2048
+    assert (r.optim.lr, r.optim.beta2, r.optim.clip_grad) == (6e-5, 0.95, 1.0)
+    assert r.train.precision == "bf16" and r.train.activation_checkpointing
+
+
+def test_lr_schedule():
+    from training.trainer import lr_at
+
+    r = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", ["optim.warmup_steps=10", "train.steps=110"])
+    assert lr_at(5, r) == pytest.approx(r.optim.lr / 2)
+    assert lr_at(10, r) == pytest.approx(r.optim.lr)
+    assert lr_at(60, r) == pytest.approx((r.optim.lr + r.optim.min_lr) / 2)
+    assert lr_at(110, r) == pytest.approx(r.optim.min_lr)
