@@ -211,7 +211,7 @@ class PackConfig:
     the document, so the choice does not depend on corpus order)."""
     valid_min_docs: int = 1
     """Hold out at least this many documents per language (when the language has more)."""
-    max_open_samples: int = 64
+    max_open_samples: int = 256
     """Best-fit packing keeps this many partly filled samples open per language and split."""
     part_bytes: int = 64 * 1024 * 1024
     """Text of one language is tokenized and packed in parts of about this size (the unit of

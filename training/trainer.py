@@ -128,7 +128,10 @@ class Trainer:
     def train(self) -> None:
         r = self.recipe
         while self.step < r.train.steps:
-            if (self.run_dir / KILL_SWITCH).exists():
+            # Every rank must agree on stopping, or some would wait forever in a collective.
+            stop = torch.tensor([int((self.run_dir / KILL_SWITCH).exists())])
+            torch.distributed.all_reduce(stop, op=torch.distributed.ReduceOp.MAX)
+            if stop.item():
                 self.save()
                 if self.mesh.rank == 0:
                     print(f"kill switch {self.run_dir / KILL_SWITCH}: saved step {self.step}, exiting", flush=True)
@@ -229,9 +232,14 @@ class Trainer:
     def save(self) -> None:
         tag = f"step_{self.step}"
         state = {"step": self.step, "sampler": self.sampler.state_dict(), "skipped": self.skipped,
-                 "loss_ema": self.loss_ema, "config": to_dict(self.recipe), "data_manifest_sha256": self.manifest_sha,
-                 "rng": {"python": random.getstate()[1][:1], "torch_seed": torch.initial_seed()}}
-        self.engine.save_checkpoint(str(self.ckpt_dir), tag=tag, client_state={"bloomline": state}, save_latest=False)
+                 "skipped_in_a_row": self.skipped_in_a_row, "loss_ema": self.loss_ema, "config": to_dict(self.recipe),
+                 "data_manifest_sha256": self.manifest_sha}
+        # RNG states per rank go with DeepSpeed's per-rank files (the model has no dropout, but
+        # activation recomputation and any future stochastic layer must replay identically).
+        rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+               "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+        self.engine.save_checkpoint(str(self.ckpt_dir), tag=tag, client_state={"bloomline": state, "rng": rng},
+                                    save_latest=False)
         torch.distributed.barrier()
         if self.mesh.rank == 0:
             write_json_atomic(self.ckpt_dir / tag / "bloomline.json", state)
@@ -261,8 +269,16 @@ class Trainer:
         _, client = self.engine.load_checkpoint(str(self.ckpt_dir), tag=tag, load_optimizer_states=True,
                                                 load_lr_scheduler_states=False)
         state = client["bloomline"]
+        rng = client.get("rng")
+        if rng:
+            random.setstate(rng["python"])
+            np.random.set_state(rng["numpy"])
+            torch.set_rng_state(rng["torch"])
+            if rng.get("cuda") is not None and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(rng["cuda"])
         self.step = state["step"]
         self.skipped = state["skipped"]
+        self.skipped_in_a_row = state.get("skipped_in_a_row", 0)
         self.loss_ema = state["loss_ema"]
         self.sampler.load_state_dict(state["sampler"])
         if self.mesh.rank == 0:

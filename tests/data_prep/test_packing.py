@@ -71,3 +71,13 @@ def test_deterministic():
     _, a = pack([50, 70, 300, 20] * 50, [64, 128, 256])
     _, b = pack([50, 70, 300, 20] * 50, [64, 128, 256])
     assert [(s.bucket, s.ids.tobytes(), s.doc_offsets) for s in a] == [(s.bucket, s.ids.tobytes(), s.doc_offsets) for s in b]
+
+
+def test_flush_pads_only_the_last_sample():
+    p = BucketPacker([16, 32, 64], max_open=100)
+    for n in (40, 45, 50, 33, 7):  # five open samples, none full
+        assert p.add(np.arange(n, dtype=np.int32)) == []
+    out = p.flush()
+    assert all(len(s.ids) == s.bucket for s in out[:-1])
+    assert out[-1].bucket - len(out[-1].ids) < 16
+    assert sum(len(s.ids) for s in out) == 40 + 45 + 50 + 33 + 7
