@@ -224,7 +224,12 @@ class TPEmbedding(nn.Module):
     def weight(self) -> torch.Tensor:
         return self.word_embeddings.weight
 
-    def forward(self, inputs: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, inputs: Any, head: bool = False) -> Any:
+        """(input_ids, segment_ids) → (hidden, segment_ids); with ``head``: hidden → logits.
+        The output projection goes through this module's own forward so that ZeRO-3, which
+        gathers a module's partitioned weights around its forward, gathers them for it too."""
+        if head:
+            return head_logits(self, inputs)
         input_ids, segment_ids = inputs
         return self.word_embeddings(input_ids), segment_ids
 
@@ -305,7 +310,7 @@ class SequentialBloom(nn.Module):
                 x = torch.utils.checkpoint.checkpoint(blk, x, use_reentrant=False)
             else:
                 x = blk(x)
-        return head_logits(self.embedding, self.final_norm(x))
+        return self.embedding(self.final_norm(x), head=True)
 
 
 # ------------------------------------------------------------------------------------- the loss

@@ -118,8 +118,9 @@ def test_duplicated_parameters_stay_identical_across_tp_ranks(data, tmp_path):
     assert metrics(tmp_path)[-1]["loss"] < metrics(tmp_path)[0]["loss"]  # and it learns
 
 
-def test_zero2_data_parallel(data, reference, tmp_path):
-    ok(launch(data, tmp_path, ["parallel.dp=2", "parallel.zero_stage=2"]))
+@pytest.mark.parametrize("stage", [2, 3])
+def test_zero_data_parallel_without_pp(data, reference, tmp_path, stage):
+    ok(launch(data, tmp_path, ["parallel.dp=2", f"parallel.zero_stage={stage}"]))
     for a, b in zip(metrics(tmp_path), reference):
         assert abs(a["loss"] - b["loss"]) < 2e-3 * b["loss"]
 
