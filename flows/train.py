@@ -36,6 +36,12 @@ def validate(recipe: TrainRecipe, data_dir: str | Path) -> dict[str, Any]:
     if isinstance(recipe.model, str):
         raise ConfigError("model", f"unresolved model recipe '{recipe.model}'")
     recipe.parallel.check_model(recipe.model)
+    if recipe.train.precision == "fp16":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("train.precision", "fp16 needs GPUs: DeepSpeed's CPU accelerator has no fp16 support; "
+                                                 "use bf16 (BLOOM's choice) or fp32 here")
     m = load_manifest(data_dir)
     vocab = m["tokenizer"]["vocab_size"]
     if vocab != recipe.model.vocab_size:

@@ -126,6 +126,8 @@ def test_train_refuses_bad_configuration_before_any_rank_starts(demo_data, tmp_p
                        "-o", "parallel.zero_stage=3"), "cannot be combined with pipeline parallelism")
     one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "model.seq_len=256"),
                    "longer than the model's seq_len 256")
+    one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "train.precision=fp16"),
+                   "fp16 needs GPUs")
     assert time.time() - t0 < 120 and not (tmp_path / "r").exists()
 
 

@@ -51,3 +51,27 @@ def test_lr_schedule():
     assert lr_at(10, r) == pytest.approx(r.optim.lr)
     assert lr_at(60, r) == pytest.approx((r.optim.lr + r.optim.min_lr) / 2)
     assert lr_at(110, r) == pytest.approx(r.optim.min_lr)
+
+
+def test_step_loss_scaling_and_bad_batch_poisoning():
+    """The loss DeepSpeed sees: token sum × gas·dp / step tokens; NaN when the batch must be skipped."""
+    import math
+
+    import torch
+
+    from training.parallelize import StepLoss
+
+    logits = torch.zeros(2, 3, 8)
+    labels = torch.tensor([[1, 2, -100], [3, -100, -100]])
+    loss = StepLoss()
+    loss.set_step(gas=2, dp=2, step_tokens=12)
+    expected = 3 * math.log(8) * 2 * 2 / 12  # three labelled tokens of uniform logits
+    assert float(loss(logits, labels)) == pytest.approx(expected)
+    loss.set_step(gas=2, dp=2, step_tokens=12, spike_limit=math.log(8) - 0.01)  # mean token loss is log 8
+    assert math.isnan(float(loss(logits, labels))) and loss.bad
+    loss.set_step(gas=2, dp=2, step_tokens=12, spike_limit=math.log(8) + 0.01)
+    assert not math.isnan(float(loss(logits, labels))) and not loss.bad
+    bad = logits.clone()
+    bad[0, 0, 0] = float("inf")
+    loss.set_step(gas=1, dp=1, step_tokens=3)
+    assert math.isnan(float(loss(bad, labels)))
