@@ -42,6 +42,9 @@ def validate(recipe: TrainRecipe, data_dir: str | Path) -> dict[str, Any]:
         if not torch.cuda.is_available():
             raise ConfigError("train.precision", "fp16 needs GPUs: DeepSpeed's CPU accelerator has no fp16 support; "
                                                  "use bf16 (BLOOM's choice) or fp32 here")
+    if recipe.train.precision == "fp32" and recipe.parallel.zero_stage == 0:
+        raise ConfigError("parallel.zero_stage", "fp32 with zero_stage 0 cannot skip a NaN/inf batch (DeepSpeed's "
+                                                 "plain optimizer path has no overflow check); use zero_stage >= 1 or bf16")
     m = load_manifest(data_dir)
     vocab = m["tokenizer"]["vocab_size"]
     if vocab != recipe.model.vocab_size:
@@ -114,22 +117,25 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
         pass
     world = r.parallel.world_size
     attempts = r.checkpoint.max_restarts + 1
+    # One log folder per invocation, so an old run's last lines are never taken for this one's.
+    runs = sorted((run / "logs").glob("run-*")) if (run / "logs").exists() else []
+    logs = run / "logs" / f"run-{len(runs) + 1:03d}"
     for attempt in range(attempts):
         start = _latest_step(run)
         log.info("attempt %d/%d: %d ranks (tp=%d pp=%d dp=%d), from step %d", attempt + 1, attempts, world,
                  r.parallel.tp, r.parallel.pp, r.parallel.dp, start)
         rc = task(run_job, name=f"ranks-attempt-{attempt + 1}", cache_policy=NONE, persist_result=False)(
-            launch_command(recipe_file, data, str(run), world), run / "logs" / f"attempt-{attempt + 1}.log", env)
+            launch_command(recipe_file, data, str(run), world), logs / f"attempt-{attempt + 1}.log", env)
         if rc == 0:
             break
-        tail = (run / "logs" / f"attempt-{attempt + 1}.log").read_text(errors="replace").splitlines()[-15:]
+        tail = (logs / f"attempt-{attempt + 1}.log").read_text(errors="replace").splitlines()[-15:]
         if rc == EXIT_USER_ERROR or any(line.startswith("error: ") for line in tail):
             msg = next((l for l in tail if l.startswith("error: ")), f"exit status {rc}")
             raise BloomlineError(f"training stopped: {msg.removeprefix('error: ')}")
         log.warning("the job failed (exit %s) at step %d; last lines:\n%s", rc, _latest_step(run), "\n".join(tail))
         if attempt + 1 == attempts:
             raise BloomlineError(f"training failed {attempts} times (checkpoint.max_restarts={r.checkpoint.max_restarts}); "
-                                 f"see {run / 'logs'}")
+                                 f"see {logs}")
         time.sleep(1)
     step = _latest_step(run)
     metrics = run / "metrics.jsonl"

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from training.config import ModelConfig, ParallelConfig
-from training.model import Block, EmbeddingStage, HeadStage
+from training.model import Block
 
 IGNORE_INDEX = -100
 
@@ -206,8 +206,10 @@ class TPEmbedding(nn.Module):
     def __init__(self, cfg: ModelConfig, mcfg: Any, seed: int):
         super().__init__()
         torch.manual_seed(seed)
-        full = EmbeddingStage(cfg).word_embeddings
         rank, size = _tp()
+        # Padded to a multiple of 128·TP (Megatron's rule) so the table splits evenly.
+        full = nn.Embedding(cfg.padded_vocab(tp=size), cfg.hidden_size)
+        nn.init.normal_(full.weight, mean=0.0, std=cfg.init_std)
         if size > 1:
             from megatron.core.tensor_parallel import VocabParallelEmbedding
 
@@ -250,8 +252,7 @@ class EmbedNorm(nn.Module):
 
     def __init__(self, cfg: ModelConfig, seed: int):
         super().__init__()
-        torch.manual_seed(seed)
-        self.embed_ln = EmbeddingStage(cfg).embed_ln
+        self.embed_ln = nn.LayerNorm(cfg.hidden_size, eps=cfg.layernorm_eps)  # init: ones / zeros
 
     def forward(self, inputs: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         hidden, segment_ids = inputs
@@ -273,7 +274,7 @@ class PipeBlock(nn.Module):
 class FinalNorm(nn.Module):
     def __init__(self, cfg: ModelConfig, seed: int):
         super().__init__()
-        self.final_ln = HeadStage(cfg).final_ln
+        self.final_ln = nn.LayerNorm(cfg.hidden_size, eps=cfg.layernorm_eps)
 
     def forward(self, inputs: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         return self.final_ln(inputs[0])

@@ -92,7 +92,10 @@ class Trainer:
 
         self.index = ShardIndex(self.data_dir, "train")
         self.index.check_model(cfg.vocab_size, cfg.seq_len)
-        self.pad_id = int(self.index.manifest["tokenizer"].get("pad_id", 3))
+        tok = self.index.manifest["tokenizer"]
+        # A reused tokenizer may have no <pad> (id -1): pad with </s>; padded positions carry no
+        # label and are masked out of attention, so the id only has to be a valid row.
+        self.pad_id = int(tok.get("pad_id", -1)) if int(tok.get("pad_id", -1)) >= 0 else int(tok["eos_id"])
         self.manifest_sha = sha256_file(self.data_dir / "manifest.json")
         self.sampler = DynamicBatchSampler(self.index, recipe.batch, recipe.parallel.dp, cfg.seq_len, seed)
 
@@ -119,6 +122,7 @@ class Trainer:
                                                                  config=deepspeed_config(recipe))
         self.step = 0
         self.skipped = 0
+        self.saved_step = -1
         self.skipped_in_a_row = 0
         self.loss_ema: float | None = None
         self._tb = None
@@ -129,10 +133,11 @@ class Trainer:
         r = self.recipe
         while self.step < r.train.steps:
             # Every rank must agree on stopping, or some would wait forever in a collective.
-            stop = torch.tensor([int((self.run_dir / KILL_SWITCH).exists())])
+            stop = torch.tensor([int((self.run_dir / KILL_SWITCH).exists())], device=self.device)
             torch.distributed.all_reduce(stop, op=torch.distributed.ReduceOp.MAX)
             if stop.item():
-                self.save()
+                if self.saved_step != self.step:
+                    self.save()
                 if self.mesh.rank == 0:
                     print(f"kill switch {self.run_dir / KILL_SWITCH}: saved step {self.step}, exiting", flush=True)
                 return
@@ -143,7 +148,8 @@ class Trainer:
             for g in self.optimizer.param_groups:
                 g["lr"] = lr
             batches = [materialize(self.index, mb, plan.bucket, self.pad_id) for mb in plan.ranks[self.mesh.dp_rank]]
-            labelled = torch.tensor([sum(int((b["labels"] != -100).sum()) for b in batches)], dtype=torch.long)
+            labelled = torch.tensor([sum(int((b["labels"] != -100).sum()) for b in batches)], dtype=torch.long,
+                                    device=self.device)
             torch.distributed.all_reduce(labelled)  # over all ranks = dp · tp · pp copies of each replica
             step_tokens = int(labelled.item()) // (self.mesh.tp * self.mesh.pp)
             f = r.train.skip_spike_factor
@@ -168,7 +174,7 @@ class Trainer:
                 self.loss_ema = loss if self.loss_ema is None else 0.9 * self.loss_ema + 0.1 * loss
             dt = time.perf_counter() - t0
             self._log(plan, loss, lr, grad_norm, dt, skipped)
-            if self.step % r.checkpoint.interval == 0 or self.step == r.train.steps:
+            if (self.step % r.checkpoint.interval == 0 or self.step == r.train.steps) and self.saved_step != self.step:
                 self.save()
 
     def _to_device(self, b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -187,7 +193,10 @@ class Trainer:
             return float(self.engine.train_batch(data_iter=it()))
         self.engine.set_train_batch_size(gas * dp)
         total = 0.0
-        for b in batches:
+        for i, b in enumerate(batches):
+            # gas changes from step to step (bucket, ramp-up): tell DeepSpeed where this step ends,
+            # or its running micro-step counter would put the optimizer step mid-batch.
+            self.engine.set_gradient_accumulation_boundary(i == gas - 1)
             b = self._to_device(b)
             logits = self.engine((b["input_ids"], b["segment_ids"]))  # DeepSpeed holds the weights in bf16/fp16
             loss = self.loss(logits, b["labels"])
@@ -195,7 +204,7 @@ class Trainer:
             self.engine.step()
             total += float(loss.detach())
         # the reported loss: token mean of the step over all DP ranks
-        t = torch.tensor([total / gas], dtype=torch.float64)
+        t = torch.tensor([total / gas], dtype=torch.float64, device=self.device)
         torch.distributed.all_reduce(t)
         return float(t.item()) / self.mesh.world
 
@@ -210,6 +219,7 @@ class Trainer:
             "grad_norm": float(grad_norm) if grad_norm is not None and math.isfinite(float(grad_norm)) else None, "bucket": int(plan.bucket),
             "micro_batches": int(plan.gas), "micro_batch_size": int(plan.micro_batch_size),
             "skipped": skipped, "skipped_batches": self.skipped, "step_seconds": dt,
+            "optimizer_steps": int(self.engine.global_steps),
         }
         with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps(rec) + "\n")
@@ -234,8 +244,9 @@ class Trainer:
         state = {"step": self.step, "sampler": self.sampler.state_dict(), "skipped": self.skipped,
                  "skipped_in_a_row": self.skipped_in_a_row, "loss_ema": self.loss_ema, "config": to_dict(self.recipe),
                  "data_manifest_sha256": self.manifest_sha}
-        # RNG states per rank go with DeepSpeed's per-rank files (the model has no dropout, but
-        # activation recomputation and any future stochastic layer must replay identically).
+        # RNG states go into DeepSpeed's model-state files, which the data-parallel rank 0 of each
+        # (pp, tp) position writes; other DP ranks restore those (the model has no dropout, so no
+        # rank's results depend on its RNG today).
         rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
         self.engine.save_checkpoint(str(self.ckpt_dir), tag=tag, client_state={"bloomline": state, "rng": rng},
@@ -249,6 +260,7 @@ class Trainer:
             for old in steps[: -self.recipe.checkpoint.keep]:
                 shutil.rmtree(self.ckpt_dir / f"step_{old}", ignore_errors=True)
         torch.distributed.barrier()
+        self.saved_step = self.step
 
     def _resume(self) -> None:
         latest = self.ckpt_dir / "latest"
@@ -261,11 +273,13 @@ class Trainer:
                                  f"use a new run folder or the same --data")
         saved = meta["config"]["parallel"]
         now = to_dict(self.recipe.parallel)
-        if (saved["tp"], saved["pp"], saved["dp"]) != (now["tp"], now["pp"], now["dp"]):
+        keys = ("tp", "pp", "dp", "zero_stage")
+        if tuple(saved[k] for k in keys) != tuple(now[k] for k in keys):
             raise BloomlineError(
-                f"{self.ckpt_dir / tag} was written with tp={saved['tp']} pp={saved['pp']} dp={saved['dp']}; resuming "
-                f"with tp={now['tp']} pp={now['pp']} dp={now['dp']} is refused: DeepSpeed's checkpoint is sharded by "
-                f"that layout. Resume with the same -o parallel.* values.")
+                f"{self.ckpt_dir / tag} was written with tp={saved['tp']} pp={saved['pp']} dp={saved['dp']} "
+                f"zero_stage={saved['zero_stage']}; resuming with tp={now['tp']} pp={now['pp']} dp={now['dp']} "
+                f"zero_stage={now['zero_stage']} is refused: DeepSpeed's checkpoint is sharded by that layout. "
+                f"Resume with the same -o parallel.* values.")
         _, client = self.engine.load_checkpoint(str(self.ckpt_dir), tag=tag, load_optimizer_states=True,
                                                 load_lr_scheduler_states=False)
         state = client["bloomline"]
@@ -277,6 +291,7 @@ class Trainer:
             if rng.get("cuda") is not None and torch.cuda.is_available():
                 torch.cuda.set_rng_state_all(rng["cuda"])
         self.step = state["step"]
+        self.saved_step = self.step
         self.skipped = state["skipped"]
         self.skipped_in_a_row = state.get("skipped_in_a_row", 0)
         self.loss_ema = state["loss_ema"]
@@ -285,9 +300,17 @@ class Trainer:
             # Steps after the checkpoint were lost with the failed job; they will be redone.
             metrics = self.run_dir / "metrics.jsonl"
             if metrics.exists():
-                kept = [l for l in metrics.read_text().splitlines() if l and json.loads(l)["step"] <= self.step]
+                kept = [l for l in metrics.read_text().splitlines() if _step_of(l) is not None and _step_of(l) <= self.step]
                 write_bytes_atomic(metrics, "".join(l + "\n" for l in kept).encode())
             print(f"resumed from {self.ckpt_dir / tag} at step {self.step}", flush=True)
+
+
+def _step_of(line: str) -> int | None:
+    """The step of a metrics line, None for a line cut off by a killed job."""
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def seed_everything(seed: int) -> None:

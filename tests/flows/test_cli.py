@@ -160,4 +160,4 @@ def test_train_flow_restarts_after_a_rank_is_killed(demo_data, tmp_path):
     assert "done: step 6/6" in output and "2 attempt(s)" in output
     steps = [json.loads(l)["step"] for l in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4, 5, 6]
-    assert (out / "logs" / "attempt-2.log").exists()
+    assert list((out / "logs").glob("run-*/attempt-2.log"))
