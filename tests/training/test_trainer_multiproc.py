@@ -90,7 +90,7 @@ def test_3d_layout_trains_and_resumes_within_bf16_rounding(data, reference, tmp_
     # resuming with another data-parallel size is refused with a clear message
     res = launch(data, tmp_path, ["parallel.tp=2", "parallel.pp=2", "parallel.dp=1", "train.steps=6"])
     assert res.returncode != 0
-    assert "resuming with tp=2 pp=2 dp=1 is refused" in res.stdout + res.stderr
+    assert "resuming with tp=2 pp=2 dp=1 zero_stage=1 is refused" in res.stdout + res.stderr
 
 
 def test_tensor_parallel_is_exact_in_fp32(data, tmp_path):
