@@ -15,6 +15,9 @@ from typing import List, Optional
 # Before Prefect is imported: no network here, and the temporary server must not phone home.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
+# The temporary server needs 10-20 s on 2 busy cores; Prefect's default of 20 s to come up fails
+# runs on a loaded machine for no reason of their own.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 import typer
 from rich.console import Console

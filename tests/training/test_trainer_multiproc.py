@@ -137,9 +137,11 @@ def test_nan_batch_is_skipped_and_kill_switch_stops_cleanly(data, tmp_path):
 
 
 def test_one_optimizer_step_per_step_when_micro_batch_count_varies(data, tmp_path):
-    """With micro_batch_tokens=384 the number of micro-batches depends on the step's bucket
-    (21, 32, 16, ...): DeepSpeed must still step the optimizer exactly at the end of each step."""
-    ok(launch(data, tmp_path, ["train.steps=6", "batch.micro_batch_tokens=384", "batch.tokens_per_step=12288"]))
+    """During batch-size ramp-up the number of micro-batches grows from step to step: DeepSpeed
+    must still step the optimizer exactly once, at the end of each step."""
+    ok(launch(data, tmp_path, ["train.steps=6", "batch.micro_batch_tokens=1024", "batch.tokens_per_step=12288",
+                               "batch.rampup_start_tokens=4096", "batch.rampup_increment_tokens=4096",
+                               "batch.rampup_tokens=16000"]))
     got = metrics(tmp_path)
     assert len({m["micro_batches"] for m in got}) > 1, "the test needs steps with different micro-batch counts"
     assert [m["optimizer_steps"] for m in got] == [m["step"] for m in got]
