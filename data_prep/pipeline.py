@@ -28,7 +28,7 @@ import hashlib
 import json
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -542,8 +542,7 @@ def clean_work(paths: Paths) -> None:
 
 def prepare_start(paths: Paths) -> None:
     paths.out.mkdir(parents=True, exist_ok=True)
-    if paths.out.exists():
-        remove_stale_tmp(paths.out)
+    remove_stale_tmp(paths.out)
 
 
 # ---------------------------------------------------------------------------------------------

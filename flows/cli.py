@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import List
 
 # Before Prefect is imported: no network here, and the temporary server must not phone home.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
