@@ -36,12 +36,13 @@ def validate(recipe: TrainRecipe, data_dir: str | Path) -> dict[str, Any]:
     if isinstance(recipe.model, str):
         raise ConfigError("model", f"unresolved model recipe '{recipe.model}'")
     recipe.parallel.check_model(recipe.model)
-    if recipe.train.precision == "fp16":
+    if recipe.train.precision == "fp16" and not recipe.train.cpu_fp16:
         import torch
 
         if not torch.cuda.is_available():
-            raise ConfigError("train.precision", "fp16 needs GPUs: DeepSpeed's CPU accelerator has no fp16 support; "
-                                                 "use bf16 (BLOOM's choice) or fp32 here")
+            raise ConfigError("train.precision", "fp16 needs GPUs: DeepSpeed's CPU accelerator has no fp16 support on "
+                                                 "this CPU; use bf16 (BLOOM's choice) or fp32 here, or "
+                                                 "-o train.cpu_fp16=true to run fp16 slowly with torch's reference kernels")
     if recipe.train.precision == "fp32" and recipe.parallel.zero_stage == 0:
         raise ConfigError("parallel.zero_stage", "fp32 with zero_stage 0 cannot skip a NaN/inf batch (DeepSpeed's "
                                                  "plain optimizer path has no overflow check); use zero_stage >= 1 or bf16")

@@ -161,6 +161,17 @@ class TrainLoopConfig:
     """Optimizer steps to train for."""
     precision: Literal["bf16", "fp16", "fp32"] = "bf16"
     """bf16 (BLOOM), fp16 with dynamic loss scaling, or fp32."""
+    cpu_fp16: bool = False
+    """Allow fp16 on a CPU without fp16 kernels (DeepSpeed refuses it there): torch's reference
+    half-precision kernels run it, slowly. For testing the fp16 path on CPU machines only."""
+    fp16_initial_scale_power: int = 16
+    """fp16 dynamic loss scaling starts at 2**this (DeepSpeed's and Megatron's default 16)."""
+    fp16_loss_scale_window: int = 1000
+    """Double the loss scale after this many steps without overflow (Megatron's default)."""
+    fp16_hysteresis: int = 2
+    """Overflows tolerated before the scale is halved (Megatron's default 2)."""
+    fp16_min_loss_scale: float = 1.0
+    """The scale never drops below this; an overflow at the minimum stops the job."""
     activation_checkpointing: bool = True
     """Recompute each block's activations in the backward pass (memory for compute)."""
     seed: int = 1234
@@ -175,6 +186,10 @@ class TrainLoopConfig:
     def validate(self) -> None:
         check(self.steps >= 1, "steps", "must be >= 1")
         check(self.skip_spike_factor == 0 or self.skip_spike_factor > 1, "skip_spike_factor", "0 (off) or > 1")
+        check(0 <= self.fp16_initial_scale_power <= 64, "fp16_initial_scale_power", "must be in [0, 64]")
+        check(self.fp16_loss_scale_window >= 1, "fp16_loss_scale_window", "must be >= 1")
+        check(self.fp16_hysteresis >= 1, "fp16_hysteresis", "must be >= 1")
+        check(self.fp16_min_loss_scale > 0, "fp16_min_loss_scale", "must be > 0")
 
 
 @dataclass

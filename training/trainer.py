@@ -57,7 +57,8 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, 
 
 
 def deepspeed_config(recipe: TrainRecipe) -> dict[str, Any]:
-    p = recipe.train.precision
+    t = recipe.train
+    p = t.precision
     return {
         # One nominal sample per micro-batch: our micro-batches have as many samples as the step's
         # bucket allows, and the number of micro-batches (gas) is set per step.
@@ -65,8 +66,11 @@ def deepspeed_config(recipe: TrainRecipe) -> dict[str, Any]:
         "gradient_accumulation_steps": 1,
         "gradient_clipping": recipe.optim.clip_grad,
         "bf16": {"enabled": p == "bf16", "check_grad_overflow": True},  # NaN/inf grads skip the step
-        "fp16": {"enabled": p == "fp16", "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000,
-                 "hysteresis": 2, "min_loss_scale": 1},
+        # loss_scale 0 = dynamic: an overflow skips the step and (after `hysteresis` of them) halves
+        # the scale; `loss_scale_window` clean steps double it.
+        "fp16": {"enabled": p == "fp16", "loss_scale": 0, "initial_scale_power": t.fp16_initial_scale_power,
+                 "loss_scale_window": t.fp16_loss_scale_window, "hysteresis": t.fp16_hysteresis,
+                 "min_loss_scale": t.fp16_min_loss_scale},
         "zero_optimization": {"stage": recipe.parallel.zero_stage},
         "zero_allow_untested_optimizer": True,
         # Send whole activations between stages: DeepSpeed's TP-partitioned sends cache their
@@ -101,6 +105,8 @@ class Trainer:
 
         import deepspeed
 
+        if recipe.train.precision == "fp16" and self.device.type == "cpu" and recipe.train.cpu_fp16:
+            allow_cpu_fp16()
         mcfg = megatron_config(recipe.parallel, self.dtype)
         self.loss = StepLoss()
         if recipe.parallel.pp > 1:
@@ -124,6 +130,7 @@ class Trainer:
         self.skipped = 0
         self.saved_step = -1
         self.skipped_in_a_row = 0
+        self.overflows = 0  # fp16 steps skipped by the loss scaler
         self.loss_ema: float | None = None
         self._tb = None
         self._resume()
@@ -159,8 +166,15 @@ class Trainer:
             skipped_before = self.engine.skipped_steps
             loss = self._run(batches, plan.gas)
             grad_norm = self.engine.get_global_grad_norm()
-            skipped = self.engine.skipped_steps > skipped_before
-            if skipped:
+            skip = None
+            if self.engine.skipped_steps > skipped_before:  # DeepSpeed's overflow check is global: all ranks agree
+                # Only the last pipeline stage computed the loss: ask every rank whether it was bad.
+                bad = torch.tensor([int(self.loss.bad)], device=self.device)
+                torch.distributed.all_reduce(bad, op=torch.distributed.ReduceOp.MAX)
+                # With fp16 a clean loss can still overflow the scaled gradients: that is the loss
+                # scaler calibrating itself (it halves the scale), not a bad batch.
+                skip = "bad_loss" if bad.item() or r.train.precision != "fp16" else "fp16_overflow"
+            if skip == "bad_loss":
                 self.skipped += 1
                 self.skipped_in_a_row += 1
                 if self.mesh.rank == 0:
@@ -171,9 +185,12 @@ class Trainer:
                                          f"loss (train.max_skipped_in_a_row={r.train.max_skipped_in_a_row})")
             else:
                 self.skipped_in_a_row = 0
-                self.loss_ema = loss if self.loss_ema is None else 0.9 * self.loss_ema + 0.1 * loss
+                if skip is None:
+                    self.loss_ema = loss if self.loss_ema is None else 0.9 * self.loss_ema + 0.1 * loss
+                else:
+                    self.overflows += 1
             dt = time.perf_counter() - t0
-            self._log(plan, loss, lr, grad_norm, dt, skipped)
+            self._log(plan, loss, lr, grad_norm, dt, skip)
             if (self.step % r.checkpoint.interval == 0 or self.step == r.train.steps) and self.saved_step != self.step:
                 self.save()
 
@@ -209,7 +226,7 @@ class Trainer:
         return float(t.item()) / self.mesh.world
 
     # ---------------------------------------------------------------------------- metrics
-    def _log(self, plan: Any, loss: float, lr: float, grad_norm: Any, dt: float, skipped: bool) -> None:
+    def _log(self, plan: Any, loss: float, lr: float, grad_norm: Any, dt: float, skip: str | None) -> None:
         if self.mesh.rank != 0:
             return
         rec = {
@@ -218,7 +235,8 @@ class Trainer:
             "dp_balance": float(plan.dp_balance), "tokens_per_s": plan.tokens / dt if dt > 0 else None,
             "grad_norm": float(grad_norm) if grad_norm is not None and math.isfinite(float(grad_norm)) else None, "bucket": int(plan.bucket),
             "micro_batches": int(plan.gas), "micro_batch_size": int(plan.micro_batch_size),
-            "skipped": skipped, "skipped_batches": self.skipped, "step_seconds": dt,
+            "skipped": skip is not None, "skip_reason": skip, "skipped_batches": self.skipped,
+            "fp16_overflows": self.overflows, "loss_scale": self._loss_scale(), "step_seconds": dt,
             "optimizer_steps": int(self.engine.global_steps),
         }
         with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
@@ -232,17 +250,26 @@ class Trainer:
         tb = {"lm-loss-training/lm loss": rec["loss"], "learning-rate/learning-rate": lr,
               "batch-size/batch-size": plan.tokens, "grad-norm/grad-norm": rec["grad_norm"],
               "iteration-time/tokens-per-second": rec["tokens_per_s"], "bloomline/padding_fraction": rec["padding_fraction"],
-              "bloomline/dp_balance": rec["dp_balance"], "bloomline/skipped_batches": self.skipped}
+              "bloomline/dp_balance": rec["dp_balance"], "bloomline/skipped_batches": self.skipped,
+              "loss-scale/loss-scale": rec["loss_scale"], "bloomline/fp16_overflows": self.overflows}
         for k, v in tb.items():
             if v is not None:
                 self._tb.add_scalar(k, v, self.step)
         self._tb.flush()
 
+    def _loss_scale(self) -> float | None:
+        """The fp16 loss scale the next step will use (None unless fp16)."""
+        if self.recipe.train.precision != "fp16":
+            return None
+        opt = self.engine.optimizer
+        cfg = getattr(opt, "loss_scale_config", None)  # DeepSpeed's FP16_Optimizer (ZeRO 0)
+        return float(cfg.cur_scale if cfg is not None else opt.cur_scale)  # ZeRO optimizers
+
     # ------------------------------------------------------------------------- checkpoints
     def save(self) -> None:
         tag = f"step_{self.step}"
         state = {"step": self.step, "sampler": self.sampler.state_dict(), "skipped": self.skipped,
-                 "skipped_in_a_row": self.skipped_in_a_row, "loss_ema": self.loss_ema, "config": to_dict(self.recipe),
+                 "fp16_overflows": self.overflows, "skipped_in_a_row": self.skipped_in_a_row, "loss_ema": self.loss_ema, "config": to_dict(self.recipe),
                  "data_manifest_sha256": self.manifest_sha}
         # RNG states go into DeepSpeed's model-state files, which the data-parallel rank 0 of each
         # (pp, tp) position writes; other DP ranks restore those (the model has no dropout, so no
@@ -294,6 +321,7 @@ class Trainer:
         self.saved_step = self.step
         self.skipped = state["skipped"]
         self.skipped_in_a_row = state.get("skipped_in_a_row", 0)
+        self.overflows = state.get("fp16_overflows", 0)
         self.loss_ema = state["loss_ema"]
         self.sampler.load_state_dict(state["sampler"])
         if self.mesh.rank == 0:
@@ -311,6 +339,17 @@ def _step_of(line: str) -> int | None:
         return int(json.loads(line)["step"])
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def allow_cpu_fp16() -> None:
+    """Lift DeepSpeed's CPU fp16 gate (train.cpu_fp16). The gate asks whether oneDNN has fp16
+    kernels on this CPU; without them torch falls back to its reference half kernels, which are
+    slow but compute the same fp16 arithmetic, so DeepSpeed's fp16 optimizer and loss scaler run."""
+    from deepspeed.accelerator import get_accelerator
+
+    acc = get_accelerator()
+    if not acc.is_fp16_supported():
+        type(acc).is_fp16_supported = lambda self: True
 
 
 def seed_everything(seed: int) -> None:

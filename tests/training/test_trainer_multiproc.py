@@ -145,3 +145,37 @@ def test_one_optimizer_step_per_step_when_micro_batch_count_varies(data, tmp_pat
     got = metrics(tmp_path)
     assert len({m["micro_batches"] for m in got}) > 1, "the test needs steps with different micro-batch counts"
     assert [m["optimizer_steps"] for m in got] == [m["step"] for m in got]
+
+
+# fp16 on this CPU runs on torch's reference half kernels (train.cpu_fp16): DeepSpeed's real fp16
+# optimizer and dynamic loss scaler. 2**22 is too large a scale for bloom-tiny's first gradients
+# (measured: they overflow up to 2**21), so the scaler has to calibrate itself.
+FP16 = ["train.precision=fp16", "train.cpu_fp16=true", "train.fp16_initial_scale_power=22", "train.fp16_hysteresis=1",
+        "batch.tokens_per_step=2048"]
+
+
+def test_fp16_dynamic_loss_scaling_calibrates_resumes_and_runs_in_3d(data, tmp_path):
+    ok(launch(data, tmp_path / "full", FP16))
+    full = metrics(tmp_path / "full")
+    assert full[0]["skip_reason"] == "fp16_overflow" and full[0]["grad_norm"] is None
+    scale = 2.0**22
+    for m in full:  # each overflow halves the scale (hysteresis 1); clean steps keep it (window 1000)
+        overflow = m["skip_reason"] == "fp16_overflow"
+        scale = scale / 2 if overflow else scale
+        assert m["loss_scale"] == scale and m["skipped"] == overflow and m["skipped_batches"] == 0
+    assert any(m["grad_norm"] is not None for m in full), "the scaler never settled"
+
+    # Stop after step 2 and resume: the loss scaler's state travels in the checkpoint, so
+    # steps 3-4 match (a scaler reset to 2**22 would overflow again).
+    part = tmp_path / "part"
+    ok(launch(data, part, [*FP16, "train.steps=2"]))
+    ok(launch(data, part, FP16))
+    keys = ("loss", "grad_norm", "loss_scale", "skip_reason")
+    assert [[m[k] for k in keys] for m in metrics(part)] == [[m[k] for k in keys] for m in full]
+
+    # TP=2 x PP=2: DeepSpeed's pipeline engine with the ZeRO-1 fp16 optimizer. Same initial
+    # weights and first batch, so step 1's loss agrees within fp16 rounding.
+    ok(launch(data, tmp_path / "3d", [*FP16, "parallel.tp=2", "parallel.pp=2"]))
+    m3 = metrics(tmp_path / "3d")
+    assert abs(m3[0]["loss"] - full[0]["loss"]) < 1e-3 * full[0]["loss"]
+    assert len(m3) == 4 and any(m["grad_norm"] is not None for m in m3) and m3[-1]["loss_scale"] < 2.0**22
