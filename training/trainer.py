@@ -29,6 +29,7 @@ from bloomline.config import to_dict
 from bloomline.errors import BloomlineError
 from bloomline.io import sha256_file, write_bytes_atomic, write_json_atomic
 from training.config import TrainRecipe
+from training.reshard import is_ready, layout_of, universal_info
 from training.parallelize import (DeepSpeedMPU, Mesh, SequentialBloom, StepLoss, checkpoint_fn, init_distributed, layer_specs,
                                   megatron_config)
 from training.sampler import DynamicBatchSampler, ShardIndex, materialize
@@ -56,7 +57,7 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, 
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def deepspeed_config(recipe: TrainRecipe) -> dict[str, Any]:
+def deepspeed_config(recipe: TrainRecipe, load_universal: bool = False) -> dict[str, Any]:
     t = recipe.train
     p = t.precision
     return {
@@ -76,6 +77,8 @@ def deepspeed_config(recipe: TrainRecipe) -> dict[str, Any]:
         # Send whole activations between stages: DeepSpeed's TP-partitioned sends cache their
         # partition metadata, which breaks when the bucket (sequence length) changes between steps.
         "pipeline": {"pipe_partitioned": False, "grad_partitioned": False},
+        # resuming another layout's checkpoint, converted by training/reshard.py
+        "checkpoint": {"load_universal": load_universal},
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
     }
@@ -124,8 +127,11 @@ class Trainer:
         o = recipe.optim
         optimizer = torch.optim.AdamW(param_groups(model, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps)
         mpu = DeepSpeedMPU() if recipe.parallel.pp == 1 else None  # with PP the module's topology says it
+        # Saved in every checkpoint: how DeepSpeed's universal converter merges our TP slices.
+        model.universal_checkpoint_info = universal_info(cfg.padded_vocab(tp=recipe.parallel.tp))
+        self._resume_tag, universal = self._plan_resume()
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, mpu=mpu,
-                                                                 config=deepspeed_config(recipe))
+                                                                 config=deepspeed_config(recipe, universal))
         self.step = 0
         self.skipped = 0
         self.saved_step = -1
@@ -289,26 +295,41 @@ class Trainer:
         torch.distributed.barrier()
         self.saved_step = self.step
 
-    def _resume(self) -> None:
+    def _plan_resume(self) -> tuple[str | None, bool]:
+        """(tag of the checkpoint to resume from or None, whether to load its universal form).
+
+        A checkpoint of another TP/PP/DP/ZeRO layout is loaded from ``step_N/universal``, which
+        ``bloomline train`` writes before starting the ranks (training/reshard.py)."""
         latest = self.ckpt_dir / "latest"
         if not latest.is_file():
-            return
+            return None, False
         tag = latest.read_text().strip()
         meta = json.loads((self.ckpt_dir / tag / "bloomline.json").read_text())
         if meta["data_manifest_sha256"] != self.manifest_sha:
             raise BloomlineError(f"{self.ckpt_dir / tag} was trained on other data (manifest hash differs): "
                                  f"use a new run folder or the same --data")
-        saved = meta["config"]["parallel"]
-        now = to_dict(self.recipe.parallel)
-        keys = ("tp", "pp", "dp", "zero_stage")
-        if tuple(saved[k] for k in keys) != tuple(now[k] for k in keys):
+        saved, now = layout_of(meta["config"]["parallel"]), layout_of(self.recipe.parallel)
+        if saved == now:
+            return tag, False
+        if not is_ready(self.ckpt_dir / tag, now):
+            show = lambda d: " ".join(f"{k}={v}" for k, v in d.items())  # noqa: E731
             raise BloomlineError(
-                f"{self.ckpt_dir / tag} was written with tp={saved['tp']} pp={saved['pp']} dp={saved['dp']} "
-                f"zero_stage={saved['zero_stage']}; resuming with tp={now['tp']} pp={now['pp']} dp={now['dp']} "
-                f"zero_stage={now['zero_stage']} is refused: DeepSpeed's checkpoint is sharded by that layout. "
-                f"Resume with the same -o parallel.* values.")
-        _, client = self.engine.load_checkpoint(str(self.ckpt_dir), tag=tag, load_optimizer_states=True,
-                                                load_lr_scheduler_states=False)
+                f"{self.ckpt_dir / tag} was written with {show(saved)}; this run has {show(now)}. `bloomline train` "
+                f"converts it before resuming; by hand: python -m training.reshard {self.ckpt_dir / tag} "
+                + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in now.items()))
+        return tag, True
+
+    def _resume(self) -> None:
+        tag = self._resume_tag
+        if tag is None:
+            return
+        if self.engine.load_universal_checkpoint():
+            # ranks of this layout each cut their slice of the whole tensors in step_N/universal
+            _, client = self.engine.load_checkpoint(str(self.ckpt_dir / tag), tag="universal",
+                                                    load_optimizer_states=True, load_lr_scheduler_states=False)
+        else:
+            _, client = self.engine.load_checkpoint(str(self.ckpt_dir), tag=tag, load_optimizer_states=True,
+                                                    load_lr_scheduler_states=False)
         state = client["bloomline"]
         rng = client.get("rng")
         if rng:
@@ -330,7 +351,8 @@ class Trainer:
             if metrics.exists():
                 kept = [l for l in metrics.read_text().splitlines() if _step_of(l) is not None and _step_of(l) <= self.step]
                 write_bytes_atomic(metrics, "".join(l + "\n" for l in kept).encode())
-            print(f"resumed from {self.ckpt_dir / tag} at step {self.step}", flush=True)
+            how = " (universal form, another layout)" if self.engine.load_universal_checkpoint() else ""
+            print(f"resumed from {self.ckpt_dir / tag}{how} at step {self.step}", flush=True)
 
 
 def _step_of(line: str) -> int | None:
