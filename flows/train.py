@@ -92,6 +92,33 @@ def run_job(cmd: list[str], log_file: Path, env: dict[str, str]) -> int:
     return rc
 
 
+def reshard_if_needed(run: Path, recipe: TrainRecipe, log_file: Path) -> str | None:
+    """When ``latest`` was written with another TP/PP/DP/ZeRO layout than the recipe's, lay it out
+    for the recipe's (training/reshard.py) so the ranks can resume from it. Runs the converter
+    as a subprocess: it loads whole tensors, and its memory is returned when it ends."""
+    from training.reshard import LAYOUT_KEYS, is_ready, layout_of
+
+    latest = run / "checkpoints" / "latest"
+    if not latest.is_file():
+        return None
+    step_dir = run / "checkpoints" / latest.read_text().strip()
+    saved = layout_of(json.loads((step_dir / "bloomline.json").read_text())["config"]["parallel"])
+    now = layout_of(recipe.parallel)
+    if saved == now or is_ready(step_dir, now):
+        return None
+    cmd = [sys.executable, "-m", "training.reshard", str(step_dir)]
+    for k in LAYOUT_KEYS:
+        cmd += [f"--{k.replace('_', '-')}", str(now[k])]
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab") as log:
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[1],
+                            env={**os.environ, "DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu")}).returncode
+    if rc != 0:
+        tail = log_file.read_text(errors="replace").splitlines()[-5:]
+        raise BloomlineError(f"converting {step_dir} to the layout {now} failed (see {log_file}):\n" + "\n".join(tail))
+    return f"{step_dir.name}: {saved} -> {now}"
+
+
 def _latest_step(out: Path) -> int:
     latest = out / "checkpoints" / "latest"
     return int(latest.read_text().strip()[5:]) if latest.is_file() else 0
@@ -121,6 +148,10 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
     # One log folder per invocation, so an old run's last lines are never taken for this one's.
     runs = sorted((run / "logs").glob("run-*")) if (run / "logs").exists() else []
     logs = run / "logs" / f"run-{len(runs) + 1:03d}"
+    converted = task(reshard_if_needed, name="reshard-checkpoint", cache_policy=NONE, persist_result=False)(
+        run, r, logs / "reshard.log")
+    if converted:
+        log.info("checkpoint laid out for the new layout (universal checkpoint): %s", converted)
     for attempt in range(attempts):
         start = _latest_step(run)
         log.info("attempt %d/%d: %d ranks (tp=%d pp=%d dp=%d), from step %d", attempt + 1, attempts, world,

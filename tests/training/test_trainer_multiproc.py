@@ -87,10 +87,33 @@ def test_3d_layout_trains_and_resumes_within_bf16_rounding(data, reference, tmp_
     assert all(m["dp_balance"] <= 1.02 for m in got)
     ck = tmp_path / "checkpoints" / "step_4"
     assert len(list(ck.glob("*optim_states.pt"))) == 8  # one ZeRO-1 shard per rank
-    # resuming with another data-parallel size is refused with a clear message
-    res = launch(data, tmp_path, ["parallel.tp=2", "parallel.pp=2", "parallel.dp=1", "train.steps=6"])
+
+
+def test_resume_on_another_layout_through_a_universal_checkpoint(data, reference, tmp_path):
+    """TP=2 x PP=2 (ZeRO-1) for two steps, then TP=1 x PP=1 x DP=2 (ZeRO-2) for two more: the
+    TP slices are merged, the pipeline stages joined and the optimizer state re-partitioned."""
+    from flows.train import reshard_if_needed
+
+    ok(launch(data, tmp_path, ["parallel.tp=2", "parallel.pp=2", "train.steps=2"]))
+    new = ["parallel.dp=2", "parallel.zero_stage=2"]
+    res = launch(data, tmp_path, new)  # the ranks alone do not convert: a clear refusal
     assert res.returncode != 0
-    assert "resuming with tp=2 pp=2 dp=1 zero_stage=1 is refused" in res.stdout + res.stderr
+    assert "this run has tp=1 pp=1 dp=2 zero_stage=2" in res.stderr
+    assert "python -m training.reshard" in res.stderr and "--dp 2 --zero-stage 2" in res.stderr
+    recipe = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", [*BASE, *new])
+    assert reshard_if_needed(tmp_path, recipe, tmp_path / "reshard.log") == (
+        "step_2: {'tp': 2, 'pp': 2, 'dp': 1, 'zero_stage': 1} -> {'tp': 1, 'pp': 1, 'dp': 2, 'zero_stage': 2}")
+    assert reshard_if_needed(tmp_path, recipe, tmp_path / "reshard.log") is None  # done once
+    res = launch(data, tmp_path, new)
+    ok(res)
+    assert "(universal form, another layout) at step 2" in res.stdout
+    got = metrics(tmp_path)
+    assert [m["step"] for m in got] == [1, 2, 3, 4]
+    for a, b in zip(got, reference):  # weights and Adam moments carried over: the run goes on as before
+        assert abs(a["loss"] - b["loss"]) < 2e-3 * b["loss"], (a["loss"], b["loss"])
+        assert abs(a["grad_norm"] - b["grad_norm"]) < 2e-2 * b["grad_norm"], (a["grad_norm"], b["grad_norm"])
+    meta = json.loads((tmp_path / "checkpoints" / "step_4" / "bloomline.json").read_text())
+    assert meta["config"]["parallel"]["dp"] == 2  # new checkpoints are in the new layout
 
 
 def test_tensor_parallel_is_exact_in_fp32(data, tmp_path):
