@@ -96,16 +96,20 @@ def reshard_if_needed(run: Path, recipe: TrainRecipe, log_file: Path) -> str | N
     """When ``latest`` was written with another TP/PP/DP/ZeRO layout than the recipe's, lay it out
     for the recipe's (training/reshard.py) so the ranks can resume from it. Runs the converter
     as a subprocess: it loads whole tensors, and its memory is returned when it ends."""
-    from training.reshard import LAYOUT_KEYS, is_ready, layout_of
+    from training.reshard import LAYOUT_KEYS, check_convertible, is_ready, layout_of
 
     latest = run / "checkpoints" / "latest"
     if not latest.is_file():
         return None
     step_dir = run / "checkpoints" / latest.read_text().strip()
-    saved = layout_of(json.loads((step_dir / "bloomline.json").read_text())["config"]["parallel"])
-    now = layout_of(recipe.parallel)
+    meta = json.loads((step_dir / "bloomline.json").read_text())
+    saved, now = layout_of(meta["config"]["parallel"]), layout_of(recipe.parallel)
     if saved == now or is_ready(step_dir, now):
         return None
+    try:
+        check_convertible(step_dir, meta, now)
+    except ValueError as e:
+        raise BloomlineError(str(e)) from None
     cmd = [sys.executable, "-m", "training.reshard", str(step_dir)]
     for k in LAYOUT_KEYS:
         cmd += [f"--{k.replace('_', '-')}", str(now[k])]

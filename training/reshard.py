@@ -98,6 +98,24 @@ def layout_name(canonical: str, tp: int, pp: int, num_layers: int) -> str:
     return name
 
 
+def check_convertible(step_dir: Path, meta: dict[str, Any], target: dict[str, int]) -> None:
+    """Raise ValueError for a layout change we cannot make (``meta``: the step's bloomline.json).
+
+    * ZeRO-3 on either side: DeepSpeed 0.19 converts a ZeRO-3 checkpoint, but its ZeRO-1/2 loader
+      rejects the result (no ds_version in the merged optimizer state), and its ZeRO-3 loader
+      expects per-rank optimizer files a universal checkpoint does not have (measured here).
+    * No optimizer step taken yet (every step skipped, e.g. fp16 overflows): there are no Adam
+      moments to convert, and DeepSpeed's converter fails on their absence."""
+    source = layout_of(meta["config"]["parallel"])
+    if 3 in (source["zero_stage"], target["zero_stage"]):
+        raise ValueError(f"{step_dir} (zero_stage={source['zero_stage']}) cannot be resumed with zero_stage="
+                         f"{target['zero_stage']} and another layout: layout changes work between ZeRO stages 0-2; "
+                         f"with ZeRO-3 resume with the same tp/pp/dp/zero_stage")
+    if int(meta["step"]) - int(meta.get("skipped", 0)) - int(meta.get("fp16_overflows", 0)) <= 0:
+        raise ValueError(f"{step_dir}: every step so far was skipped, so there is no optimizer state to convert to "
+                         f"another layout; resume with the same tp/pp/dp/zero_stage")
+
+
 def is_ready(step_dir: Path, layout: dict[str, int]) -> bool:
     marker = step_dir / "universal" / MARKER
     return marker.is_file() and json.loads(marker.read_text()).get("layout") == layout
@@ -117,8 +135,11 @@ def convert(step_dir: str | Path, layout: dict[str, int], num_layers: int, vocab
         return out
     meta = json.loads((step_dir / "bloomline.json").read_text())
     source = layout_of(meta["config"]["parallel"])
+    check_convertible(step_dir, meta, layout)
     tmp = step_dir / "universal.tmp"
+    # The converter globs the step folder for model-state files, so no earlier output may stay inside it.
     shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
     args = argparse.Namespace(input_folder=str(step_dir), output_folder=str(tmp), num_extract_workers=1,
                               num_merge_workers=1, keep_temp_folder=False, strict=True,
                               # checkpoints from before universal_info was saved: fine without TP slices
@@ -144,10 +165,24 @@ def convert(step_dir: str | Path, layout: dict[str, int], num_layers: int, vocab
             f.rename(staged / f.name)
     shutil.rmtree(zero)
     staged.rename(zero)
+    _alias_model_states(tmp)
     (tmp / MARKER).write_text(json.dumps({"layout": layout, "source_layout": source, "step": meta["step"]}))
-    shutil.rmtree(out, ignore_errors=True)  # laid out for another layout earlier
     os.replace(tmp, out)
     return out
+
+
+def _alias_model_states(folder: Path) -> None:
+    """The loader reads run metadata (our step, sampler and RNG state) from model-state files
+    named after the *loading* ZeRO stage: ``zero_pp_rank_0_mp_rank_XX_model_states.pt`` under
+    ZeRO-3, ``mp_rank_XX_model_states.pt`` otherwise. Provide both names."""
+    plain = {f.name[len("mp_rank_"):]: f for f in folder.glob("mp_rank_*_model_states.pt")}
+    z3 = {f.name[len("zero_pp_rank_0_mp_rank_"):]: f for f in folder.glob("zero_pp_rank_0_mp_rank_*_model_states.pt")}
+    for rest, f in plain.items():
+        if rest not in z3:
+            os.link(f, folder / f"zero_pp_rank_0_mp_rank_{rest}")
+    for rest, f in z3.items():
+        if rest not in plain:
+            os.link(f, folder / f"mp_rank_{rest}")
 
 
 def _trim_vocab(folder: Path, rows: int) -> None:
