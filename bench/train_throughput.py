@@ -66,8 +66,14 @@ def trainer_tokens_per_s(data: Path, wd: Path, steps: int) -> float:
     (run / "recipe.json").write_text(json.dumps(to_dict(r)))
     from flows.train import launch_command
 
-    subprocess.run(launch_command(run / "recipe.json", str(data), str(run), 1), cwd=REPO, check=True,
-                   env={**os.environ, "DS_ACCELERATOR": "cpu"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cmd = launch_command(run / "recipe.json", str(data), str(run), 1)
+    try:
+        subprocess.run(cmd, cwd=REPO, check=True, env={**os.environ, "DS_ACCELERATOR": "cpu"},
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    finally:
+        from training.shm import release_job_shm
+
+        release_job_shm(cmd)
     m = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()][2:]
     return sum(x["global_batch_tokens"] for x in m) / sum(x["step_seconds"] for x in m)
 

@@ -23,8 +23,9 @@ from prefect.cache_policies import NONE
 
 from bloomline.config import from_dict, to_dict
 from bloomline.errors import BloomlineError, ConfigError
-from bloomline.io import write_json_atomic
+from bloomline.io import sha256_file, write_json_atomic
 from training.config import TrainRecipe
+from training.shm import release_job_shm
 
 EXIT_USER_ERROR = 2  # training/main.py: a configuration or data problem, restarting cannot help
 
@@ -89,10 +90,12 @@ def run_job(cmd: list[str], log_file: Path, env: dict[str, str]) -> int:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            proc.wait()
+            release_job_shm(cmd)
     return rc
 
 
-def reshard_if_needed(run: Path, recipe: TrainRecipe, log_file: Path) -> str | None:
+def reshard_if_needed(run: Path, recipe: TrainRecipe, data: str | Path, log_file: Path) -> str | None:
     """When ``latest`` was written with another TP/PP/DP/ZeRO layout than the recipe's, lay it out
     for the recipe's (training/reshard.py) so the ranks can resume from it. Runs the converter
     as a subprocess: it loads whole tensors, and its memory is returned when it ends."""
@@ -106,6 +109,8 @@ def reshard_if_needed(run: Path, recipe: TrainRecipe, log_file: Path) -> str | N
     saved, now = layout_of(meta["config"]["parallel"]), layout_of(recipe.parallel)
     if saved == now or is_ready(step_dir, now):
         return None
+    if meta["data_manifest_sha256"] != sha256_file(Path(data) / "manifest.json"):
+        return None  # the trainer refuses it with its message; no conversion for nothing
     try:
         check_convertible(step_dir, meta, now)
     except ValueError as e:
@@ -153,7 +158,7 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
     runs = sorted((run / "logs").glob("run-*")) if (run / "logs").exists() else []
     logs = run / "logs" / f"run-{len(runs) + 1:03d}"
     converted = task(reshard_if_needed, name="reshard-checkpoint", cache_policy=NONE, persist_result=False)(
-        run, r, logs / "reshard.log")
+        run, r, data, logs / "reshard.log")
     if converted:
         log.info("checkpoint laid out for the new layout (universal checkpoint): %s", converted)
     for attempt in range(attempts):

@@ -193,10 +193,28 @@ class HeadStage(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.final_ln = nn.LayerNorm(cfg.hidden_size, eps=cfg.layernorm_eps)
+        self.vocab_size = cfg.vocab_size
         _init_weights(self, cfg.init_std)
 
     def forward(self, hidden: torch.Tensor, word_embedding_weight: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.final_ln(hidden), word_embedding_weight)
+        return mask_padded_vocab(F.linear(self.final_ln(hidden), word_embedding_weight), self.vocab_size)
+
+
+PAD_LOGIT = -1e4  # exp(-1e4 - max) is 0 in fp32; finite, so a slice of only padding is no NaN
+
+
+def mask_padded_vocab(logits: torch.Tensor, vocab_size: int, first_id: int = 0) -> torch.Tensor:
+    """Give the padding columns (token ids >= ``vocab_size``; logits' column 0 is id ``first_id``)
+    the logit PAD_LOGIT, in place.
+
+    The table is padded only so it splits evenly over TP ranks. Masked, padding rows carry no
+    probability and get no gradient, so the model does not depend on how far it is padded and a
+    checkpoint re-padded for another TP (training/reshard.py) is the same model. In place on the
+    projection's output is safe: the matmul's backward needs its inputs, not its output."""
+    start = max(0, vocab_size - first_id)
+    if start < logits.shape[-1]:
+        logits[..., start:] = PAD_LOGIT
+    return logits
 
 
 class Bloom(nn.Module):

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from training.config import ModelConfig, ParallelConfig
-from training.model import Block
+from training.model import Block, mask_padded_vocab
 
 IGNORE_INDEX = -100
 
@@ -64,6 +64,11 @@ def init_distributed(parallel: ParallelConfig, seed: int) -> Mesh:
     backend = parallel.backend
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if torch.cuda.is_available():
+        # Before any communicator exists: NCCL binds each one to the current device, and with
+        # every rank still on cuda:0 the ranks of a node would collide on one GPU.
+        # modulo: launchers that give each process one GPU (srun) still number LOCAL_RANK 0..n-1
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
     if not torch.distributed.is_initialized():
         deepspeed.init_distributed(dist_backend=backend, verbose=False)
     world = torch.distributed.get_world_size()
@@ -81,7 +86,6 @@ def init_distributed(parallel: ParallelConfig, seed: int) -> Mesh:
     coord = topo.get_coord(rank)
     assert (coord.pipe, coord.data, coord.model) == (mesh.pp_rank, mesh.dp_rank, mesh.tp_rank), (coord, mesh)
     if torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
         tensor_parallel.model_parallel_cuda_manual_seed(seed)
     return mesh
 
@@ -217,6 +221,7 @@ class TPEmbedding(nn.Module):
         super().__init__()
         torch.manual_seed(seed)
         rank, size = _tp()
+        self.vocab_size = cfg.vocab_size  # rows beyond it are padding, masked in head_logits
         # Padded to a multiple of 128·TP (Megatron's rule) so the table splits evenly.
         full = nn.Embedding(cfg.padded_vocab(tp=size), cfg.hidden_size)
         nn.init.normal_(full.weight, mean=0.0, std=cfg.init_std)
@@ -254,7 +259,8 @@ def head_logits(embedding: TPEmbedding, hidden: torch.Tensor) -> torch.Tensor:
 
         # identity forward, all-reduce of the input gradient backward (each rank sees V/tp columns)
         hidden = copy_to_tensor_model_parallel_region(hidden)
-    return F.linear(hidden, embedding.weight)
+    logits = F.linear(hidden, embedding.weight)
+    return mask_padded_vocab(logits, embedding.vocab_size, rank * logits.shape[-1])
 
 
 class EmbedNorm(nn.Module):

@@ -59,6 +59,8 @@ def universal_info(padded_vocab: int) -> dict[str, Any]:
                                              r".*(dense|fc2)(\.inner)?\.bias$"],
         c.PARAMETER_WITH_ROW_PARALLELISM_PATTERNS: [r".*(dense|fc2)(\.inner)?\.weight$"],
         c.VOCABULARY_PARAMETER_PATTERNS: [r".*word_embeddings\.weight$"],
+        # tied: held by the first and the last pipeline stage; the converter takes the first's
+        c.PIPELINE_REPLICATED_PARAMETER_PATTERNS: [r".*word_embeddings\.weight$"],
         c.ORIGINAL_VOCAB_SIZE: int(padded_vocab),
     }
 
@@ -101,16 +103,18 @@ def layout_name(canonical: str, tp: int, pp: int, num_layers: int) -> str:
 def check_convertible(step_dir: Path, meta: dict[str, Any], target: dict[str, int]) -> None:
     """Raise ValueError for a layout change we cannot make (``meta``: the step's bloomline.json).
 
-    * ZeRO-3 on either side: DeepSpeed 0.19 converts a ZeRO-3 checkpoint, but its ZeRO-1/2 loader
-      rejects the result (no ds_version in the merged optimizer state), and its ZeRO-3 loader
-      expects per-rank optimizer files a universal checkpoint does not have (measured here).
+    * Only between ZeRO stages 1 and 2. ZeRO-3: DeepSpeed 0.19 converts such a checkpoint, but its
+      ZeRO-1/2 loader rejects the result (no ds_version in the merged optimizer state) and its
+      ZeRO-3 loader expects per-rank optimizer files a universal checkpoint lacks (measured here).
+      ZeRO-0: no ZeRO optimizer, so DeepSpeed neither writes the partitioned state the converter
+      reads nor loads weights from a universal checkpoint.
     * No optimizer step taken yet (every step skipped, e.g. fp16 overflows): there are no Adam
       moments to convert, and DeepSpeed's converter fails on their absence."""
     source = layout_of(meta["config"]["parallel"])
-    if 3 in (source["zero_stage"], target["zero_stage"]):
+    if source["zero_stage"] not in (1, 2) or target["zero_stage"] not in (1, 2):
         raise ValueError(f"{step_dir} (zero_stage={source['zero_stage']}) cannot be resumed with zero_stage="
-                         f"{target['zero_stage']} and another layout: layout changes work between ZeRO stages 0-2; "
-                         f"with ZeRO-3 resume with the same tp/pp/dp/zero_stage")
+                         f"{target['zero_stage']} and another layout: layout changes work between ZeRO stages 1 "
+                         f"and 2; otherwise resume with the same tp/pp/dp/zero_stage")
     if int(meta["step"]) - int(meta.get("skipped", 0)) - int(meta.get("fp16_overflows", 0)) <= 0:
         raise ValueError(f"{step_dir}: every step so far was skipped, so there is no optimizer state to convert to "
                          f"another layout; resume with the same tp/pp/dp/zero_stage")
@@ -140,8 +144,9 @@ def convert(step_dir: str | Path, layout: dict[str, int], num_layers: int, vocab
     # The converter globs the step folder for model-state files, so no earlier output may stay inside it.
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.rmtree(out, ignore_errors=True)
-    args = argparse.Namespace(input_folder=str(step_dir), output_folder=str(tmp), num_extract_workers=1,
-                              num_merge_workers=1, keep_temp_folder=False, strict=True,
+    workers = max(1, min(8, (os.cpu_count() or 1) - 1))
+    args = argparse.Namespace(input_folder=str(step_dir), output_folder=str(tmp), num_extract_workers=workers,
+                              num_merge_workers=max(1, workers // 4), keep_temp_folder=False, strict=True,
                               # checkpoints from before universal_info was saved: fine without TP slices
                               inject_missing_state=source["tp"] == 1)
     try:
@@ -165,24 +170,25 @@ def convert(step_dir: str | Path, layout: dict[str, int], num_layers: int, vocab
             f.rename(staged / f.name)
     shutil.rmtree(zero)
     staged.rename(zero)
-    _alias_model_states(tmp)
+    _strip_model_states(tmp)
     (tmp / MARKER).write_text(json.dumps({"layout": layout, "source_layout": source, "step": meta["step"]}))
     os.replace(tmp, out)
+    # the converter also writes a 'latest_universal' pointer (to universal.tmp) we do not use
+    (step_dir / "latest_universal").unlink(missing_ok=True)
     return out
 
 
-def _alias_model_states(folder: Path) -> None:
-    """The loader reads run metadata (our step, sampler and RNG state) from model-state files
-    named after the *loading* ZeRO stage: ``zero_pp_rank_0_mp_rank_XX_model_states.pt`` under
-    ZeRO-3, ``mp_rank_XX_model_states.pt`` otherwise. Provide both names."""
-    plain = {f.name[len("mp_rank_"):]: f for f in folder.glob("mp_rank_*_model_states.pt")}
-    z3 = {f.name[len("zero_pp_rank_0_mp_rank_"):]: f for f in folder.glob("zero_pp_rank_0_mp_rank_*_model_states.pt")}
-    for rest, f in plain.items():
-        if rest not in z3:
-            os.link(f, folder / f"zero_pp_rank_0_mp_rank_{rest}")
-    for rest, f in z3.items():
-        if rest not in plain:
-            os.link(f, folder / f"mp_rank_{rest}")
+def _strip_model_states(folder: Path) -> None:
+    """The converter copies the source's model-state files, whole weights included. The loader
+    reads only run metadata from them (our step, sampler and RNG state) and the weights from
+    ``zero/``, but it would still load the weights onto the *source* rank's GPU (map_location
+    keeps devices). Keep the metadata, on CPU."""
+    import torch
+
+    for f in folder.glob("*model_states.pt"):
+        sd = torch.load(f, map_location="cpu", weights_only=False)
+        sd["module"] = None
+        torch.save(sd, f)
 
 
 def _trim_vocab(folder: Path, rows: int) -> None:

@@ -170,7 +170,14 @@ class Trainer:
             poison = os.environ.get("BLOOMLINE_INJECT_NAN_STEP") == str(self.step)
             self.loss.set_step(plan.gas, self.mesh.dp, step_tokens, spike, poison)
             skipped_before = self.engine.skipped_steps
-            loss = self._run(batches, plan.gas)
+            try:
+                loss = self._run(batches, plan.gas)
+            except Exception as e:
+                if "loss scale already at minimum" in str(e):  # DeepSpeed's fp16 scaler gives up
+                    raise BloomlineError(f"step {self.step}: fp16 gradients overflow even at the minimum loss scale "
+                                         f"{r.train.fp16_min_loss_scale}; a restart would hit it again: use bf16 or "
+                                         f"lower the learning rate") from e
+                raise
             grad_norm = self.engine.get_global_grad_norm()
             skip = None
             if self.engine.skipped_steps > skipped_before:  # DeepSpeed's overflow check is global: all ranks agree
@@ -281,7 +288,8 @@ class Trainer:
         # (pp, tp) position writes; other DP ranks restore those (the model has no dropout, so no
         # rank's results depend on its RNG today).
         rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-               "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+               # this rank's device only: a resume may see another number of GPUs
+               "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}
         self.engine.save_checkpoint(str(self.ckpt_dir), tag=tag, client_state={"bloomline": state, "rng": rng},
                                     save_latest=False)
         torch.distributed.barrier()
@@ -330,14 +338,17 @@ class Trainer:
         else:
             _, client = self.engine.load_checkpoint(str(self.ckpt_dir), tag=tag, load_optimizer_states=True,
                                                     load_lr_scheduler_states=False)
+        # DeepSpeed restores the checkpoint's clipping threshold with the optimizer; the recipe rules.
+        if hasattr(self.engine.optimizer, "clip_grad"):
+            self.engine.optimizer.clip_grad = self.recipe.optim.clip_grad
         state = client["bloomline"]
         rng = client.get("rng")
         if rng:
             random.setstate(rng["python"])
             np.random.set_state(rng["numpy"])
             torch.set_rng_state(rng["torch"])
-            if rng.get("cuda") is not None and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(rng["cuda"])
+            if isinstance(rng.get("cuda"), torch.Tensor) and torch.cuda.is_available():
+                torch.cuda.set_rng_state(rng["cuda"])
         self.step = state["step"]
         self.saved_step = self.step
         self.skipped = state["skipped"]

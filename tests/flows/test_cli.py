@@ -138,6 +138,8 @@ def test_train_flow_restarts_after_a_rank_is_killed(demo_data, tmp_path):
     import psutil
 
     out = tmp_path / "run"
+    shm = lambda: set(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*"))  # noqa: E731
+    shm_before = shm()
     cmd = [*BLOOMLINE, "train", "--data", str(demo_data), "--out", str(out), "-o", "parallel.pp=2",
            "-o", "train.steps=6", "-o", "checkpoint.interval=2", "-o", "optim.decay_steps=30"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -158,6 +160,8 @@ def test_train_flow_restarts_after_a_rank_is_killed(demo_data, tmp_path):
     output, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, output[-3000:]
     assert "done: step 6/6" in output and "2 attempt(s)" in output
+    # DeepSpeed's CPU all-reduce buffers (RAM in /dev/shm) of both attempts, the killed one too, are released
+    assert shm() <= shm_before
     steps = [json.loads(l)["step"] for l in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4, 5, 6]
     assert list((out / "logs").glob("run-*/attempt-2.log"))

@@ -104,11 +104,11 @@ def test_tied_embeddings():
     for block in model.blocks:
         hidden = block(hidden, torch.ones_like(ids))
     logits = model(ids)
-    torch.testing.assert_close(logits, model.head.final_ln(hidden) @ W.T)
+    torch.testing.assert_close(logits[..., :200], (model.head.final_ln(hidden) @ W.T)[..., :200])
 
-    # gradient reaches W through the output projection: rows never looked up get gradient
+    # gradient reaches W through the output projection: real rows never looked up get gradient
     model.loss(logits, ids).backward()
-    assert W.grad[50:].abs().sum() > 0
+    assert W.grad[50:200].abs().sum() > 0
     # ... and through the lookup: with the head cut off from W, the used rows still get gradient
     model.zero_grad()
     cut = model.head(model.embedding.embed_ln(model.embedding.word_embeddings(ids)), W.detach())
@@ -181,3 +181,19 @@ def test_attention_splits_into_whole_heads_by_qkv_rows():
             assert shard.num_heads == 2
             parts.append(shard(x, seg))
     torch.testing.assert_close(parts[0] + parts[1], full, rtol=1e-5, atol=1e-6)
+
+
+def test_padding_columns_of_the_vocabulary_are_inert():
+    """Ids >= vocab_size exist only to pad the table for TP: no probability, no gradient."""
+    from training.model import Bloom, PAD_LOGIT
+
+    cfg = ModelConfig(vocab_size=200, hidden_size=32, num_layers=1, num_heads=2, seq_len=16)
+    m = Bloom(cfg)
+    assert m.embedding.word_embeddings.weight.shape[0] == 256
+    ids = torch.randint(0, 200, (2, 8))
+    logits = m(ids)
+    assert (logits[..., 200:] == PAD_LOGIT).all() and (logits[..., :200] != PAD_LOGIT).all()
+    Bloom.loss(logits[:, :-1], ids[:, 1:]).backward()
+    g = m.embedding.word_embeddings.weight.grad
+    assert g[200:].abs().max() == 0 and g[:200].abs().max() > 0
+    assert torch.softmax(logits.float(), -1)[..., 200:].max() == 0

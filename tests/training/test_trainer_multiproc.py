@@ -12,6 +12,7 @@ import torch
 
 from bloomline.config import load_config, to_dict
 from training.config import TrainRecipe
+from training.shm import release_job_shm
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -38,8 +39,11 @@ def launch(data: Path, out: Path, overrides: list[str], env: dict | None = None)
     from flows.train import launch_command
 
     cmd = launch_command(recipe, str(data), str(out), r.parallel.world_size)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO,
-                          env={**os.environ, "DS_ACCELERATOR": "cpu", **(env or {})})
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO,
+                              env={**os.environ, "DS_ACCELERATOR": "cpu", **(env or {})})
+    finally:
+        release_job_shm(cmd)
 
 
 def ok(res: subprocess.CompletedProcess) -> None:
@@ -101,9 +105,9 @@ def test_resume_on_another_layout_through_a_universal_checkpoint(data, reference
     assert "this run has tp=1 pp=1 dp=2 zero_stage=2" in res.stderr
     assert "python -m training.reshard" in res.stderr and "--dp 2 --zero-stage 2" in res.stderr
     recipe = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", [*BASE, *new])
-    assert reshard_if_needed(tmp_path, recipe, tmp_path / "reshard.log") == (
+    assert reshard_if_needed(tmp_path, recipe, data, tmp_path / "reshard.log") == (
         "step_2: {'tp': 2, 'pp': 2, 'dp': 1, 'zero_stage': 1} -> {'tp': 1, 'pp': 1, 'dp': 2, 'zero_stage': 2}")
-    assert reshard_if_needed(tmp_path, recipe, tmp_path / "reshard.log") is None  # done once
+    assert reshard_if_needed(tmp_path, recipe, data, tmp_path / "reshard.log") is None  # done once
     res = launch(data, tmp_path, new)
     ok(res)
     assert "(universal form, another layout) at step 2" in res.stdout

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# On the device machine (see bench/gpu_validate.py): install the carried wheels, then validate.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+python3 bench/gpu_validate.py --data .gpu/data --out "${OUT:-/tmp/bloomline-gpu}" "$@" 2>&1 | tee "${OUT:-/tmp/bloomline-gpu}/log.txt"

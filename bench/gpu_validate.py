@@ -1,0 +1,187 @@
+"""GPU validation of the trainer: one prepared script for the `device` machine (prints figures).
+
+Here (CPU), once, to build the bundle the device needs (wheels it lacks + shards), then a dry run
+of this same script on bloom-tiny so no device time is spent finding a typo:
+
+    bash bench/gpu/bundle.sh                       # -> .gpu/whl, .gpu/data (git-ignored)
+    python bench/gpu_validate.py --smoke           # CPU, gloo, bloom-tiny, a few steps
+
+On the device (one `run`, carry [".gpu"], timeout_s 540):
+
+    bash bench/gpu/run.sh                          # installs .gpu/whl, runs this with --out $OUT
+
+Runs, each through the DeepSpeed launcher with the NCCL backend, on bloom-560m-sized layers
+(24 layers × 1024, 16 heads, seq 2048; the vocabulary of the carried shards):
+
+1. bf16 with activation checkpointing (BLOOM's setting), 2. bf16 without it — tokens/s and MFU
+   (model FLOPs 6N + 12·L·H·T per token, recomputation not counted) against the measured bf16
+   matmul peak (8192³) and H200's nominal dense bf16 peak;
+3. fp16 with DeepSpeed's dynamic loss scaling — the loss-scale trajectory, overflows, loss.
+
+Writes ``OUT/gpu_summary.json`` and each run's ``metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bloomline.config import load_config, to_dict  # noqa: E402
+from training.config import TrainRecipe  # noqa: E402
+from training.shm import release_job_shm  # noqa: E402
+
+H200_BF16_DENSE = 989e12  # NVIDIA's H200 SXM datasheet, dense (no sparsity)
+
+
+def matmul_peak(n: int, device: str) -> float:
+    a = torch.randn(n, n, dtype=torch.bfloat16, device=device)
+    b = torch.randn(n, n, dtype=torch.bfloat16, device=device)
+    for _ in range(3):
+        a @ b
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync()
+    reps = 20 if device == "cuda" else 3
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    sync()
+    return 2 * n**3 * reps / (time.perf_counter() - t0)
+
+
+def launch(recipe: TrainRecipe, data: Path, run: Path, timeout: float) -> tuple[int, float]:
+    """One training job through the DeepSpeed launcher, in its own process group (killed whole
+    on timeout: the ranks must not keep the GPU after the launcher is gone)."""
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir(parents=True)
+    (run / "recipe.json").write_text(json.dumps(to_dict(recipe)))
+    world = recipe.parallel.world_size
+    port = 29500 + (os.getpid() % 1000)
+    cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(world), "--master_port", str(port),
+           str(REPO / "training" / "main.py"), "--recipe", str(run / "recipe.json"), "--data", str(data),
+           "--out", str(run)]
+    env = dict(os.environ)
+    if not torch.cuda.is_available():
+        env["DS_ACCELERATOR"] = "cpu"
+    t0 = time.perf_counter()
+    with open(run / "log.txt", "w") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            rc = 124
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            release_job_shm(cmd)
+    return rc, time.perf_counter() - t0
+
+
+def summarise(name: str, run: Path, flops_at: Callable[[int], float], peaks: dict[str, float], rc: int,
+              wall: float) -> dict:
+    lines = (run / "metrics.jsonl").read_text().splitlines() if (run / "metrics.jsonl").exists() else []
+    m = [json.loads(l) for l in lines]
+    timed = m[3:] if len(m) > 5 else m[1:]  # the first steps include warm-up (allocator, kernels)
+    secs = sum(x["step_seconds"] for x in timed)
+    tps = sum(x["global_batch_tokens"] for x in timed) / secs if timed and secs > 0 else 0.0
+    # FLOPs step by step: the attention term depends on the step's bucket (sequence length)
+    flops = sum(flops_at(int(x["bucket"])) * x["global_batch_tokens"] for x in timed)
+    out = {"run": name, "rc": rc, "wall_s": round(wall, 1), "steps": len(m), "tokens_per_s": round(tps),
+           "buckets": sorted({x["bucket"] for x in m}),
+           "mfu": {k: round(flops / secs / v, 4) if secs > 0 else 0.0 for k, v in peaks.items()},
+           "loss_first_last": [m[0]["loss"], m[-1]["loss"]] if m else None,
+           "grad_norm_last": m[-1]["grad_norm"] if m else None,
+           "skipped": sum(1 for x in m if x.get("skipped")),
+           "loss_scale": [x.get("loss_scale") for x in m] if m and m[0].get("loss_scale") is not None else None}
+    if rc != 0:
+        out["log_tail"] = (run / "log.txt").read_text(errors="replace").splitlines()[-25:]
+    print(json.dumps(out), flush=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", type=Path, default=REPO / ".gpu" / "data")
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/bloomline-gpu")))
+    ap.add_argument("--steps", type=int, default=25)
+    ap.add_argument("--smoke", action="store_true", help="CPU dry run on bloom-tiny")
+    ap.add_argument("--budget-s", type=float, default=480, help="stop starting runs after this many seconds")
+    args = ap.parse_args()
+    t_start = time.perf_counter()
+    cuda = torch.cuda.is_available()
+    print(f"torch {torch.__version__}, cuda {torch.version.cuda}, device "
+          f"{torch.cuda.get_device_name(0) if cuda else 'cpu'}", flush=True)
+    if args.smoke:
+        data = args.data
+        if not (data / "manifest.json").exists():
+            from data_prep.config import PrepareConfig
+            from data_prep.pipeline import run_all
+
+            data = args.out / "smoke-data"
+            if not (data / "manifest.json").exists():
+                run_all(load_config(PrepareConfig, REPO / "configs/data/demo.yaml"), data)
+        base, steps = "bloom-tiny", 4
+        shape = ["batch.tokens_per_step=8192", "batch.micro_batch_tokens=4096"]
+    else:
+        data, base, steps = args.data, "bloom-560m", args.steps
+        # 64 sequences of 2048 per step, micro-batches of 8 × 2048: ~25 steps fit a few minutes.
+        shape = ["batch.tokens_per_step=131072", "batch.micro_batch_tokens=16384"]
+    manifest = json.loads((data / "manifest.json").read_text())
+    vocab = manifest["tokenizer"]["vocab_size"]
+    common = [f"model.vocab_size={vocab}", f"model.seq_len={max(2048, max(manifest['buckets']))}",
+              f"train.steps={steps}", f"checkpoint.interval={steps}",
+              "optim.warmup_steps=5", "parallel.backend=auto", *shape]
+
+    peaks = {"measured_bf16_matmul": matmul_peak(8192 if cuda else 1024, "cuda" if cuda else "cpu")}
+    if cuda:
+        peaks["h200_nominal_bf16_dense"] = H200_BF16_DENSE
+    print(f"bf16 matmul peak: {peaks['measured_bf16_matmul'] / 1e12:.1f} TFLOP/s", flush=True)
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    # run folders (checkpoints included) outside OUT: only small files go back from the device
+    work = Path(tempfile.mkdtemp(prefix="bloomline-gpu-"))
+    runs = [("bf16_ckpt", ["train.precision=bf16", "train.activation_checkpointing=true"]),
+            ("bf16_nockpt", ["train.precision=bf16", "train.activation_checkpointing=false"]),
+            ("fp16_dynamic_scale", ["train.precision=fp16", "train.activation_checkpointing=false",
+                                    *([] if cuda else ["train.cpu_fp16=true"])])]
+    results = []
+    for name, extra in runs:
+        left = args.budget_s - (time.perf_counter() - t_start)
+        if left < 60:
+            print(f"skipping {name}: {left:.0f} s of the budget left", flush=True)
+            continue
+        r = load_config(TrainRecipe, REPO / f"configs/train/{base}.yaml", [*common, *extra])
+        from training.model import Bloom
+
+        with torch.device("meta"):
+            model = Bloom(r.model)
+        rc, wall = launch(r, data, work / name, timeout=left - 10)
+        results.append(summarise(name, work / name, model.flops_per_token, peaks, rc, wall))
+        results[-1]["model_flops_per_token_at_seq_len"] = model.flops_per_token(r.model.seq_len)
+        if (work / name / "metrics.jsonl").exists():
+            shutil.copy(work / name / "metrics.jsonl", args.out / f"{name}.metrics.jsonl")
+        shutil.rmtree(work / name, ignore_errors=True)  # checkpoints: GBs at 560m
+    summary = {"device": torch.cuda.get_device_name(0) if cuda else "cpu", "torch": torch.__version__,
+               "peaks_flops": peaks, "model": base, "vocab": vocab, "runs": results}
+    (args.out / "gpu_summary.json").write_text(json.dumps(summary, indent=1))
+    sys.exit(0 if results and all(x["rc"] == 0 for x in results) else 1)
+
+
+if __name__ == "__main__":
+    main()
