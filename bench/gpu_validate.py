@@ -27,8 +27,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,7 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from bloomline.config import load_config, to_dict  # noqa: E402
 from training.config import TrainRecipe  # noqa: E402
-from training.shm import release_job_shm  # noqa: E402
+from training.launch import launch_command, run_job  # noqa: E402
 
 H200_BF16_DENSE = 989e12  # NVIDIA's H200 SXM datasheet, dense (no sparsity)
 
@@ -68,28 +66,12 @@ def launch(recipe: TrainRecipe, data: Path, run: Path, timeout: float) -> tuple[
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
     (run / "recipe.json").write_text(json.dumps(to_dict(recipe)))
-    world = recipe.parallel.world_size
-    port = 29500 + (os.getpid() % 1000)
-    cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(world), "--master_port", str(port),
-           str(REPO / "training" / "main.py"), "--recipe", str(run / "recipe.json"), "--data", str(data),
-           "--out", str(run)]
+    cmd = launch_command(run / "recipe.json", data, run, recipe.parallel.world_size)
     env = dict(os.environ)
     if not torch.cuda.is_available():
         env["DS_ACCELERATOR"] = "cpu"
     t0 = time.perf_counter()
-    with open(run / "log.txt", "w") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            rc = 124
-        finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-            release_job_shm(cmd)
+    rc = run_job(cmd, run / "log.txt", env, timeout=timeout, cwd=REPO)
     return rc, time.perf_counter() - t0
 
 

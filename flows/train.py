@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,7 +23,7 @@ from bloomline.config import from_dict, to_dict
 from bloomline.errors import BloomlineError, ConfigError
 from bloomline.io import sha256_file, write_json_atomic
 from training.config import TrainRecipe
-from training.shm import release_job_shm
+from training.launch import launch_command, run_job  # noqa: F401  (launch_command: used by tests, benches)
 
 EXIT_USER_ERROR = 2  # training/main.py: a configuration or data problem, restarting cannot help
 
@@ -58,41 +56,6 @@ def validate(recipe: TrainRecipe, data_dir: str | Path) -> dict[str, Any]:
     if not any(s["split"] == "train" for s in m["shards"]):
         raise BloomlineError(f"{data_dir} has no training shards")
     return m
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def launch_command(recipe_file: Path, data_dir: str, out: str, world: int) -> list[str]:
-    main = Path(__file__).resolve().parents[1] / "training" / "main.py"
-    launcher = Path(sys.executable).with_name("deepspeed")
-    return [str(launcher), "--num_gpus", str(world), "--master_port", str(_free_port()), str(main),
-            "--recipe", str(recipe_file), "--data", str(data_dir), "--out", str(out)]
-
-
-def run_job(cmd: list[str], log_file: Path, env: dict[str, str]) -> int:
-    """Run the launcher in its own process group; kill the whole group if we are interrupted."""
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_file, "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        try:
-            rc = proc.wait()
-        except BaseException:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise
-        finally:
-            # Whatever happened, no rank outlives its job (a dead rank's peers may hang in a collective).
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-            release_job_shm(cmd)
-    return rc
 
 
 def reshard_if_needed(run: Path, recipe: TrainRecipe, data: str | Path, log_file: Path) -> str | None:
