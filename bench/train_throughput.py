@@ -64,7 +64,7 @@ def trainer_tokens_per_s(data: Path, wd: Path, steps: int) -> float:
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
     (run / "recipe.json").write_text(json.dumps(to_dict(r)))
-    from flows.train import launch_command
+    from training.launch import launch_command
 
     cmd = launch_command(run / "recipe.json", str(data), str(run), 1)
     try:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from bloomline.config import from_dict, to_dict
 from bloomline.errors import BloomlineError, ConfigError
 from bloomline.io import sha256_file, write_json_atomic
 from training.config import TrainRecipe
-from training.launch import launch_command, run_job  # noqa: F401  (launch_command: used by tests, benches)
+from training.launch import launch_command, run_job
 
 EXIT_USER_ERROR = 2  # training/main.py: a configuration or data problem, restarting cannot help
 
@@ -62,7 +61,7 @@ def reshard_if_needed(run: Path, recipe: TrainRecipe, data: str | Path, log_file
     """When ``latest`` was written with another TP/PP/DP/ZeRO layout than the recipe's, lay it out
     for the recipe's (training/reshard.py) so the ranks can resume from it. Runs the converter
     as a subprocess: it loads whole tensors, and its memory is returned when it ends."""
-    from training.reshard import LAYOUT_KEYS, check_convertible, is_ready, layout_of
+    from training.reshard import check_convertible, is_ready, layout_of, reshard_command
 
     latest = run / "checkpoints" / "latest"
     if not latest.is_file():
@@ -78,9 +77,7 @@ def reshard_if_needed(run: Path, recipe: TrainRecipe, data: str | Path, log_file
         check_convertible(step_dir, meta, now)
     except ValueError as e:
         raise BloomlineError(str(e)) from None
-    cmd = [sys.executable, "-m", "training.reshard", str(step_dir)]
-    for k in LAYOUT_KEYS:
-        cmd += [f"--{k.replace('_', '-')}", str(now[k])]
+    cmd = reshard_command(step_dir, now)
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[1],

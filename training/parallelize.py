@@ -109,14 +109,9 @@ class DeepSpeedMPU:
         return self.ps.get_tensor_model_parallel_group()
 
     # the same under megatron's newer names (DeepSpeed's universal-checkpoint loader asks for these)
-    def get_tensor_model_parallel_rank(self) -> int:
-        return self.ps.get_tensor_model_parallel_rank()
-
-    def get_tensor_model_parallel_world_size(self) -> int:
-        return self.ps.get_tensor_model_parallel_world_size()
-
-    def get_tensor_model_parallel_group(self) -> Any:
-        return self.ps.get_tensor_model_parallel_group()
+    get_tensor_model_parallel_rank = get_model_parallel_rank
+    get_tensor_model_parallel_world_size = get_model_parallel_world_size
+    get_tensor_model_parallel_group = get_model_parallel_group
 
     def get_data_parallel_rank(self) -> int:
         return self.ps.get_data_parallel_rank()

@@ -34,6 +34,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bloomline.config import from_dict
+from training.config import ModelConfig
+
 LAYOUT_KEYS = ("tp", "pp", "dp", "zero_stage")
 MARKER = "bloomline_layout.json"  # in step_N/universal: written last, says which layout it is laid out for
 _TP_LINEARS = re.compile(r"^(.*\.(?:qkv|dense|fc1|fc2))\.(weight|bias)$")
@@ -120,13 +123,20 @@ def check_convertible(step_dir: Path, meta: dict[str, Any], target: dict[str, in
                          f"another layout; resume with the same tp/pp/dp/zero_stage")
 
 
+def reshard_command(step_dir: str | Path, layout: dict[str, int]) -> list[str]:
+    """``python -m training.reshard STEP_DIR --tp .. --pp .. --dp .. --zero-stage ..``"""
+    cmd = [sys.executable, "-m", "training.reshard", str(step_dir)]
+    for k in LAYOUT_KEYS:
+        cmd += [f"--{k.replace('_', '-')}", str(layout[k])]
+    return cmd
+
+
 def is_ready(step_dir: Path, layout: dict[str, int]) -> bool:
     marker = step_dir / "universal" / MARKER
     return marker.is_file() and json.loads(marker.read_text()).get("layout") == layout
 
 
-def convert(step_dir: str | Path, layout: dict[str, int], num_layers: int, vocab_size: int,
-            make_vocab_divisible_by: int = 128) -> Path:
+def convert(step_dir: str | Path, layout: dict[str, int], model: ModelConfig) -> Path:
     """``step_dir`` (any layout) → ``step_dir/universal`` laid out for ``layout``; idempotent.
 
     Written to ``universal.tmp`` and renamed, with the marker written last: a killed conversion
@@ -157,9 +167,9 @@ def convert(step_dir: str | Path, layout: dict[str, int], num_layers: int, vocab
     # Folders under the target layout's names; rows of the vocabulary trimmed to its padding.
     zero, staged = tmp / "zero", tmp / "zero.renamed"
     staged.mkdir()
-    target_vocab = -(-vocab_size // (make_vocab_divisible_by * layout["tp"])) * make_vocab_divisible_by * layout["tp"]
+    target_vocab = model.padded_vocab(tp=layout["tp"])
     for d in sorted(p for p in zero.iterdir() if p.is_dir()):
-        name = layout_name(canonical_name(d.name), layout["tp"], layout["pp"], num_layers)
+        name = layout_name(canonical_name(d.name), layout["tp"], layout["pp"], model.num_layers)
         if (staged / name).exists():
             continue  # the tied embedding, saved by both the first and the last stage
         d.rename(staged / name)
@@ -211,9 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     step_dir = Path(args.step_dir)
     meta = json.loads((step_dir / "bloomline.json").read_text())
-    model = meta["config"]["model"]
     layout = {k: getattr(args, k) for k in LAYOUT_KEYS}
-    out = convert(step_dir, layout, model["num_layers"], model["vocab_size"], model.get("make_vocab_divisible_by", 128))
+    out = convert(step_dir, layout, from_dict(ModelConfig, meta["config"]["model"]))
     print(f"{out}: laid out for {layout}")
     return 0
 

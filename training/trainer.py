@@ -29,7 +29,7 @@ from bloomline.config import to_dict
 from bloomline.errors import BloomlineError
 from bloomline.io import sha256_file, write_bytes_atomic, write_json_atomic
 from training.config import TrainRecipe
-from training.reshard import is_ready, layout_of, universal_info
+from training.reshard import is_ready, layout_of, reshard_command, universal_info
 from training.parallelize import (DeepSpeedMPU, Mesh, SequentialBloom, StepLoss, checkpoint_fn, init_distributed, layer_specs,
                                   megatron_config)
 from training.sampler import DynamicBatchSampler, ShardIndex, materialize
@@ -323,8 +323,8 @@ class Trainer:
             show = lambda d: " ".join(f"{k}={v}" for k, v in d.items())  # noqa: E731
             raise BloomlineError(
                 f"{self.ckpt_dir / tag} was written with {show(saved)}; this run has {show(now)}. `bloomline train` "
-                f"converts it before resuming; by hand: python -m training.reshard {self.ckpt_dir / tag} "
-                + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in now.items()))
+                f"converts it before resuming; by hand: python -m training.reshard "
+                + " ".join(reshard_command(self.ckpt_dir / tag, now)[3:]))
         return tag, True
 
     def _resume(self) -> None:

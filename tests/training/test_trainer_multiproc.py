@@ -4,7 +4,6 @@ real checkpoints. One shared set of demo shards; every run is a few steps of blo
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -36,7 +35,7 @@ def launch(data: Path, out: Path, overrides: list[str], env: dict | None = None)
     out.mkdir(parents=True, exist_ok=True)
     recipe = out / "recipe.json"
     recipe.write_text(json.dumps(to_dict(r)))
-    from flows.train import launch_command
+    from training.launch import launch_command
 
     cmd = launch_command(recipe, str(data), str(out), r.parallel.world_size)
     try:
