@@ -37,11 +37,12 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from bloomline.host import available_cpus
 from data_prep.normalize import normalize_text
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "corpus"
-CORES = len(os.sched_getaffinity(0))
+CORES = available_cpus()
 
 BASE_OVERRIDES = [
     "tokenizer.vocab_size=32000", "tokenizer.sample_bytes=20000000",

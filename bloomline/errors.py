@@ -24,3 +24,8 @@ class ConfigError(BloomlineError):
 
 class DataError(BloomlineError):
     """Input data or an intermediate file is missing, unreadable or corrupt."""
+
+
+class CheckpointError(BloomlineError):
+    """A checkpoint folder is missing, incomplete, of another format, or inconsistent
+    (``training/CHECKPOINT.md``); the message names the file and the field."""

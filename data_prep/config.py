@@ -7,7 +7,6 @@ corpus; ``configs/data/demo.yaml`` shrinks the sizes for the bundled sample corp
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -15,6 +14,7 @@ from typing import Any, Optional
 from bloomline import languages
 from bloomline.config import check, from_dict
 from bloomline.errors import ConfigError
+from bloomline.host import available_cpus
 
 
 @dataclass
@@ -263,7 +263,7 @@ class DaskConfig:
         check(self.n_workers is None or self.n_workers >= 1, "n_workers", "must be >= 1")
 
     def workers(self) -> int:
-        return self.n_workers or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+        return self.n_workers or available_cpus()
 
 
 @dataclass

@@ -6,7 +6,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import xxhash
+
 from bloomline.errors import DataError
+
+
+def uniform_draw(seed: int, salt: str, doc_id: str, exact: int) -> float:
+    """A document's uniform draw in [0, 1) for one purpose (``salt``): stable for the same seed,
+    id and text (``exact``: its exact-dedup hash), whatever the corpus order or other documents."""
+    return xxhash.xxh64_intdigest(f"{seed}:{salt}:{doc_id}:{exact}".encode()) / 2.0**64
 
 # Records whose language cannot be known (malformed line, missing or unknown label) are booked
 # under this key, so the ledger still balances.
@@ -96,12 +104,6 @@ class Ledger:
             e = self.langs[lang]
             out[lang] = {k: (dict(sorted(v.items())) if isinstance(v, (Counter, dict)) else v) for k, v in e.items()}
         return out
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Ledger":
-        led = cls()
-        led.merge(d)
-        return led
 
     def totals(self) -> dict[str, int]:
         t = Counter()

@@ -146,3 +146,30 @@ def open_shard(data_dir: str | Path, shard: dict[str, Any], verify: bool = True)
     if table.num_rows != shard["rows"]:
         raise CorruptShardError(f"shard {path}: {table.num_rows} rows, manifest says {shard['rows']}")
     return table
+
+
+def check_model_fits(manifest: dict[str, Any], data_dir: str | Path, vocab_size: int, seq_len: int) -> None:
+    """The one data↔model compatibility check: the model's ``vocab_size`` is the tokenizer's
+    (before padding; BLOOM: 250,680 — the padded table size is the model's own business) and
+    the data's largest bucket fits its ``seq_len``. ConfigError naming the model key to change."""
+    from bloomline.errors import ConfigError
+
+    vocab = int(manifest["tokenizer"]["vocab_size"])
+    if vocab != vocab_size:
+        raise ConfigError("model.vocab_size", f"the model's vocabulary is {vocab_size} but the data in {data_dir} was "
+                                              f"tokenized with a {vocab}-piece tokenizer: set model.vocab_size={vocab} "
+                                              "(the tokenizer's size before padding) or prepare the data with the "
+                                              "model's tokenizer")
+    largest = max(int(b) for b in manifest["buckets"])
+    if largest > seq_len:
+        raise ConfigError("model.seq_len", f"the data's largest bucket is {largest} tokens, longer than the model's "
+                                           f"seq_len {seq_len}: raise model.seq_len or prepare the data with "
+                                           f"pack.buckets up to {seq_len}")
+
+
+def pad_id(tokenizer: dict[str, Any]) -> int:
+    """The id to pad samples with: ``<pad>``, or ``</s>`` for a reused tokenizer without one (id
+    -1). Padded positions carry no label and are masked out of attention, so the id only has to
+    be a valid row of the embedding."""
+    pad = int(tokenizer.get("pad_id", -1))
+    return pad if pad >= 0 else int(tokenizer["eos_id"])

@@ -19,11 +19,22 @@ draw at rate budget/bytes), so the sample is deterministic and needs one pass.
 from __future__ import annotations
 
 import re
+import shutil
+import time
+from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-from bloomline.errors import BloomlineError
-from data_prep.pii import PLACEHOLDERS
+if TYPE_CHECKING:
+    from data_prep.config import PrepareConfig
+    from data_prep.workdir import Paths
+
+from bloomline.errors import BloomlineError, DataError
+from bloomline.host import available_cpus
+from bloomline.io import read_json, sha256_file, write_json_atomic
+from data_prep.chunks import chunk_table, dropped_positions
+from data_prep.document import uniform_draw
+from data_prep.pii import PLACEHOLDERS, redact
 
 UNK, BOS, EOS, PAD = 0, 1, 2, 3
 MAX_LINE = 16384
@@ -117,3 +128,70 @@ def check_model(path: Path) -> int:
     if sp.eos_id() < 0:
         raise TokenizerError(f"tokenizer {path} has no </s> (eos) piece; bloomline separates documents with it")
     return sp.get_piece_size()
+
+
+@lru_cache(maxsize=2)
+def processor(path: str, sha: str) -> Any:
+    """The SentencePiece model at ``path`` (cached per process; ``sha`` keys the cache to its content)."""
+    import sentencepiece as spm
+
+    # One thread: parallelism comes from one Dask worker process per core. SentencePiece's
+    # default (-1 = every core, per call) oversubscribes the machine N-fold.
+    return spm.SentencePieceProcessor(model_file=path, num_threads=1)
+
+
+def build_tokenizer(cfg: PrepareConfig, paths: Paths, dedup: dict[str, Any], chunk_ids: list[int]) -> dict[str, Any]:
+    """The tokenizer stage: train SentencePiece on an alpha-smoothed, PII-redacted sample of the kept
+    documents (or copy the configured model); marked done by ``.work/tokenizer.json``."""
+    done = paths.work / "tokenizer.json"
+    if done.exists() and paths.tokenizer.exists():
+        return read_json(done)
+    paths.tokenizer.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    info: dict[str, Any] = {}
+    if cfg.tokenizer.model:
+        src = Path(cfg.tokenizer.model)
+        if not src.is_file():
+            raise DataError(f"tokenizer.model not found: {src}")
+        check_model(src)
+        tmp = paths.tokenizer.with_name("tokenizer.model.tmp-copy")
+        shutil.copyfile(src, tmp)
+        tmp.replace(paths.tokenizer)
+        info["trained"] = False
+        info["source"] = str(src)
+    else:
+        weights = alpha_weights(dedup["kept_bytes"], cfg.tokenizer.alpha)
+        budget = {lang: w * cfg.tokenizer.sample_bytes for lang, w in weights.items()}
+        rate = {lang: min(1.0, budget[lang] / b) for lang, b in dedup["kept_bytes"].items() if b}
+        sample = paths.work / "tokenizer_sample.txt"
+        taken: dict[str, int] = {}
+        with open(sample, "w", encoding="utf-8") as f:
+            for cid in chunk_ids:
+                drops = dropped_positions(paths, cid)
+                t = chunk_table(paths, cid, ["pos", "id", "lang", "text", "exact"])
+                for pos, did, lang, text, ex in zip(*(t.column(c).to_pylist() for c in ("pos", "id", "lang", "text", "exact"))):
+                    if pos in drops or uniform_draw(cfg.seed, "tok", did, ex) >= rate.get(lang, 0.0):
+                        continue
+                    if cfg.pii.enabled:
+                        text, _ = redact(text, cfg.pii.kinds)
+                    for line in sample_lines(text):
+                        f.write(line + "\n")
+                    taken[lang] = taken.get(lang, 0) + len(text.encode("utf-8"))
+        threads = cfg.tokenizer.num_threads or available_cpus()
+        prefix = paths.work / "tok" / "tokenizer"
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+        model = train(sample, prefix, cfg.tokenizer.vocab_size, cfg.tokenizer.character_coverage, threads, cfg.seed)
+        tmp = paths.tokenizer.with_name("tokenizer.model.tmp-copy")
+        shutil.copyfile(model, tmp)
+        tmp.replace(paths.tokenizer)
+        vocab = prefix.with_suffix(".vocab")
+        if vocab.exists():
+            shutil.copyfile(vocab, paths.tokenizer.with_suffix(".vocab"))
+        info["trained"] = True
+        info["sample_bytes"] = dict(sorted(taken.items()))
+        info["sample_weights"] = {k: round(v, 6) for k, v in weights.items()}
+    info["vocab_size"] = check_model(paths.tokenizer)
+    info["sha256"] = sha256_file(paths.tokenizer)
+    info["seconds"] = time.perf_counter() - t0
+    write_json_atomic(done, info)
+    return info

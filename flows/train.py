@@ -21,16 +21,16 @@ from prefect.cache_policies import NONE
 from bloomline.config import from_dict, to_dict
 from bloomline.errors import BloomlineError, ConfigError
 from bloomline.io import sha256_file, write_json_atomic
+from data_prep.shards import check_model_fits, load_manifest
+from training.checkpoint import RunDir, read_meta, saved_recipe
 from training.config import TrainRecipe
-from training.launch import launch_command, run_job
-
-EXIT_USER_ERROR = 2  # training/main.py: a configuration or data problem, restarting cannot help
+from training.launch import EXIT_OK, EXIT_USER_ERROR, launch_command, run_job
+from training.layout import layout_of, show
+from training.schedule import schedule_change
 
 
 def validate(recipe: TrainRecipe, data_dir: str | Path) -> dict[str, Any]:
     """Everything that can be checked before any rank starts; raises with a message naming it."""
-    from data_prep.shards import load_manifest
-
     if isinstance(recipe.model, str):
         raise ConfigError("model", f"unresolved model recipe '{recipe.model}'")
     recipe.parallel.check_model(recipe.model)
@@ -45,13 +45,7 @@ def validate(recipe: TrainRecipe, data_dir: str | Path) -> dict[str, Any]:
         raise ConfigError("parallel.zero_stage", "fp32 with zero_stage 0 cannot skip a NaN/inf batch (DeepSpeed's "
                                                  "plain optimizer path has no overflow check); use zero_stage >= 1 or bf16")
     m = load_manifest(data_dir)
-    vocab = m["tokenizer"]["vocab_size"]
-    if vocab != recipe.model.vocab_size:
-        raise ConfigError("model.vocab_size", f"the model's vocabulary is {recipe.model.vocab_size} but the data in "
-                                              f"{data_dir} was tokenized with a {vocab}-piece tokenizer")
-    if max(m["buckets"]) > recipe.model.seq_len:
-        raise ConfigError("model.seq_len", f"the data's largest bucket is {max(m['buckets'])} tokens, longer than the "
-                                           f"model's seq_len {recipe.model.seq_len}")
+    check_model_fits(m, data_dir, recipe.model.vocab_size, recipe.model.seq_len)
     if not any(s["split"] == "train" for s in m["shards"]):
         raise BloomlineError(f"{data_dir} has no training shards")
     return m
@@ -61,14 +55,13 @@ def reshard_if_needed(run: Path, recipe: TrainRecipe, data: str | Path, log_file
     """When ``latest`` was written with another TP/PP/DP/ZeRO layout than the recipe's, lay it out
     for the recipe's (training/reshard.py) so the ranks can resume from it. Runs the converter
     as a subprocess: it loads whole tensors, and its memory is returned when it ends."""
-    from training.reshard import check_convertible, is_ready, layout_of, reshard_command
+    from training.reshard import check_convertible, is_ready, reshard_command
 
-    latest = run / "checkpoints" / "latest"
-    if not latest.is_file():
+    step_dir = RunDir(run).latest_dir()
+    if step_dir is None:
         return None
-    step_dir = run / "checkpoints" / latest.read_text().strip()
-    meta = json.loads((step_dir / "bloomline.json").read_text())
-    saved, now = layout_of(meta["config"]["parallel"]), layout_of(recipe.parallel)
+    meta = read_meta(step_dir)
+    saved, now = meta["layout"], layout_of(recipe.parallel)
     if saved == now or is_ready(step_dir, now):
         return None
     if meta["data_manifest_sha256"] != sha256_file(Path(data) / "manifest.json"):
@@ -84,13 +77,23 @@ def reshard_if_needed(run: Path, recipe: TrainRecipe, data: str | Path, log_file
                             env={**os.environ, "DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu")}).returncode
     if rc != 0:
         tail = log_file.read_text(errors="replace").splitlines()[-5:]
-        raise BloomlineError(f"converting {step_dir} to the layout {now} failed (see {log_file}):\n" + "\n".join(tail))
-    return f"{step_dir.name}: {saved} -> {now}"
+        raise BloomlineError(f"converting {step_dir} to the layout {show(now)} failed (see {log_file}):\n" + "\n".join(tail))
+    return f"{step_dir.name}: {show(saved)} -> {show(now)}"
 
 
-def _latest_step(out: Path) -> int:
-    latest = out / "checkpoints" / "latest"
-    return int(latest.read_text().strip()[5:]) if latest.is_file() else 0
+def resume_notice(run: Path, recipe: TrainRecipe) -> str | None:
+    """What a resume changes that the user should hear about before it starts (the LR schedule)."""
+    step_dir = RunDir(run).latest_dir()
+    if step_dir is None:
+        return None
+    meta = read_meta(step_dir)
+    return schedule_change(saved_recipe(meta), recipe, meta["step"])
+
+
+def _error_line(log_file: Path) -> str | None:
+    """The message a rank printed for a user error (``error: ...``), to show it."""
+    lines = log_file.read_text(errors="replace").splitlines() if log_file.exists() else []
+    return next((l.removeprefix("error: ") for l in reversed(lines) if l.startswith("error: ")), None)
 
 
 @flow(name="train", persist_result=False)
@@ -102,7 +105,7 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
     validate(r, data)
     run = Path(out).resolve()
     run.mkdir(parents=True, exist_ok=True)
-    recipe_file = run / "recipe.json"
+    recipe_file = RunDir(run).recipe
     write_json_atomic(recipe_file, to_dict(r))
     env = dict(os.environ)
     try:
@@ -115,31 +118,35 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
     world = r.parallel.world_size
     attempts = r.checkpoint.max_restarts + 1
     # One log folder per invocation, so an old run's last lines are never taken for this one's.
-    runs = sorted((run / "logs").glob("run-*")) if (run / "logs").exists() else []
-    logs = run / "logs" / f"run-{len(runs) + 1:03d}"
+    runs = sorted(RunDir(run).logs.glob("run-*")) if RunDir(run).logs.exists() else []
+    logs = RunDir(run).logs / f"run-{len(runs) + 1:03d}"
+    notice = resume_notice(run, r)
+    if notice:
+        log.warning(notice)
     converted = task(reshard_if_needed, name="reshard-checkpoint", cache_policy=NONE, persist_result=False)(
         run, r, data, logs / "reshard.log")
     if converted:
         log.info("checkpoint laid out for the new layout (universal checkpoint): %s", converted)
     for attempt in range(attempts):
-        start = _latest_step(run)
+        start = RunDir(run).latest_step() or 0
         log.info("attempt %d/%d: %d ranks (tp=%d pp=%d dp=%d), from step %d", attempt + 1, attempts, world,
                  r.parallel.tp, r.parallel.pp, r.parallel.dp, start)
         rc = task(run_job, name=f"ranks-attempt-{attempt + 1}", cache_policy=NONE, persist_result=False)(
             launch_command(recipe_file, data, str(run), world), logs / f"attempt-{attempt + 1}.log", env)
-        if rc == 0:
+        if rc == EXIT_OK:
             break
-        tail = (logs / f"attempt-{attempt + 1}.log").read_text(errors="replace").splitlines()[-15:]
-        if rc == EXIT_USER_ERROR or any(line.startswith("error: ") for line in tail):
-            msg = next((l for l in tail if l.startswith("error: ")), f"exit status {rc}")
-            raise BloomlineError(f"training stopped: {msg.removeprefix('error: ')}")
-        log.warning("the job failed (exit %s) at step %d; last lines:\n%s", rc, _latest_step(run), "\n".join(tail))
+        attempt_log = logs / f"attempt-{attempt + 1}.log"
+        if rc == EXIT_USER_ERROR:  # a configuration or data problem: the same job would fail again
+            raise BloomlineError(f"training stopped: {_error_line(attempt_log) or f'exit status {rc}, see {attempt_log}'}")
+        tail = attempt_log.read_text(errors="replace").splitlines()[-15:]
+        log.warning("the job failed (exit %s) at step %d; last lines:\n%s", rc, RunDir(run).latest_step() or 0,
+                    "\n".join(tail))
         if attempt + 1 == attempts:
             raise BloomlineError(f"training failed {attempts} times (checkpoint.max_restarts={r.checkpoint.max_restarts}); "
                                  f"see {logs}")
         time.sleep(1)
-    step = _latest_step(run)
-    metrics = run / "metrics.jsonl"
+    step = RunDir(run).latest_step() or 0
+    metrics = RunDir(run).metrics
     last = json.loads(metrics.read_text().splitlines()[-1]) if metrics.exists() and metrics.stat().st_size else {}
-    stopped = (run / "STOP").exists() and step < r.train.steps
+    stopped = RunDir(run).stop.exists() and step < r.train.steps
     return {"step": step, "steps": r.train.steps, "last": last, "attempts": attempt + 1, "stopped_by_kill_switch": stopped}

@@ -17,8 +17,9 @@ from bloomline.errors import ConfigError
 
 @dataclass
 class ModelConfig:
-    vocab_size: int = 250_880
-    """Tokenizer vocabulary size (before padding; the data's manifest must agree)."""
+    vocab_size: int = 250_680
+    """The tokenizer's vocabulary size, before padding (BLOOM: 250,680); the data's manifest must
+    give the same (``data_prep.shards.check_model_fits``)."""
     hidden_size: int = 1024
     """Width of the residual stream."""
     num_layers: int = 24
@@ -34,15 +35,26 @@ class ModelConfig:
     init_std: float = 0.0048
     """Std of the normal weight init (BLOOM-176B: 0.0048, ≈ sqrt(1/(3·hidden)) for hidden 14336)."""
     make_vocab_divisible_by: int = 128
-    """The embedding is padded to a multiple of this × TP (Megatron's rule; BLOOM: 250880)."""
+    """Without pad_vocab_to, the embedding is padded to a multiple of this × TP (Megatron's rule)."""
+    pad_vocab_to: Optional[int] = None
+    """Pad the embedding to exactly this many rows at every TP (Megatron-DeepSpeed's
+    ``--pad-vocab-size-to``; BLOOM: 250,880, divisible by 128·TP for TP up to 4), so every
+    layout holds the same table. None: Megatron's rule above."""
 
     def validate(self) -> None:
-        for k in ("vocab_size", "hidden_size", "num_layers", "num_heads", "seq_len", "ffn_mult"):
+        for k in ("vocab_size", "hidden_size", "num_layers", "num_heads", "seq_len", "ffn_mult",
+                  "make_vocab_divisible_by"):
             check(getattr(self, k) >= 1, k, "must be >= 1")
         check(self.hidden_size % self.num_heads == 0, "hidden_size",
               f"{self.hidden_size} is not divisible by num_heads={self.num_heads}")
+        check(self.pad_vocab_to is None or self.pad_vocab_to >= self.vocab_size, "pad_vocab_to",
+              f"{self.pad_vocab_to} is smaller than vocab_size={self.vocab_size}")
 
     def padded_vocab(self, tp: int = 1) -> int:
+        """Rows of the embedding table at tensor-parallel degree ``tp`` (padding rows are masked,
+        so the model is the same function at any padding)."""
+        if self.pad_vocab_to is not None:
+            return self.pad_vocab_to
         m = self.make_vocab_divisible_by * tp
         return ((self.vocab_size + m - 1) // m) * m
 
@@ -91,6 +103,8 @@ class ParallelConfig:
             raise ConfigError("parallel.tp", f"num_heads={model.num_heads} is not divisible by tp={self.tp}")
         if model.hidden_size % self.tp:
             raise ConfigError("parallel.tp", f"hidden_size={model.hidden_size} is not divisible by tp={self.tp}")
+        if model.padded_vocab(self.tp) % self.tp:
+            raise ConfigError("model.pad_vocab_to", f"{model.pad_vocab_to} rows do not split over tp={self.tp}")
         if model.num_layers < self.pp:
             raise ConfigError("parallel.pp", f"pp={self.pp} pipeline stages need at least {self.pp} layers, the model has "
                                              f"{model.num_layers}")
@@ -123,6 +137,8 @@ class BatchConfig:
         check(self.micro_batch_tokens >= 1, "micro_batch_tokens", "must be >= 1")
         check(self.rampup_start_tokens is None or 1 <= self.rampup_start_tokens <= self.tokens_per_step,
               "rampup_start_tokens", "must be between 1 and tokens_per_step")
+        check(self.rampup_increment_tokens >= 1, "rampup_increment_tokens", "must be >= 1")
+        check(self.rampup_tokens >= 0, "rampup_tokens", "must be >= 0")
         check(self.attn_weight >= 0, "attn_weight", "must be >= 0")
         check(0 < self.balance_tolerance < 1, "balance_tolerance", "must be in (0, 1)")
 
@@ -149,9 +165,16 @@ class OptimConfig:
     """Global gradient-norm clipping (BLOOM: 1.0)."""
 
     def validate(self) -> None:
-        check(self.lr > 0 and 0 <= self.min_lr <= self.lr, "min_lr", "need 0 <= min_lr <= lr, lr > 0")
+        check(self.lr > 0, "lr", "must be > 0")
+        check(0 <= self.min_lr <= self.lr, "min_lr", f"must be between 0 and lr={self.lr}")
         check(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
-        check(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "beta2", "betas must be in [0, 1)")
+        check(self.decay_steps is None or self.decay_steps > self.warmup_steps, "decay_steps",
+              f"must be larger than warmup_steps={self.warmup_steps} (the cosine runs from the end of warm-up "
+              "to decay_steps), or null to decay until train.steps")
+        check(0 <= self.beta1 < 1, "beta1", "must be in [0, 1)")
+        check(0 <= self.beta2 < 1, "beta2", "must be in [0, 1)")
+        check(self.eps > 0, "eps", "must be > 0")
+        check(self.weight_decay >= 0, "weight_decay", "must be >= 0")
         check(self.clip_grad >= 0, "clip_grad", "must be >= 0")
 
 
@@ -181,10 +204,16 @@ class TrainLoopConfig:
     max_skipped_in_a_row: int = 20
     """Stop with an error after this many skipped batches in a row."""
     log_interval: int = 1
-    """Write metrics every this many steps."""
+    """Print a progress line (step, loss, LR, tokens/s) every this many steps; metrics.jsonl and
+    TensorBoard get every step regardless."""
+    inject_nan_at: list[int] = field(default_factory=list)
+    """Fault drill: the loss of these steps is made NaN, to check end to end that bad batches are
+    skipped and reported (``skip_reason: bad_loss``). Empty in real runs."""
 
     def validate(self) -> None:
         check(self.steps >= 1, "steps", "must be >= 1")
+        check(self.log_interval >= 1, "log_interval", "must be >= 1")
+        check(self.max_skipped_in_a_row >= 0, "max_skipped_in_a_row", "must be >= 0")
         check(self.skip_spike_factor == 0 or self.skip_spike_factor > 1, "skip_spike_factor", "0 (off) or > 1")
         check(0 <= self.fp16_initial_scale_power <= 64, "fp16_initial_scale_power", "must be in [0, 64]")
         check(self.fp16_loss_scale_window >= 1, "fp16_loss_scale_window", "must be >= 1")
@@ -254,8 +283,3 @@ class TrainRecipe:
 
 MODEL_DIR = Path(__file__).resolve().parents[1] / "configs" / "model"
 
-
-def recipe_dict(recipe: TrainRecipe) -> dict[str, Any]:
-    from bloomline.config import to_dict
-
-    return to_dict(recipe)

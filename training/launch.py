@@ -15,7 +15,11 @@ from pathlib import Path
 
 from training.shm import release_job_shm
 
+# Exit statuses of a job (the DeepSpeed launcher passes on the first failing rank's):
+EXIT_OK = 0
+EXIT_USER_ERROR = 2  # training/main.py: a configuration or data problem (BloomlineError); a restart cannot help
 TIMED_OUT = 124  # run_job's exit status when the job outlived its timeout (as timeout(1))
+# anything else: a crash (a killed rank, a hardware fault, a bug), which a restart from `latest` may get past
 
 
 def free_port() -> int:

@@ -2,7 +2,9 @@
 
 Started once per rank by the DeepSpeed launcher (``bloomline train`` / the Prefect flow ``train``
 do that); it reads the fully resolved recipe the flow wrote, so every rank trains exactly the
-same configuration.
+same configuration. Exit status (``training/launch.py``): EXIT_OK when done or stopped by the
+kill switch; EXIT_USER_ERROR, after printing ``error: <message>`` to stderr, for a problem with
+the configuration or the data, which a restart cannot fix; anything else is a crash.
 """
 
 from __future__ import annotations
@@ -10,10 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from bloomline.config import from_dict
 from bloomline.errors import BloomlineError
 from training.config import TrainRecipe
+from training.launch import EXIT_OK, EXIT_USER_ERROR
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,18 +27,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--local_rank", type=int, default=0)  # passed by the DeepSpeed launcher
     args = ap.parse_args(argv)
-    with open(args.recipe, encoding="utf-8") as f:
-        recipe = from_dict(TrainRecipe, json.load(f))
-    recipe.resolve_paths(__import__("pathlib").Path("."))
     from training.trainer import Trainer, seed_everything
 
-    seed_everything(recipe.train.seed)
     try:
+        with open(args.recipe, encoding="utf-8") as f:
+            recipe = from_dict(TrainRecipe, json.load(f))
+        recipe.resolve_paths(Path("."))
+        seed_everything(recipe.train.seed)
         Trainer(recipe, args.data, args.out).train()
     except BloomlineError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
-        return 2
-    return 0
+        return EXIT_USER_ERROR
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""BLOOM as readable single-device PyTorch.
+"""BLOOM as readable single-device PyTorch: the one model that trains, at every layout.
 
 The architecture of BLOOM (BigScience, "BLOOM: A 176B-Parameter Open-Access Multilingual
 Language Model", 2022, §3.2) and of Hugging Face's ``BloomForCausalLM``:
@@ -16,23 +16,30 @@ Packed samples (``data_prep/FORMAT.md``): one row holds several documents; atten
 crosses a document boundary. ``segment_ids`` [B, T] tells each position its document (1, 2, ...)
 and marks padding with 0; :func:`attention_bias` turns it into a mask with ALiBi folded in.
 
-Made to be parallelised from outside, not from in here:
+Made to be parallelised from outside (``training/parallelize.py``), not from in here:
 
-* Tensor parallelism swaps ``nn.Linear``/``nn.Embedding`` for megatron-core's
-  Column/RowParallelLinear and VocabParallelEmbedding. Attention therefore reads its number of
-  heads off ``attn.qkv.weight`` and its slopes off the ``attn.alibi_slopes`` buffer, and the
-  fused qkv output is laid out per head ([heads, 3, head_dim], as HF Bloom), so contiguous row
-  chunks of the qkv weight are whole heads.
-* Pipeline parallelism cuts the model into :class:`EmbeddingStage`, :class:`Block` × N and
-  :class:`HeadStage`; each builds and initialises itself from the config alone, and the head
-  takes the word-embedding weight as an argument so the two ends can share it across stages.
-* Activation checkpointing wraps the blocks from outside.
+* :meth:`Bloom.layers` is the model as a flat list of layers, each mapping the pair
+  ``(hidden, segment_ids)`` to the next pair; the first takes ``(input_ids, segment_ids)``.
+  Pipeline parallelism hands these very modules to DeepSpeed as its pipeline layers, and
+  :meth:`Bloom.forward` runs the same list, so there is one model whatever the layout.
+* Tensor parallelism swaps ``nn.Linear``/``nn.Embedding`` for megatron-core layers in place.
+  Attention therefore reads its number of heads off ``attn.qkv.weight`` and its first head off
+  ``attn.first_head``; the fused qkv output is laid out per head ([heads, 3, head_dim], as HF
+  Bloom), so contiguous row chunks of the qkv weight are whole heads. The embedding's
+  ``first_row`` and ``project_input`` are what its vocabulary-parallel form sets.
+* Initialisation (:func:`init_weights`) draws every parameter from a generator seeded by the
+  seed and the parameter's *name*, so a module initialises the same wherever it lives and a
+  TP rank's slice is the slice of the full tensor: the same seed is the same function at any
+  layout.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import math
-from typing import Optional
+from functools import lru_cache
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -40,9 +47,19 @@ from torch import nn
 
 from training.config import ModelConfig
 
+IGNORE_INDEX = -100
+"""Label of positions the loss skips (padding, document ends); ``F.cross_entropy``'s default."""
+
+Activations = tuple[torch.Tensor, torch.Tensor]
+"""What flows between layers: (hidden [B, T, H] — input_ids [B, T] before the first —, segment_ids [B, T])."""
+
+NORMS = ("embed_ln", "final_ln", "ln1", "ln2")
+"""Names of the LayerNorm modules (weight 1, bias 0 at init)."""
+
 
 # ----------------------------------------------------------------------------- ALiBi and masks
 
+@lru_cache(maxsize=16)
 def alibi_slopes(num_heads: int) -> torch.Tensor:
     """ALiBi slopes [num_heads] (float32), computed as HF ``build_alibi_tensor`` does.
 
@@ -95,62 +112,86 @@ def attention_bias(segment_ids: torch.Tensor, slopes: torch.Tensor, dtype: torch
     return bias.to(dtype)
 
 
+PAD_LOGIT = -1e4  # exp(-1e4 - max) is 0 in fp32; finite, so a slice of only padding is no NaN
+
+
+def mask_padded_vocab(logits: torch.Tensor, vocab_size: int, first_id: int = 0) -> torch.Tensor:
+    """Give the padding columns (token ids >= ``vocab_size``; logits' column 0 is id ``first_id``)
+    the logit PAD_LOGIT, in place.
+
+    The table is padded only so it splits evenly over TP ranks. Masked, padding rows carry no
+    probability and get no gradient, so the model does not depend on how far it is padded and a
+    checkpoint re-padded for another TP is the same model. In place on the projection's output is
+    safe: the matmul's backward needs its inputs, not its output."""
+    start = max(0, vocab_size - first_id)
+    if start < logits.shape[-1]:
+        logits[..., start:] = PAD_LOGIT
+    return logits
+
+
 # ----------------------------------------------------------------------------- modules
 
-def _init_weights(module: nn.Module, std: float) -> None:
-    """BLOOM/HF init: normal(0, std) for linear and embedding weights, zero biases, unit LayerNorms."""
-    for m in module.modules():
-        if isinstance(m, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(m.weight, mean=0.0, std=std)
-        if isinstance(m, nn.Linear) and m.bias is not None:
-            nn.init.zeros_(m.bias)
-        elif isinstance(m, nn.LayerNorm):
-            nn.init.ones_(m.weight)
-            nn.init.zeros_(m.bias)
+class Embedding(nn.Module):
+    """The word embedding, used at both ends (tied): ``(input_ids, segment_ids) → (hidden,
+    segment_ids)``, and with ``project=True`` the output projection ``(hidden, _) → logits [B, T, V]``.
 
-
-class EmbeddingStage(nn.Module):
-    """input_ids [B, T] long → hidden [B, T, H]: word embedding, then its LayerNorm."""
+    The projection goes through ``forward`` (not a method of its own) because ZeRO-3 gathers a
+    module's partitioned weights around its forward calls. V is the padded vocabulary; padding
+    columns are masked (:func:`mask_padded_vocab`)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        # Padded so that the table splits evenly over TP ranks (Megatron's rule, config.py).
-        self.word_embeddings = nn.Embedding(cfg.padded_vocab(tp=1), cfg.hidden_size)
-        self.embed_ln = nn.LayerNorm(cfg.hidden_size, eps=cfg.layernorm_eps)
-        _init_weights(self, cfg.init_std)
+        self.word_embeddings = nn.Embedding(cfg.padded_vocab(), cfg.hidden_size)
+        self.vocab_size = cfg.vocab_size
+        # Set by tensor parallelism: the token id of this rank's first row, and an op that makes
+        # the projection's input gradient sum over the ranks that each hold part of the vocabulary.
+        self.first_row = 0
+        self.project_input: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.embed_ln(self.word_embeddings(input_ids))
+    def forward(self, x: Activations, project: bool = False) -> Activations | torch.Tensor:
+        if project:
+            hidden = x[0] if self.project_input is None else self.project_input(x[0])
+            return mask_padded_vocab(F.linear(hidden, self.word_embeddings.weight), self.vocab_size, self.first_row)
+        input_ids, segment_ids = x
+        return self.word_embeddings(input_ids), segment_ids
+
+
+class LayerNorm(nn.LayerNorm):
+    """``nn.LayerNorm`` over the hidden state of an ``(hidden, segment_ids)`` pair."""
+
+    def forward(self, x: Activations) -> Activations:  # type: ignore[override]
+        hidden, segment_ids = x
+        return super().forward(hidden), segment_ids
 
 
 class Attention(nn.Module):
-    """Causal self-attention with ALiBi, kept inside each document.
+    """Causal self-attention with ALiBi, kept inside each document: x [B, T, H], segment_ids [B, T] → [B, T, H].
 
-    The number of heads is whatever ``qkv`` produces (``qkv.weight.shape[0] // (3·head_dim)``)
-    and ``alibi_slopes`` holds one slope per such head, so a TP rank holding a slice of the qkv
-    rows and of the slopes computes its heads unchanged.
+    Its heads are whatever ``qkv`` produces (``qkv.weight.shape[0] // (3·head_dim)``), starting at
+    head ``first_head`` of the model's ``num_heads``, so a TP rank holding a slice of the qkv rows
+    computes its heads unchanged.
     """
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         h = cfg.hidden_size
         self.head_dim = cfg.head_dim
+        self.total_heads = cfg.num_heads
+        self.first_head = 0
         self.qkv = nn.Linear(h, 3 * h)  # output rows: [heads, 3 (q, k, v), head_dim]
         self.dense = nn.Linear(h, h)
-        # A constant of the architecture, not a weight: rebuilt on load, left out of checkpoints.
-        self.register_buffer("alibi_slopes", alibi_slopes(cfg.num_heads), persistent=False)
 
     @property
     def num_heads(self) -> int:
         return self.qkv.weight.shape[0] // (3 * self.head_dim)
 
     def forward(self, x: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
-        """x [B, T, H], segment_ids [B, T] → [B, T, H]."""
         B, T, _ = x.shape
         # HF Bloom's layout: view the fused output as [B, T, heads, 3, head_dim].
         qkv = self.qkv(x).view(B, T, self.num_heads, 3, self.head_dim)
         q, k, v = (qkv[..., i, :].transpose(1, 2) for i in range(3))  # each [B, heads, T, head_dim]
-        bias = attention_bias(segment_ids, self.alibi_slopes, q.dtype)
+        slopes = alibi_slopes(self.total_heads)[self.first_head:self.first_head + self.num_heads].to(x.device)
+        bias = attention_bias(segment_ids, slopes, q.dtype)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # scale 1/sqrt(head_dim)
         return self.dense(out.transpose(1, 2).reshape(B, T, -1))
 
@@ -168,7 +209,7 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-LN transformer block: hidden [B, T, H], segment_ids [B, T] → hidden [B, T, H]."""
+    """Pre-LN transformer block: (hidden [B, T, H], segment_ids [B, T]) → (hidden, segment_ids)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -176,69 +217,46 @@ class Block(nn.Module):
         self.attn = Attention(cfg)
         self.ln2 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layernorm_eps)
         self.mlp = MLP(cfg)
-        _init_weights(self, cfg.init_std)
 
-    def forward(self, hidden: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Activations) -> Activations:
+        hidden, segment_ids = x
         hidden = hidden + self.attn(self.ln1(hidden), segment_ids)
-        return hidden + self.mlp(self.ln2(hidden))
-
-
-class HeadStage(nn.Module):
-    """hidden [B, T, H] → logits [B, T, V] = final_ln(hidden) @ word_embedding_weightᵀ.
-
-    The weight is an argument, not a parameter: it is the embedding's, shared (tied) with the
-    first stage, wherever that lives. V is the padded vocabulary.
-    """
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.final_ln = nn.LayerNorm(cfg.hidden_size, eps=cfg.layernorm_eps)
-        self.vocab_size = cfg.vocab_size
-        _init_weights(self, cfg.init_std)
-
-    def forward(self, hidden: torch.Tensor, word_embedding_weight: torch.Tensor) -> torch.Tensor:
-        return mask_padded_vocab(F.linear(self.final_ln(hidden), word_embedding_weight), self.vocab_size)
-
-
-PAD_LOGIT = -1e4  # exp(-1e4 - max) is 0 in fp32; finite, so a slice of only padding is no NaN
-
-
-def mask_padded_vocab(logits: torch.Tensor, vocab_size: int, first_id: int = 0) -> torch.Tensor:
-    """Give the padding columns (token ids >= ``vocab_size``; logits' column 0 is id ``first_id``)
-    the logit PAD_LOGIT, in place.
-
-    The table is padded only so it splits evenly over TP ranks. Masked, padding rows carry no
-    probability and get no gradient, so the model does not depend on how far it is padded and a
-    checkpoint re-padded for another TP (training/reshard.py) is the same model. In place on the
-    projection's output is safe: the matmul's backward needs its inputs, not its output."""
-    start = max(0, vocab_size - first_id)
-    if start < logits.shape[-1]:
-        logits[..., start:] = PAD_LOGIT
-    return logits
+        return hidden + self.mlp(self.ln2(hidden)), segment_ids
 
 
 class Bloom(nn.Module):
-    """The whole model on one device: input_ids [B, T], segment_ids [B, T] → logits [B, T, V]."""
+    """The whole model: input_ids [B, T], segment_ids [B, T] → logits [B, T, V] (V: padded vocabulary).
 
-    def __init__(self, cfg: ModelConfig):
+    ``Bloom(cfg, seed)`` is initialised by :func:`init_weights`; built under
+    ``torch.device("meta")`` it holds no memory until ``to_empty`` + ``init_weights``.
+    """
+
+    def __init__(self, cfg: ModelConfig, seed: int = 0):
         super().__init__()
         cfg.validate()
         self.cfg = cfg
-        self.embedding = EmbeddingStage(cfg)
+        self.embedding = Embedding(cfg)
+        self.embed_ln = LayerNorm(cfg.hidden_size, eps=cfg.layernorm_eps)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
-        self.head = HeadStage(cfg)
+        self.final_ln = LayerNorm(cfg.hidden_size, eps=cfg.layernorm_eps)
+        if self.embed_ln.weight.device.type != "meta":
+            init_weights(self, "", cfg, seed)
+
+    def layers(self) -> list[tuple[str, nn.Module]]:
+        """The layers in order with their names in ``state_dict``; the output projection
+        (``embedding`` with ``project=True``) follows the last."""
+        return [("embedding", self.embedding), ("embed_ln", self.embed_ln),
+                *((f"blocks.{i}", b) for i, b in enumerate(self.blocks)), ("final_ln", self.final_ln)]
 
     def forward(self, input_ids: torch.Tensor, segment_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
         """segment_ids from :func:`segment_ids_from_offsets`; None: each row is one document, unpadded."""
-        if segment_ids is None:
-            segment_ids = torch.ones_like(input_ids)
-        hidden = self.embedding(input_ids)
-        for block in self.blocks:
-            hidden = block(hidden, segment_ids)
-        return self.head(hidden, self.embedding.word_embeddings.weight)
+        x: Activations = (input_ids, torch.ones_like(input_ids) if segment_ids is None else segment_ids)
+        for _, layer in self.layers():
+            x = layer(x)
+        return self.embedding(x, project=True)
 
     @staticmethod
-    def loss(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
+    def loss(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = IGNORE_INDEX) -> torch.Tensor:
         """Mean cross-entropy over positions whose label is not ``ignore_index``.
 
         logits [B, T, V], labels [B, T] (already shifted: labels[t] is the token after t).
@@ -261,3 +279,53 @@ class Bloom(nn.Module):
         biases and LayerNorms; recomputation (activation checkpointing) is not counted, as for MFU.
         """
         return 6 * self.num_params() + 12 * self.cfg.num_layers * self.cfg.hidden_size * seq_len
+
+
+# ----------------------------------------------------------------------------- initialisation
+
+def _name_seed(seed: int, name: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "little") & (2**63 - 1)
+
+
+def full_shapes(cfg: ModelConfig) -> dict[str, torch.Size]:
+    """Every parameter's name and whole (unsharded) shape at a config."""
+    return dict(_shapes(tuple(sorted(dataclasses.asdict(cfg).items()))))
+
+
+@lru_cache(maxsize=4)
+def _shapes(cfg_items: tuple) -> tuple:
+    with torch.device("meta"):
+        return tuple((n, p.shape) for n, p in Bloom(ModelConfig(**dict(cfg_items))).named_parameters())
+
+
+def initial_value(name: str, shape: torch.Size, cfg: ModelConfig, seed: int) -> torch.Tensor:
+    """The whole initial tensor of parameter ``name`` (a ``Bloom.state_dict()`` name).
+
+    BLOOM/HF init: normal(0, init_std) for linear and embedding weights, zero biases, LayerNorms
+    weight 1 and bias 0. The embedding's padding rows (ids ≥ vocab_size) start at zero: they are
+    never looked up and their logits are masked, so any value would do; zero is the same at any
+    padding. Each weight's generator is seeded by (seed, name), so the value does not depend on
+    which other modules exist on this rank or in which order they were built.
+    """
+    module, leaf = name.rsplit(".", 1)
+    if module.rsplit(".", 1)[-1] in NORMS:
+        return torch.ones(shape) if leaf == "weight" else torch.zeros(shape)
+    if leaf == "bias":
+        return torch.zeros(shape)
+    g = torch.Generator().manual_seed(_name_seed(seed, name))
+    w = torch.empty(shape).normal_(0.0, cfg.init_std, generator=g)
+    if name == "embedding.word_embeddings.weight":
+        w[cfg.vocab_size:] = 0
+    return w
+
+
+def init_weights(module: nn.Module, prefix: str, cfg: ModelConfig, seed: int,
+                 shard: Callable[[str, torch.Tensor], torch.Tensor] = lambda name, full: full) -> None:
+    """Initialise every parameter of ``module`` (whose parameters are named ``prefix + local
+    name`` in ``Bloom.state_dict()``) with :func:`initial_value`, cut by ``shard(name, whole)``
+    (tensor parallelism passes its slicing)."""
+    shapes = full_shapes(cfg)
+    with torch.no_grad():
+        for local, p in module.named_parameters():
+            name = prefix + local
+            p.copy_(shard(name, initial_value(name, shapes[name], cfg, seed)))

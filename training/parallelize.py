@@ -1,126 +1,34 @@
-"""Parallelism applied from outside the single-device model (torchtitan's order: TP, then PP,
-then data parallelism with ZeRO, which DeepSpeed wraps around the result).
+"""Parallelism applied from outside the single-device model, in torchtitan's fixed order.
 
-* :func:`init_distributed` starts torch.distributed (gloo on CPU, nccl on GPUs) and
-  megatron-core's model-parallel groups; its rank order — tp fastest, then dp, then pp — is
-  the order of DeepSpeed's ``PipeModelDataParallelTopology``, so both agree on every group.
-* Tensor parallelism: :func:`tp_block` etc. build the single-device module
-  (``training.model``) and swap its ``nn.Linear``/``nn.Embedding`` for megatron-core
-  ``ColumnParallelLinear``/``RowParallelLinear``/``VocabParallelEmbedding`` holding this rank's
-  slice of the very same weights, so TP=n computes what TP=1 computes (tested).
-  qkv and fc1 are column-parallel (whole heads per rank), dense and fc2 row-parallel; the
-  word embedding is split by vocabulary and the output logits stay vocabulary-parallel.
-* Pipeline parallelism: :func:`layer_specs` lists the model as DeepSpeed ``LayerSpec``\\ s —
-  embedding (tied), embedding LayerNorm, blocks, final LayerNorm, output head (the same tied
-  embedding) — partitioned by transformer layers. Without PP the same layers run in order as
-  one module (:class:`SequentialBloom`).
+:func:`parallelize` takes a :class:`~training.model.Bloom` (built on the meta device, so no rank
+ever holds the whole model) and this rank's place in the grid, and applies:
+
+1. **Tensor parallelism** (:func:`apply_tp`): in every block, ``qkv``/``fc1`` become megatron-core
+   ``ColumnParallelLinear`` (whole heads / MLP columns per rank), ``dense``/``fc2``
+   ``RowParallelLinear``; the word embedding becomes ``VocabParallelEmbedding`` and its tied
+   output projection yields vocabulary-parallel logits. Swapped in place: names do not change.
+2. **Activation checkpointing** (:func:`apply_ac`): each block's forward recomputed in backward.
+3. **Pipeline parallelism** (:func:`pipeline`): ``Bloom.layers()`` — the model's own modules —
+   become a DeepSpeed ``PipelineModule``, cut at block boundaries, the embedding tied across the
+   first and the last stage. Only this stage's layers are ever materialised.
+4. **ZeRO data parallelism**: ``deepspeed.initialize`` with the recipe's stage.
+
+Every materialised parameter is initialised by name (``training.model.init_weights``) and cut to
+this rank's slice (``training.layout.tp_slice``), so the same seed gives the same function at
+every layout (tested against the single-device model).
 """
 
 from __future__ import annotations
 
-import math
-import os
-from dataclasses import dataclass
-from functools import partial
 from typing import Any, Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from training.config import ModelConfig, ParallelConfig
-from training.model import Block, mask_padded_vocab
-
-IGNORE_INDEX = -100
-
-
-@dataclass
-class Mesh:
-    """This rank's place in the TP × DP × PP grid."""
-
-    rank: int
-    world: int
-    tp: int
-    dp: int
-    pp: int
-    tp_rank: int
-    dp_rank: int
-    pp_rank: int
-
-    @property
-    def is_first_stage(self) -> bool:
-        return self.pp_rank == 0
-
-    @property
-    def is_last_stage(self) -> bool:
-        return self.pp_rank == self.pp - 1
-
-
-def init_distributed(parallel: ParallelConfig, seed: int) -> Mesh:
-    """Start torch.distributed and megatron-core's groups; returns this rank's coordinates."""
-    import deepspeed
-    from megatron.core import parallel_state, tensor_parallel
-
-    backend = parallel.backend
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if torch.cuda.is_available():
-        # Before any communicator exists: NCCL binds each one to the current device, and with
-        # every rank still on cuda:0 the ranks of a node would collide on one GPU.
-        # modulo: launchers that give each process one GPU (srun) still number LOCAL_RANK 0..n-1
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
-    if not torch.distributed.is_initialized():
-        deepspeed.init_distributed(dist_backend=backend, verbose=False)
-    world = torch.distributed.get_world_size()
-    parallel.check_world(world)
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=parallel.tp,
-                                             pipeline_model_parallel_size=parallel.pp)
-    rank = torch.distributed.get_rank()
-    mesh = Mesh(rank, world, parallel.tp, parallel.dp, parallel.pp,
-                parallel_state.get_tensor_model_parallel_rank(), parallel_state.get_data_parallel_rank(),
-                parallel_state.get_pipeline_model_parallel_rank())
-    # Cross-check with DeepSpeed's topology: the two frameworks must agree on who is who.
-    from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
-
-    topo = PipeModelDataParallelTopology(num_pp=parallel.pp, num_mp=parallel.tp, num_dp=parallel.dp)
-    coord = topo.get_coord(rank)
-    assert (coord.pipe, coord.data, coord.model) == (mesh.pp_rank, mesh.dp_rank, mesh.tp_rank), (coord, mesh)
-    if torch.cuda.is_available():
-        tensor_parallel.model_parallel_cuda_manual_seed(seed)
-    return mesh
-
-
-class DeepSpeedMPU:
-    """megatron-core's groups in the interface DeepSpeed expects as ``mpu`` (without PP, where no
-    pipeline grid tells DeepSpeed which ranks are tensor-parallel peers rather than replicas)."""
-
-    def __init__(self) -> None:
-        from megatron.core import parallel_state as ps
-
-        self.ps = ps
-
-    def get_model_parallel_rank(self) -> int:
-        return self.ps.get_tensor_model_parallel_rank()
-
-    def get_model_parallel_world_size(self) -> int:
-        return self.ps.get_tensor_model_parallel_world_size()
-
-    def get_model_parallel_group(self) -> Any:
-        return self.ps.get_tensor_model_parallel_group()
-
-    # the same under megatron's newer names (DeepSpeed's universal-checkpoint loader asks for these)
-    get_tensor_model_parallel_rank = get_model_parallel_rank
-    get_tensor_model_parallel_world_size = get_model_parallel_world_size
-    get_tensor_model_parallel_group = get_model_parallel_group
-
-    def get_data_parallel_rank(self) -> int:
-        return self.ps.get_data_parallel_rank()
-
-    def get_data_parallel_world_size(self) -> int:
-        return self.ps.get_data_parallel_world_size()
-
-    def get_data_parallel_group(self) -> Any:
-        return self.ps.get_data_parallel_group()
+from training.config import ParallelConfig
+from training.distributed import DeepSpeedMPU, tp_rank_and_size
+from training.layout import EMBEDDING, TIED_KEY, layout_of, tp_dim, tp_slice
+from training.model import Block, Bloom, full_shapes, initial_value
 
 
 def megatron_config(parallel: ParallelConfig, dtype: torch.dtype) -> Any:
@@ -128,255 +36,176 @@ def megatron_config(parallel: ParallelConfig, dtype: torch.dtype) -> Any:
 
     return ModelParallelConfig(
         tensor_model_parallel_size=parallel.tp, pipeline_model_parallel_size=parallel.pp,
-        use_cpu_initialization=True, perform_initialization=False,  # weights are copied in, see _shard
+        use_cpu_initialization=True, perform_initialization=False,  # weights are set by name, see materialize
         params_dtype=torch.float32, pipeline_dtype=dtype, sequence_parallel=False,
         gradient_accumulation_fusion=False,
     )
 
 
-# ------------------------------------------------------------------------------ tensor parallel
+# ------------------------------------------------------------------------------ 1. tensor parallel
 
-def _tp() -> tuple[int, int]:
-    from megatron.core import parallel_state
+def _megatron_layers() -> tuple[type, type]:
+    """megatron-core's parallel linears returning only their output (they return (output, bias))."""
+    from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 
-    if not parallel_state.model_parallel_is_initialized():
-        return 0, 1
-    return parallel_state.get_tensor_model_parallel_rank(), parallel_state.get_tensor_model_parallel_world_size()
+    class ColumnParallel(ColumnParallelLinear):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+            return super().forward(x)[0]
+
+    class RowParallel(RowParallelLinear):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+            return super().forward(x)[0]
+
+    return ColumnParallel, RowParallel
 
 
-def _mark_tp(param: torch.Tensor, dim: int) -> None:
-    """Tag a sharded parameter as megatron's initialiser would (it is skipped here, since the
-    weights are copied in): DeepSpeed's gradient norm and clipping sum such parameters over TP
-    ranks and count untagged (replicated) ones once."""
+def apply_tp(model: Bloom, mcfg: Any) -> None:
+    """Swap the model's linears and embedding for megatron-core's TP layers, in place, on the meta
+    device (they are materialised and filled later). No-op at TP=1."""
+    rank, size = tp_rank_and_size()
+    if size == 1:
+        return
+    from megatron.core.tensor_parallel import VocabParallelEmbedding, copy_to_tensor_model_parallel_region
+
+    column, row = _megatron_layers()
+    cfg = model.cfg
+    h = cfg.hidden_size
+    with torch.device("meta"):
+        for block in model.blocks:
+            def col(lin: nn.Linear) -> nn.Module:
+                return column(lin.in_features, lin.out_features, config=mcfg, init_method=lambda w: None, bias=True,
+                              gather_output=False, skip_bias_add=False)
+
+            def rw(lin: nn.Linear) -> nn.Module:  # output all-reduced, then the whole bias added once
+                return row(lin.in_features, lin.out_features, config=mcfg, init_method=lambda w: None, bias=True,
+                           input_is_parallel=True, skip_bias_add=False)
+
+            block.attn.qkv, block.attn.dense = col(block.attn.qkv), rw(block.attn.dense)
+            block.mlp.fc1, block.mlp.fc2 = col(block.mlp.fc1), rw(block.mlp.fc2)
+            block.attn.first_head = rank * (cfg.num_heads // size)
+        emb = model.embedding
+        rows = cfg.padded_vocab(size)
+        emb.word_embeddings = VocabParallelEmbedding(rows, h, config=mcfg, init_method=lambda w: None)
+        emb.first_row = rank * (rows // size)
+        # identity forward, all-reduce of the input gradient backward: each rank sees V/tp columns
+        emb.project_input = copy_to_tensor_model_parallel_region
+
+
+# ------------------------------------------------------------------------ 2. activation checkpointing
+
+def apply_ac(model: Bloom) -> None:
+    """Recompute each block's activations in the backward pass (non-reentrant
+    ``torch.utils.checkpoint``): memory for compute. The block's ``forward`` is replaced on the
+    instance, so names and ``__call__`` hooks (ZeRO-3's gathering) are untouched."""
+    for block in model.blocks:
+        inner = block.forward
+
+        def forward(x: Any, _inner: Callable = inner) -> Any:
+            if not torch.is_grad_enabled():
+                return _inner(x)
+            return torch.utils.checkpoint.checkpoint(_inner, x, use_reentrant=False)
+
+        block.forward = forward  # type: ignore[method-assign]
+
+
+# ------------------------------------------------------------------------------- materialisation
+
+def materialize(module: nn.Module, prefix: str, source: Callable[[str], torch.Tensor], device: torch.device) -> nn.Module:
+    """Allocate a meta module on ``device`` and fill each parameter with this TP rank's slice of
+    ``source(bloom_name)``; tag the sliced ones as megatron does (DeepSpeed's gradient norm sums
+    them over TP ranks and counts replicated ones once)."""
     from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
 
-    if not getattr(param, "tensor_model_parallel", False):
-        for attr in ("tensor_model_parallel", "partition_dim", "partition_stride"):
-            if hasattr(param, attr):
-                delattr(param, attr)
-        set_tensor_model_parallel_attributes(param, True, dim, 1)
+    rank, size = tp_rank_and_size()
+    module.to_empty(device=device)
+    with torch.no_grad():
+        for local, p in module.named_parameters():
+            name = prefix + local
+            rows = p.shape[0] * size if name == EMBEDDING else None
+            p.copy_(tp_slice(name, source(name), rank, size, rows))
+            dim = tp_dim(name)
+            if size > 1 and dim is not None:
+                for attr in ("tensor_model_parallel", "partition_dim", "partition_stride"):
+                    if hasattr(p, attr):
+                        delattr(p, attr)
+                set_tensor_model_parallel_attributes(p, True, dim, 1)
+    return module
 
 
-class _Sharded(nn.Module):
-    """A megatron-core parallel linear holding this rank's slice of a single-device ``nn.Linear``,
-    returning only its output (megatron returns ``(output, bias)``)."""
+# ---------------------------------------------------------------------------------- 3. pipeline
 
-    def __init__(self, lin: nn.Linear, mcfg: Any, column: bool):
-        super().__init__()
-        from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
-
-        rank, size = _tp()
-        out, inp = lin.weight.shape
-        with torch.no_grad():
-            if column:  # output rows split: whole heads (qkv) / MLP columns (fc1) per rank
-                self.inner = ColumnParallelLinear(inp, out, config=mcfg, init_method=lambda w: None, bias=True,
-                                                  gather_output=False, skip_bias_add=False)
-                rows = out // size
-                self.inner.weight.copy_(lin.weight[rank * rows:(rank + 1) * rows])
-                self.inner.bias.copy_(lin.bias[rank * rows:(rank + 1) * rows])
-                _mark_tp(self.inner.weight, 0)
-            else:  # input columns split; the output is all-reduced, then the (replicated) bias added
-                self.inner = RowParallelLinear(inp, out, config=mcfg, init_method=lambda w: None, bias=True,
-                                               input_is_parallel=True, skip_bias_add=False)
-                cols = inp // size
-                self.inner.weight.copy_(lin.weight[:, rank * cols:(rank + 1) * cols])
-                self.inner.bias.copy_(lin.bias)
-                _mark_tp(self.inner.weight, 1)
-
-    @property
-    def weight(self) -> torch.Tensor:
-        return self.inner.weight
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.inner(x)[0]
-
-
-def tp_block(cfg: ModelConfig, mcfg: Any, layer_idx: int, seed: int) -> Block:
-    """Block ``layer_idx`` with its linears sharded over TP. Seeded per layer, so every TP rank
-    (and the single-device model built with the same seeds) starts from the same full weights."""
-    torch.manual_seed(seed + 1 + layer_idx)
-    block = Block(cfg)
-    rank, size = _tp()
-    if size > 1:
-        block.attn.qkv = _Sharded(block.attn.qkv, mcfg, column=True)
-        block.attn.dense = _Sharded(block.attn.dense, mcfg, column=False)
-        block.mlp.fc1 = _Sharded(block.mlp.fc1, mcfg, column=True)
-        block.mlp.fc2 = _Sharded(block.mlp.fc2, mcfg, column=False)
-        heads = cfg.num_heads // size
-        block.attn.alibi_slopes = block.attn.alibi_slopes[rank * heads:(rank + 1) * heads].clone()
-    return block
-
-
-class TPEmbedding(nn.Module):
-    """The word embedding, split by vocabulary over TP ranks. Used twice in a pipeline: as the
-    input embedding (first stage) and, tied, as the output projection (last stage);
-    ``weight`` is the attribute DeepSpeed ties."""
-
-    def __init__(self, cfg: ModelConfig, mcfg: Any, seed: int):
-        super().__init__()
-        torch.manual_seed(seed)
-        rank, size = _tp()
-        self.vocab_size = cfg.vocab_size  # rows beyond it are padding, masked in head_logits
-        # Padded to a multiple of 128·TP (Megatron's rule) so the table splits evenly.
-        full = nn.Embedding(cfg.padded_vocab(tp=size), cfg.hidden_size)
-        nn.init.normal_(full.weight, mean=0.0, std=cfg.init_std)
-        if size > 1:
-            from megatron.core.tensor_parallel import VocabParallelEmbedding
-
-            self.word_embeddings = VocabParallelEmbedding(full.num_embeddings, full.embedding_dim, config=mcfg,
-                                                          init_method=lambda w: None)
-            rows = full.num_embeddings // size
-            with torch.no_grad():
-                self.word_embeddings.weight.copy_(full.weight[rank * rows:(rank + 1) * rows])
-            _mark_tp(self.word_embeddings.weight, 0)
-        else:
-            self.word_embeddings = full
-
-    @property
-    def weight(self) -> torch.Tensor:
-        return self.word_embeddings.weight
-
-    def forward(self, inputs: Any, head: bool = False) -> Any:
-        """(input_ids, segment_ids) → (hidden, segment_ids); with ``head``: hidden → logits.
-        The output projection goes through this module's own forward so that ZeRO-3, which
-        gathers a module's partitioned weights around its forward, gathers them for it too."""
-        if head:
-            return head_logits(self, inputs)
-        input_ids, segment_ids = inputs
-        return self.word_embeddings(input_ids), segment_ids
-
-
-def head_logits(embedding: TPEmbedding, hidden: torch.Tensor) -> torch.Tensor:
-    """Output projection through the tied embedding → vocabulary-parallel logits [B, T, V/tp]."""
-    rank, size = _tp()
-    if size > 1:
-        from megatron.core.tensor_parallel import copy_to_tensor_model_parallel_region
-
-        # identity forward, all-reduce of the input gradient backward (each rank sees V/tp columns)
-        hidden = copy_to_tensor_model_parallel_region(hidden)
-    logits = F.linear(hidden, embedding.weight)
-    return mask_padded_vocab(logits, embedding.vocab_size, rank * logits.shape[-1])
-
-
-class EmbedNorm(nn.Module):
-    """The LayerNorm after the word embedding (BLOOM §3.2.2)."""
-
-    def __init__(self, cfg: ModelConfig, seed: int):
-        super().__init__()
-        self.embed_ln = nn.LayerNorm(cfg.hidden_size, eps=cfg.layernorm_eps)  # init: ones / zeros
-
-    def forward(self, inputs: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        hidden, segment_ids = inputs
-        return self.embed_ln(hidden), segment_ids
-
-
-class PipeBlock(nn.Module):
-    """A Block taking and returning ``(hidden, segment_ids)``, as pipeline layers must."""
-
-    def __init__(self, cfg: ModelConfig, mcfg: Any, layer_idx: int, seed: int):
-        super().__init__()
-        self.block = tp_block(cfg, mcfg, layer_idx, seed)
-
-    def forward(self, inputs: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        hidden, segment_ids = inputs
-        return self.block(hidden, segment_ids), segment_ids
-
-
-class FinalNorm(nn.Module):
-    def __init__(self, cfg: ModelConfig, seed: int):
-        super().__init__()
-        self.final_ln = nn.LayerNorm(cfg.hidden_size, eps=cfg.layernorm_eps)
-
-    def forward(self, inputs: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        return self.final_ln(inputs[0])
-
-
-def layer_specs(cfg: ModelConfig, mcfg: Any, seed: int) -> list[Any]:
-    """The model as DeepSpeed pipeline layers; the embedding is tied across first and last stage."""
+def _existing_spec(module: nn.Module, build: Callable[[], nn.Module], tied: bool = False, **kw: Any) -> Any:
+    """A DeepSpeed layer spec for a module that already exists (on meta): DeepSpeed calls
+    ``build()`` only on the stage that owns the layer, which materialises it there."""
     from deepspeed.pipe import LayerSpec, TiedLayerSpec
 
-    return [
-        TiedLayerSpec("embed", TPEmbedding, cfg, mcfg, seed, tied_weight_attr=["weight"]),
-        LayerSpec(EmbedNorm, cfg, seed),
-        *[LayerSpec(PipeBlock, cfg, mcfg, i, seed) for i in range(cfg.num_layers)],
-        LayerSpec(FinalNorm, cfg, seed),
-        TiedLayerSpec("embed", TPEmbedding, cfg, mcfg, seed, forward_fn=head_logits, tied_weight_attr=["weight"]),
-    ]
+    base = TiedLayerSpec if tied else LayerSpec
+
+    class Existing(base):  # type: ignore[misc, valid-type]
+        def build(self, log: bool = False) -> nn.Module:
+            return build()
+
+    return Existing(TIED_KEY, type(module), **kw) if tied else Existing(type(module))
 
 
-class SequentialBloom(nn.Module):
-    """The same layers without pipeline parallelism: (input_ids, segment_ids) → local logits."""
-
-    def __init__(self, cfg: ModelConfig, mcfg: Any, seed: int, checkpoint: bool = False):
-        super().__init__()
-        self.embedding = TPEmbedding(cfg, mcfg, seed)
-        self.embed_norm = EmbedNorm(cfg, seed)
-        self.blocks = nn.ModuleList(PipeBlock(cfg, mcfg, i, seed) for i in range(cfg.num_layers))
-        self.final_norm = FinalNorm(cfg, seed)
-        self.checkpoint = checkpoint
-
-    def forward(self, inputs: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        x = self.embed_norm(self.embedding(inputs))
-        for blk in self.blocks:
-            if self.checkpoint and self.training:
-                x = torch.utils.checkpoint.checkpoint(blk, x, use_reentrant=False)
-            else:
-                x = blk(x)
-        return self.embedding(self.final_norm(x), head=True)
+def _project(embedding: nn.Module, x: Any) -> torch.Tensor:
+    return embedding(x, project=True)
 
 
-# ------------------------------------------------------------------------------------- the loss
+def pipeline(model: Bloom, parallel: ParallelConfig, loss_fn: Callable, build: Callable[[str, nn.Module], nn.Module]) -> nn.Module:
+    """``Bloom.layers()`` and the tied output projection as a DeepSpeed ``PipelineModule``,
+    partitioned so every stage gets the same number of blocks; ``build(name, module)``
+    materialises a layer on the stage that owns it."""
+    from deepspeed.pipe import PipelineModule
+    from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
 
-def token_losses(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sum of per-token cross-entropy over labelled positions, number of them), fp32.
+    specs = []
+    for name, layer in model.layers():
+        make = (lambda n=name, m=layer: build(n, m))
+        specs.append(_existing_spec(layer, make, tied=True, tied_weight_attr=["word_embeddings.weight"])
+                     if name == "embedding" else _existing_spec(layer, make))
+    specs.append(_existing_spec(model.embedding, lambda: build("embedding", model.embedding), tied=True,
+                                forward_fn=_project, tied_weight_attr=["word_embeddings.weight"]))
+    topo = PipeModelDataParallelTopology(num_pp=parallel.pp, num_mp=parallel.tp, num_dp=parallel.dp)
+    return PipelineModule(layers=specs, topology=topo, loss_fn=loss_fn, partition_method=f"type:^{Block.__name__}$",
+                          activation_checkpoint_interval=0,  # done by apply_ac, the same at every layout
+                          dynamic_shape=True)  # the bucket (sequence length) changes from step to step
 
-    Vocabulary-parallel logits go through megatron-core's ``vocab_parallel_cross_entropy``
-    (each rank holds V/tp columns; the softmax normaliser is all-reduced)."""
-    mask = labels != IGNORE_INDEX
-    safe = torch.where(mask, labels, torch.zeros_like(labels))
-    rank, size = _tp()
-    if size > 1:
-        from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
 
-        per_token = vocab_parallel_cross_entropy(logits.float(), safe)
+# ---------------------------------------------------------------------------------- the entry point
+
+def parallelize(model: Bloom, parallel: ParallelConfig, *, seed: int, dtype: torch.dtype, activation_checkpointing: bool,
+                loss_fn: Callable, make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
+                ds_config: dict[str, Any], device: torch.device) -> Any:
+    """Apply TP, activation checkpointing, PP and ZeRO to ``model`` at this rank's place in the
+    (already initialised, ``training.distributed``) grid; returns the DeepSpeed engine.
+
+    ``model`` on the meta device is initialised from ``seed`` (``training.model.initial_value``);
+    a materialised model keeps its weights (each rank takes its slice of them)."""
+    import deepspeed
+
+    from training.reshard import universal_info
+
+    if model.embed_ln.weight.device.type == "meta":
+        shapes = full_shapes(model.cfg)
+        source = lambda name: initial_value(name, shapes[name], model.cfg, seed)  # noqa: E731
     else:
-        per_token = F.cross_entropy(logits.float().flatten(0, 1), safe.flatten(), reduction="none").view_as(labels)
-    return (per_token * mask).sum(), mask.sum()
-
-
-class StepLoss:
-    """Loss of one micro-batch, scaled so DeepSpeed's averaging gives the step's token mean.
-
-    DeepSpeed divides each micro-batch loss by the number of micro-batches (gas) and averages
-    gradients over DP ranks; micro-batches hold different numbers of labelled tokens. Scaling
-    the summed token loss by gas·dp / (labelled tokens of the whole step, all ranks) makes the
-    final gradient exactly that of the mean token loss of the step.
-
-    Skipping a bad batch: when a micro-batch's mean token loss is not finite, or exceeds
-    ``spike_limit``, its loss is made NaN on purpose. The NaN reaches every rank's gradients
-    through the all-reduces, DeepSpeed finds the global gradient norm invalid and skips the
-    optimizer step on all ranks alike (counted in ``engine.skipped_steps``)."""
-
-    def __init__(self) -> None:
-        self.scale = 1.0
-        self.spike_limit = math.inf
-        self.poison = False  # fault injection for tests (BLOOMLINE_INJECT_NAN_STEP)
-        self.bad = False
-
-    def set_step(self, gas: int, dp: int, step_tokens: int, spike_limit: float = math.inf, poison: bool = False) -> None:
-        self.scale = gas * dp / max(step_tokens, 1)
-        self.spike_limit = spike_limit
-        self.poison = poison
-        self.bad = False
-
-    def __call__(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        total, n = token_losses(logits, labels)
-        mean = float(total.detach()) / max(int(n), 1)
-        if self.poison or not math.isfinite(mean) or mean > self.spike_limit:
-            self.bad = True
-            return total * float("nan")
-        return total * self.scale
-
-
-def checkpoint_fn() -> Callable:
-    return partial(torch.utils.checkpoint.checkpoint, use_reentrant=False)
+        weights = {n: p.detach().clone() for n, p in model.named_parameters()}
+        source = weights.__getitem__
+        model.to("meta")
+    apply_tp(model, megatron_config(parallel, dtype))                        # 1
+    if activation_checkpointing:
+        apply_ac(model)                                                      # 2
+    build = lambda name, module: materialize(module, name + ".", source, device)  # noqa: E731
+    if parallel.pp > 1:
+        module = pipeline(model, parallel, loss_fn, build)                   # 3
+        mpu = None  # the PipelineModule's topology tells DeepSpeed the groups
+    else:
+        for name, layer in model.layers():
+            build(name, layer)
+        module, mpu = model, DeepSpeedMPU()
+    # Saved in every checkpoint: how DeepSpeed's universal converter merges this layout's TP slices.
+    module.universal_checkpoint_info = universal_info(model.cfg, layout_of(parallel))
+    engine, _, _, _ = deepspeed.initialize(model=module, optimizer=make_optimizer(module), mpu=mpu,  # 4
+                                           config=ds_config)
+    return engine

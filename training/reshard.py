@@ -8,16 +8,13 @@ written for BLOOM-176B's own topology changes): one folder per parameter holding
 master weight and its Adam moments, TP slices merged, ZeRO partitions joined. Ranks of the new
 layout then load it with ``checkpoint.load_universal``, each cutting its own slice.
 
-Two things are ours:
+Two things are ours, both derived from ``training/layout.py``:
 
-* How our TP slices merge (``universal_info``): column-parallel weights and biases (qkv, fc1) and
-  the vocabulary-parallel embedding are cut along dim 0, row-parallel weights (dense, fc2) along
-  dim 1, LayerNorms and row-parallel biases are replicated. The fused qkv rows are laid out per
-  head (``training/model.py``), so a dim-0 slice is whole heads for any TP.
-* Parameter names depend on the layout (a ``PipelineModule`` names layers by index, the TP
-  wrapper adds ``.inner``), and DeepSpeed finds a parameter's folder by its name in the loading
-  model. ``canonical_name`` maps any layout's name to the single-device one and
-  ``layout_name`` back, and ``convert`` stores the folders under the target layout's names.
+* How our TP slices merge (:func:`universal_info`): the exact parameter names of the writing
+  layout, grouped by their cut (``layout.tp_dim``: replicated, row-parallel, vocabulary).
+* Parameter names depend on the layout (a ``PipelineModule`` names layers by index), and
+  DeepSpeed finds a parameter's folder by its name in the loading model, so ``convert`` stores
+  the folders under the target layout's names.
 
 ``bloomline train`` runs the conversion before starting the ranks when the recipe's layout differs
 from the checkpoint's; ``python -m training.reshard`` runs it by hand.
@@ -34,73 +31,36 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bloomline.config import from_dict
+from bloomline.host import available_cpus
+from training.checkpoint import model_config, read_meta
 from training.config import ModelConfig
+from training.layout import EMBEDDING, LAYOUT_KEYS, bloom_name, layout_name, show, tp_dim
 
-LAYOUT_KEYS = ("tp", "pp", "dp", "zero_stage")
 MARKER = "bloomline_layout.json"  # in step_N/universal: written last, says which layout it is laid out for
-_TP_LINEARS = re.compile(r"^(.*\.(?:qkv|dense|fc1|fc2))\.(weight|bias)$")
 
 
-def layout_of(parallel: Any) -> dict[str, int]:
-    """The layout part of a ParallelConfig (or of its dict in a checkpoint's config)."""
-    get = parallel.get if isinstance(parallel, dict) else lambda k: getattr(parallel, k)
-    return {k: int(get(k)) for k in LAYOUT_KEYS}
+def universal_info(cfg: ModelConfig, layout: dict[str, int]) -> dict[str, Any]:
+    """How DeepSpeed's converter merges this layout's TP slices (saved in every checkpoint).
 
-
-def universal_info(padded_vocab: int) -> dict[str, Any]:
-    """How DeepSpeed's converter merges our TP slices (saved in every checkpoint).
-
-    ``original_vocab_size`` is the padded vocabulary of the writing layout: the converter keeps
-    those rows (padding rows included, so a same-size resume is exact) and the loader pads with
-    zeros when the new layout pads further."""
+    Exact names of the layout's parameters, grouped by their TP cut; dim-0 cuts are the
+    converter's default. ``original_vocab_size`` is the layout's padded vocabulary: the converter
+    keeps those rows (padding rows included, so a same-size resume is exact) and the loader pads
+    with zeros when the new layout pads further."""
     from deepspeed.checkpoint import constants as c
 
+    from training.model import full_shapes
+
+    names = {n: layout_name(n, layout, cfg.num_layers) for n in full_shapes(cfg)}
+    exact = lambda ns: [f"^{re.escape(names[n])}$" for n in ns]  # noqa: E731
     return {
         c.UNIVERSAL_CHECKPOINT_VERSION_KEY: c.UNIVERSAL_CHECKPOINT_VERSION_VALUE,
-        c.TP_REPLICATED_PARAMETER_PATTERNS: [r".*(embed_ln|final_ln|ln1|ln2)\.(weight|bias)$",
-                                             r".*(dense|fc2)(\.inner)?\.bias$"],
-        c.PARAMETER_WITH_ROW_PARALLELISM_PATTERNS: [r".*(dense|fc2)(\.inner)?\.weight$"],
-        c.VOCABULARY_PARAMETER_PATTERNS: [r".*word_embeddings\.weight$"],
+        c.TP_REPLICATED_PARAMETER_PATTERNS: exact(n for n in names if tp_dim(n) is None),
+        c.PARAMETER_WITH_ROW_PARALLELISM_PATTERNS: exact(n for n in names if tp_dim(n) == 1),
+        c.VOCABULARY_PARAMETER_PATTERNS: exact([EMBEDDING]),
         # tied: held by the first and the last pipeline stage; the converter takes the first's
-        c.PIPELINE_REPLICATED_PARAMETER_PATTERNS: [r".*word_embeddings\.weight$"],
-        c.ORIGINAL_VOCAB_SIZE: int(padded_vocab),
+        c.PIPELINE_REPLICATED_PARAMETER_PATTERNS: exact([EMBEDDING]),
+        c.ORIGINAL_VOCAB_SIZE: int(cfg.padded_vocab(tp=layout["tp"])),
     }
-
-
-def canonical_name(name: str) -> str:
-    """A parameter's name in the single-device model (``SequentialBloom`` at TP=1)."""
-    name = name.replace(".inner.", ".")
-    if name.startswith("tied_modules.embed."):
-        return "embedding." + name[len("tied_modules.embed."):]
-    m = re.match(r"^(\d+)\.(embed_ln|block|final_ln)\.(.*)$", name)
-    if m:
-        idx, kind, rest = int(m.group(1)), m.group(2), m.group(3)
-        # PipelineModule indices: 0 embedding (tied), 1 embed norm, 2..L+1 blocks, L+2 final norm
-        if kind == "block":
-            return f"blocks.{idx - 2}.block.{rest}"
-        return f"{'embed_norm' if kind == 'embed_ln' else 'final_norm'}.{kind}.{rest}"
-    return name
-
-
-def layout_name(canonical: str, tp: int, pp: int, num_layers: int) -> str:
-    """The inverse of ``canonical_name`` for a layout (see ``layer_specs`` / ``SequentialBloom``)."""
-    name = canonical
-    if tp > 1:
-        m = _TP_LINEARS.match(name)
-        if m:
-            name = f"{m.group(1)}.inner.{m.group(2)}"
-    if pp > 1:
-        if name.startswith("embedding."):
-            return "tied_modules.embed." + name[len("embedding."):]
-        if name.startswith("embed_norm."):
-            return "1." + name[len("embed_norm."):]
-        if name.startswith("final_norm."):
-            return f"{num_layers + 2}." + name[len("final_norm."):]
-        m = re.match(r"^blocks\.(\d+)\.(.*)$", name)
-        if m:
-            return f"{int(m.group(1)) + 2}.{m.group(2)}"
-    return name
 
 
 def check_convertible(step_dir: Path, meta: dict[str, Any], target: dict[str, int]) -> None:
@@ -113,12 +73,13 @@ def check_convertible(step_dir: Path, meta: dict[str, Any], target: dict[str, in
       reads nor loads weights from a universal checkpoint.
     * No optimizer step taken yet (every step skipped, e.g. fp16 overflows): there are no Adam
       moments to convert, and DeepSpeed's converter fails on their absence."""
-    source = layout_of(meta["config"]["parallel"])
+    source = meta["layout"]
     if source["zero_stage"] not in (1, 2) or target["zero_stage"] not in (1, 2):
         raise ValueError(f"{step_dir} (zero_stage={source['zero_stage']}) cannot be resumed with zero_stage="
                          f"{target['zero_stage']} and another layout: layout changes work between ZeRO stages 1 "
                          f"and 2; otherwise resume with the same tp/pp/dp/zero_stage")
-    if int(meta["step"]) - int(meta.get("skipped", 0)) - int(meta.get("fp16_overflows", 0)) <= 0:
+    t = meta["trainer"]
+    if int(meta["step"]) - int(t.get("skipped", 0)) - int(t.get("fp16_overflows", 0)) <= 0:
         raise ValueError(f"{step_dir}: every step so far was skipped, so there is no optimizer state to convert to "
                          f"another layout; resume with the same tp/pp/dp/zero_stage")
 
@@ -136,7 +97,7 @@ def is_ready(step_dir: Path, layout: dict[str, int]) -> bool:
     return marker.is_file() and json.loads(marker.read_text()).get("layout") == layout
 
 
-def convert(step_dir: str | Path, layout: dict[str, int], model: ModelConfig) -> Path:
+def convert(step_dir: str | Path, layout: dict[str, int]) -> Path:
     """``step_dir`` (any layout) → ``step_dir/universal`` laid out for ``layout``; idempotent.
 
     Written to ``universal.tmp`` and renamed, with the marker written last: a killed conversion
@@ -147,14 +108,15 @@ def convert(step_dir: str | Path, layout: dict[str, int], model: ModelConfig) ->
     out = step_dir / "universal"
     if is_ready(step_dir, layout):
         return out
-    meta = json.loads((step_dir / "bloomline.json").read_text())
-    source = layout_of(meta["config"]["parallel"])
+    meta = read_meta(step_dir)
+    model = model_config(meta)
+    source = meta["layout"]
     check_convertible(step_dir, meta, layout)
     tmp = step_dir / "universal.tmp"
     # The converter globs the step folder for model-state files, so no earlier output may stay inside it.
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.rmtree(out, ignore_errors=True)
-    workers = max(1, min(8, (os.cpu_count() or 1) - 1))
+    workers = max(1, min(8, available_cpus() - 1))
     args = argparse.Namespace(input_folder=str(step_dir), output_folder=str(tmp), num_extract_workers=workers,
                               num_merge_workers=max(1, workers // 4), keep_temp_folder=False, strict=True,
                               # checkpoints from before universal_info was saved: fine without TP slices
@@ -169,7 +131,7 @@ def convert(step_dir: str | Path, layout: dict[str, int], model: ModelConfig) ->
     staged.mkdir()
     target_vocab = model.padded_vocab(tp=layout["tp"])
     for d in sorted(p for p in zero.iterdir() if p.is_dir()):
-        name = layout_name(canonical_name(d.name), layout["tp"], layout["pp"], model.num_layers)
+        name = layout_name(bloom_name(d.name, model.num_layers), layout, model.num_layers)
         if (staged / name).exists():
             continue  # the tied embedding, saved by both the first and the last stage
         d.rename(staged / name)
@@ -219,11 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     for k in LAYOUT_KEYS:
         ap.add_argument(f"--{k.replace('_', '-')}", type=int, required=True)
     args = ap.parse_args(argv)
-    step_dir = Path(args.step_dir)
-    meta = json.loads((step_dir / "bloomline.json").read_text())
     layout = {k: getattr(args, k) for k in LAYOUT_KEYS}
-    out = convert(step_dir, layout, from_dict(ModelConfig, meta["config"]["model"]))
-    print(f"{out}: laid out for {layout}")
+    out = convert(Path(args.step_dir), layout)
+    print(f"{out}: laid out for {show(layout)}")
     return 0
 
 

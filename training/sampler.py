@@ -17,16 +17,11 @@ Determinism: everything a step draws is a pure function of ``(seed, state)``. Th
 (:meth:`DynamicBatchSampler.state_dict`) is plain JSON — the step count, the tokens consumed
 (ramp-up) and, per (language, bucket) stream, its epoch and position in the epoch's seeded
 permutation — so it goes into a checkpoint and a resumed run draws exactly what an
-uninterrupted run would have drawn.
+uninterrupted run would have drawn. The permutations are computed, not stored
+(:func:`permutation_at`), so the sampler's memory does not grow with the data.
 
-Pieces:
-
-* :class:`ShardIndex`: the manifest, the verified shards of a split, per-(lang, bucket) length
-  arrays, row access.
-* :class:`DynamicBatchSampler`: the trainer's sampler, one :class:`StepPlan` per step.
-* :class:`FixedBatchSampler`: a fixed-sample-count baseline for the benchmarks.
-* :func:`materialize`: a micro-batch of ``(shard_id, row)`` → padded tensors with labels that
-  never cross a document boundary.
+The data it draws from is ``training.data.ShardIndex``; :class:`StepPlan` is what it hands the
+trainer per step.
 """
 
 from __future__ import annotations
@@ -34,126 +29,56 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
-import torch
 
 from bloomline.errors import ConfigError, DataError
-from data_prep.shards import load_manifest, open_shard
 from training.config import BatchConfig
+from training.data import SampleRef, ShardIndex, Stream
 
-IGNORE_INDEX = -100
-"""Label value that ``torch.nn.functional.cross_entropy`` skips."""
-
-STATE_VERSION = 1
-
-SampleRef = tuple[int, int]
-"""``(shard_id, row)``: shard_id indexes :attr:`ShardIndex.shards`."""
+STATE_VERSION = 2  # 2: permutations by permutation_at (1 drew numpy permutations)
 
 
-def _seed_words(seed: int) -> int:
+def seed_words(seed: int) -> int:
     # numpy's SeedSequence wants non-negative entropy; accept any int seed.
     return int(seed) & (2**64 - 1)
 
 
-def _stream_key(lang: str, bucket: int) -> str:
-    return f"{lang}/{bucket}"
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser (Steele et al., "Fast splittable pseudorandom number generators",
+    2014): a bijective avalanche of uint64."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
 
 
-@dataclass
-class Stream:
-    """All samples of one (language, bucket) in one split, in manifest shard order."""
+def permutation_at(positions: np.ndarray, n: int, key: int) -> np.ndarray:
+    """Elements ``positions`` of a keyed pseudo-random permutation of ``range(n)``, computed
+    without a table (a table of a 180M-sample stream would be 1.4 GB on every rank).
 
-    lang: str
-    bucket: int
-    shard_ids: np.ndarray  # int32 [n]
-    rows: np.ndarray  # int32 [n]
-    lengths: np.ndarray  # int64 [n]
+    A 4-round balanced Feistel network on the smallest even bit width ``b`` with 2^b ≥ n is a
+    bijection of [0, 2^b); cycle walking — applying it again while the result is ≥ n — restricts
+    it to a bijection of [0, n) (Black & Rogaway, "Ciphers with Arbitrary Finite Domains", 2002).
+    2^b < 4n, so fewer than 4 walks are expected."""
+    bits = max(2, int(n - 1).bit_length())
+    bits += bits % 2
+    half, mask = np.uint64(bits // 2), np.uint64(2 ** (bits // 2) - 1)
+    keys = _mix(np.array([(key * 4 + r) & (2**64 - 1) for r in range(4)], dtype=np.uint64))
 
-    @property
-    def key(self) -> str:
-        return _stream_key(self.lang, self.bucket)
+    def feistel(x: np.ndarray) -> np.ndarray:
+        left, right = x >> half, x & mask
+        for k in keys:
+            left, right = right, left ^ (_mix(right ^ k) & mask)
+        return (left << half) | right
 
-    @property
-    def size(self) -> int:
-        return len(self.rows)
-
-    @property
-    def tokens(self) -> int:
-        return int(self.lengths.sum())
-
-
-class ShardIndex:
-    """The shards of one split of a prepared data folder, opened and indexed.
-
-    Every shard listed in the manifest for ``split`` is opened with
-    :func:`data_prep.shards.open_shard`, which (with ``verify``) checks its sha256 and raises
-    :class:`~data_prep.shards.CorruptShardError` naming the file. Only the ``length`` column is
-    read eagerly (one numpy array per (lang, bucket) stream); token ids are read per row from
-    the memory-mapped tables by :meth:`fetch`.
-    """
-
-    def __init__(self, data_dir: str | Path, split: str = "train", verify: bool = True):
-        self.data_dir = Path(data_dir)
-        self.split = split
-        self.manifest = load_manifest(self.data_dir)
-        self.shards = [s for s in self.manifest["shards"] if s["split"] == split]
-        if not self.shards:
-            raise DataError(f"{self.data_dir}: the manifest lists no '{split}' shards")
-        self.tables = [open_shard(self.data_dir, s, verify=verify) for s in self.shards]
-        self._flat: dict[int, tuple[np.ndarray, ...]] = {}
-        parts: dict[tuple[str, int], list[tuple[int, np.ndarray]]] = {}
-        for sid, (shard, table) in enumerate(zip(self.shards, self.tables)):
-            lengths = table.column("length").to_numpy().astype(np.int64)
-            parts.setdefault((shard["lang"], int(shard["bucket"])), []).append((sid, lengths))
-        self.streams: dict[tuple[str, int], Stream] = {}
-        for (lang, bucket), items in sorted(parts.items()):
-            self.streams[(lang, bucket)] = Stream(
-                lang, bucket,
-                shard_ids=np.concatenate([np.full(len(ln), sid, np.int32) for sid, ln in items]),
-                rows=np.concatenate([np.arange(len(ln), dtype=np.int32) for _, ln in items]),
-                lengths=np.concatenate([ln for _, ln in items]))
-        self.languages = sorted({lang for lang, _ in self.streams})
-        self.buckets = sorted({b for _, b in self.streams})
-        tok = self.manifest["tokenizer"]
-        self.vocab_size = int(tok["vocab_size"])
-        self.pad_id = int(tok.get("pad_id", 0))
-        self.eos_id = int(tok.get("eos_id", 0))
-
-    def lang_tokens(self, lang: str) -> int:
-        """Real (unpadded) tokens of ``lang`` in this split."""
-        return sum(s.tokens for (lg, _), s in self.streams.items() if lg == lang)
-
-    def check_model(self, vocab_size: int, seq_len: int) -> None:
-        """Refuse data the model cannot read: another tokenizer, or samples longer than seq_len."""
-        if self.vocab_size != vocab_size:
-            raise DataError(f"{self.data_dir}: the data was tokenized with vocab_size {self.vocab_size}, the model has "
-                            f"vocab_size {vocab_size}; set model.vocab_size to {self.vocab_size} or prepare the data "
-                            "with the model's tokenizer")
-        largest = max(int(b) for b in self.manifest["buckets"])
-        if largest > seq_len:
-            raise DataError(f"{self.data_dir}: the largest bucket is {largest} tokens, longer than the model's seq_len "
-                            f"{seq_len}; raise model.seq_len or prepare the data with pack.buckets up to {seq_len}")
-
-    def _columns(self, shard_id: int) -> tuple[np.ndarray, ...]:
-        if shard_id not in self._flat:
-            t = self.tables[shard_id]
-            ids, offs = t.column("input_ids").combine_chunks(), t.column("doc_offsets").combine_chunks()
-            # ListArray.offsets already accounts for a slice offset; pair it with the unsliced .values.
-            self._flat[shard_id] = (ids.offsets.to_numpy(), ids.values.to_numpy(),
-                                    offs.offsets.to_numpy(), offs.values.to_numpy())
-        return self._flat[shard_id]
-
-    def fetch(self, shard_id: int, row: int) -> tuple[np.ndarray, np.ndarray]:
-        """Token ids (int32, unpadded) and doc_offsets of one sample."""
-        io, iv, oo, ov = self._columns(shard_id)
-        return iv[io[row]:io[row + 1]], ov[oo[row]:oo[row + 1]]
-
-    def length(self, shard_id: int, row: int) -> int:
-        io = self._columns(shard_id)[0]
-        return int(io[row + 1] - io[row])
+    out = feistel(np.asarray(positions, dtype=np.uint64))
+    walk = out >= n
+    while walk.any():
+        out[walk] = feistel(out[walk])
+        walk = out >= n
+    return out.astype(np.int64)
 
 
 @dataclass
@@ -184,15 +109,15 @@ class StepPlan:
     pad_lengths: list[list[int]] = field(default_factory=list)
 
 
-def _cost(lengths: np.ndarray, attn_weight: float, seq_len: int) -> np.ndarray:
+def cost_estimate(lengths: np.ndarray, attn_weight: float, seq_len: int) -> np.ndarray:
     """Estimated compute of samples: linear (MLP, projections) + attention (quadratic)."""
     ln = lengths.astype(np.float64)
     return ln + attn_weight * ln * ln / seq_len
 
 
-def _build_plan(step: int, refs: list[SampleRef], lengths: np.ndarray, langs: Sequence[str],
-                assignment: list[list[list[int]]], pad_lengths: list[list[int]], cost: np.ndarray,
-                lr_scale: float, budget: int) -> StepPlan:
+def build_plan(step: int, refs: list[SampleRef], lengths: np.ndarray, langs: Sequence[str],
+               assignment: list[list[list[int]]], pad_lengths: list[list[int]], cost: np.ndarray,
+               lr_scale: float, budget: int) -> StepPlan:
     """Turn an assignment of sample indices ([dp][gas][m]) into a StepPlan with its statistics."""
     tokens = int(lengths.sum())
     padded = sum(len(mb) * pl for rank, pls in zip(assignment, pad_lengths) for mb, pl in zip(rank, pls))
@@ -274,8 +199,9 @@ def split_micro_batches(members: list[int], cost: np.ndarray, gas: int) -> list[
 
 
 def take_epochs(size: int, epoch: int, pos: int, count: int,
-                perm: Callable[[int], np.ndarray]) -> tuple[np.ndarray, int, int]:
-    """The next ``count`` indices of a sequence read in ``perm(epoch)`` order, epoch after epoch.
+                perm: Callable[[int, np.ndarray], np.ndarray]) -> tuple[np.ndarray, int, int]:
+    """The next ``count`` indices of a sequence read in permutation order, epoch after epoch
+    (``perm(epoch, positions)``: the epoch's permutation at those positions).
 
     Returns ``(indices, epoch, pos)`` after the read; a new epoch (a new permutation) begins
     when the current one is exhausted, so a small stream may repeat within one read.
@@ -285,7 +211,7 @@ def take_epochs(size: int, epoch: int, pos: int, count: int,
         if pos == size:
             epoch, pos = epoch + 1, 0
         k = min(count, size - pos)
-        out.append(perm(epoch)[pos:pos + k])
+        out.append(perm(epoch, np.arange(pos, pos + k)))
         pos, count = pos + k, count - k
     return (np.concatenate(out) if out else np.zeros(0, np.int64)), epoch, pos
 
@@ -322,9 +248,6 @@ class DynamicBatchSampler:
         if dp_size < 1:
             raise ConfigError("parallel.dp", "must be >= 1")
         self.index, self.batch, self.dp, self.seq_len, self.seed = index, batch, int(dp_size), int(seq_len), int(seed)
-        too_long = [b for b in index.buckets if b > seq_len]
-        if too_long:
-            raise DataError(f"buckets {too_long} are longer than seq_len {seq_len}")
         self.weights = self._resolve_blend(index.manifest["blend"] if blend is None else blend)
         self.streams = [s for s in index.streams.values() if self.weights.get(s.lang, 0.0) > 0 and s.size]
         lang_tok = {lg: index.lang_tokens(lg) for lg in self.weights}
@@ -335,10 +258,10 @@ class DynamicBatchSampler:
         self._by_bucket: dict[int, tuple[list[Stream], np.ndarray]] = {
             b: (ss, np.array([self.weights[s.lang] * s.size / lang_tok[s.lang] for s in ss]))
             for b, ss in sorted(grouped.items())}
-        self._perms: dict[str, tuple[int, np.ndarray]] = {}
         self._rampup = self._rampup_schedule(batch)
         self.step = 0
         self.consumed_tokens = 0
+        self.tokens_by_lang: dict[str, int] = {}  # real tokens drawn per language so far (evaluation reads it)
         self.positions: dict[str, list[int]] = {s.key: [0, 0] for s in self.streams}  # key -> [epoch, pos]
 
     def _resolve_blend(self, blend: dict[str, float]) -> dict[str, float]:
@@ -375,24 +298,21 @@ class DynamicBatchSampler:
         gas = max(1, int(math.floor(budget / (self.dp * m * bucket) + 0.5)))
         return m, gas
 
-    def _perm(self, stream: Stream, epoch: int) -> np.ndarray:
-        cached = self._perms.get(stream.key)
-        if cached is None or cached[0] != epoch:
-            rng = np.random.default_rng([_seed_words(self.seed), 1, zlib.crc32(stream.key.encode()), epoch])
-            cached = (epoch, rng.permutation(stream.size))
-            self._perms[stream.key] = cached
-        return cached[1]
+    def _key(self, stream: Stream, epoch: int) -> int:
+        words = [seed_words(self.seed), 1, zlib.crc32(stream.key.encode()), epoch]
+        return int(np.random.SeedSequence(words).generate_state(1, np.uint64)[0])
 
     def _take(self, stream: Stream, count: int) -> np.ndarray:
         """The next ``count`` sample indices of a stream, starting new epochs as needed."""
         epoch, pos = self.positions[stream.key]
-        idx, epoch, pos = take_epochs(stream.size, epoch, pos, count, lambda e: self._perm(stream, e))
+        idx, epoch, pos = take_epochs(stream.size, epoch, pos, count,
+                                      lambda e, at: permutation_at(at, stream.size, self._key(stream, e)))
         self.positions[stream.key] = [epoch, pos]
         return idx
 
     def next_step(self) -> StepPlan:
         budget = self.budget()
-        rng = np.random.default_rng([_seed_words(self.seed), 0, self.step + 1])
+        rng = np.random.default_rng([seed_words(self.seed), 0, self.step + 1])
         buckets = list(self._by_bucket)
         shapes = [self.shape(b, budget) for b in buckets]
         p = np.array([w.sum() / (self.dp * gas * m) for (_, w), (m, gas) in zip(self._by_bucket.values(), shapes)])
@@ -403,19 +323,22 @@ class DynamicBatchSampler:
         refs: list[SampleRef] = []
         lengths, langs = [], []
         for s, c in zip(streams, counts):
-            idx = self._take(s, int(c))
-            refs.extend(zip(s.shard_ids[idx].tolist(), s.rows[idx].tolist()))
-            lengths.append(s.lengths[idx])
-            langs.extend([s.lang] * len(idx))
+            sids, rows = s.locate(self._take(s, int(c)))
+            refs.extend(zip(sids.tolist(), rows.tolist()))
+            lengths.append(self.index.lengths(sids, rows))
+            langs.extend([s.lang] * len(rows))
         lengths = np.concatenate(lengths)
-        cost = _cost(lengths, self.batch.attn_weight, self.seq_len)
+        cost = cost_estimate(lengths, self.batch.attn_weight, self.seq_len)
         members = balance(cost, self.dp, gas * m, self.batch.balance_tolerance)
         assignment = [split_micro_batches(mem, cost, gas) for mem in members]
         self.step += 1
         tokens = int(lengths.sum())
         self.consumed_tokens += tokens
-        return _build_plan(self.step, refs, lengths, langs, assignment, [[bucket] * gas for _ in range(self.dp)],
-                           cost, self._lr_scale(tokens), budget)
+        plan = build_plan(self.step, refs, lengths, langs, assignment, [[bucket] * gas for _ in range(self.dp)],
+                          cost, self._lr_scale(tokens), budget)
+        for lang, n in plan.lang_tokens.items():
+            self.tokens_by_lang[lang] = self.tokens_by_lang.get(lang, 0) + n
+        return plan
 
     def _lr_scale(self, tokens: int) -> float:
         ratio = tokens / self.batch.tokens_per_step
@@ -424,6 +347,7 @@ class DynamicBatchSampler:
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state after the last step (goes into a checkpoint)."""
         return {"version": STATE_VERSION, "seed": self.seed, "step": self.step, "consumed_tokens": self.consumed_tokens,
+                "tokens_by_lang": dict(sorted(self.tokens_by_lang.items())),
                 "streams": {s.key: [*self.positions[s.key], s.size] for s in self.streams}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -443,86 +367,5 @@ class DynamicBatchSampler:
                 raise DataError(f"sampler state: stream {key} had {rows} rows, the data now has {sizes[key]}: the data "
                                 "changed since the checkpoint")
         self.step, self.consumed_tokens = int(state["step"]), int(state["consumed_tokens"])
+        self.tokens_by_lang = {k: int(v) for k, v in state["tokens_by_lang"].items()}
         self.positions = {key: [int(v) for v in state["streams"].get(key, [0, 0])[:2]] for key in sizes}
-
-
-class FixedBatchSampler:
-    """Baseline: a fixed number of samples per rank per step, as Megatron-style trainers do.
-
-    All samples of all buckets and languages (no blend) are read in one seeded permutation per
-    epoch; each step takes the next ``samples_per_rank·dp`` and deals them round-robin (sample
-    ``i`` to rank ``i mod dp``, no balancing); each rank runs them as one micro-batch padded to
-    the longest bucket among its samples. Same :class:`StepPlan` statistics as the dynamic
-    sampler, for the benchmark's comparison (``lr_scale`` is always 1, ``budget`` 0).
-    """
-
-    def __init__(self, index: ShardIndex, samples_per_rank: int, dp_size: int, seed: int,
-                 seq_len: Optional[int] = None, attn_weight: float = 1.0):
-        self.index, self.per_rank, self.dp, self.seed = index, int(samples_per_rank), int(dp_size), int(seed)
-        self.seq_len = int(seq_len or max(index.buckets))
-        self.attn_weight = attn_weight
-        streams = list(index.streams.values())
-        self.refs = np.stack([np.concatenate([s.shard_ids for s in streams]),
-                              np.concatenate([s.rows for s in streams])], axis=1)
-        self.lengths = np.concatenate([s.lengths for s in streams])
-        self.buckets = np.concatenate([np.full(s.size, s.bucket) for s in streams])
-        self.langs = np.concatenate([np.full(s.size, i) for i, s in enumerate(streams)])
-        self._lang_names = [s.lang for s in streams]
-        self.step, self.epoch, self.pos = 0, 0, 0
-        self._cached: tuple[int, np.ndarray] = (-1, np.zeros(0, np.int64))
-
-    def _perm(self, epoch: int) -> np.ndarray:
-        if self._cached[0] != epoch:
-            rng = np.random.default_rng([_seed_words(self.seed), 2, epoch])
-            self._cached = (epoch, rng.permutation(len(self.lengths)))
-        return self._cached[1]
-
-    def next_step(self) -> StepPlan:
-        idx, self.epoch, self.pos = take_epochs(len(self.lengths), self.epoch, self.pos, self.per_rank * self.dp,
-                                                self._perm)
-        lengths = self.lengths[idx]
-        cost = _cost(lengths, self.attn_weight, self.seq_len)
-        assignment = [[list(range(r, len(idx), self.dp))] for r in range(self.dp)]
-        pad = [[int(self.buckets[idx[mb]].max()) for mb in rank] for rank in assignment]
-        refs = [(int(a), int(b)) for a, b in self.refs[idx]]
-        self.step += 1
-        return _build_plan(self.step, refs, lengths, [self._lang_names[i] for i in self.langs[idx]], assignment, pad,
-                           cost, 1.0, 0)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"version": STATE_VERSION, "seed": self.seed, "step": self.step, "epoch": self.epoch, "pos": self.pos}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.step, self.epoch, self.pos = int(state["step"]), int(state["epoch"]), int(state["pos"])
-
-
-def materialize(index: ShardIndex, micro_batch: Sequence[SampleRef], bucket: int, pad_id: int) -> dict[str, torch.Tensor]:
-    """Tensors of one micro-batch, padded to ``bucket``.
-
-    * ``input_ids`` LongTensor[m, bucket]: the sample's tokens, then ``pad_id``.
-    * ``labels``: ``input_ids`` shifted left by one; ``-100`` (ignored by the loss) on padding,
-      at each sample's last real position (its next token is not in the sample) and at every
-      position whose next token starts another document — so the model is never trained to
-      predict one document from another that was merely packed before it.
-    * ``segment_ids``: 1, 2, 3, … per document from ``doc_offsets``, 0 on padding (for an
-      attention mask that stays inside a document).
-    * ``lengths`` LongTensor[m]: real lengths.
-    """
-    m = len(micro_batch)
-    ids = np.full((m, bucket), pad_id, dtype=np.int64)
-    labels = np.full((m, bucket), IGNORE_INDEX, dtype=np.int64)
-    seg = np.zeros((m, bucket), dtype=np.int64)
-    lengths = np.zeros(m, dtype=np.int64)
-    for i, (shard_id, row) in enumerate(micro_batch):
-        toks, offsets = index.fetch(shard_id, row)
-        n = len(toks)
-        if n > bucket:
-            raise DataError(f"sample {index.shards[shard_id]['path']}:{row} has {n} tokens, more than its bucket {bucket}")
-        ids[i, :n] = toks
-        lengths[i] = n
-        labels[i, :n - 1] = toks[1:]
-        starts = np.asarray(offsets, dtype=np.int64)
-        labels[i, starts[starts > 0] - 1] = IGNORE_INDEX
-        seg[i, :n] = np.searchsorted(starts, np.arange(n), side="right")
-    return {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(labels),
-            "segment_ids": torch.from_numpy(seg), "lengths": torch.from_numpy(lengths)}

@@ -4,20 +4,16 @@ Per step: the dynamic-batch sampler plans the whole step (every rank plans the s
 the same seed and state and takes its data-parallel slice), the LR is set from warm-up + cosine
 × the step's batch-size factor, the micro-batches run through DeepSpeed (``train_batch`` of the
 PipelineEngine with PP, forward/backward/step of the engine without), and rank 0 appends one
-JSON line to ``RUN_DIR/metrics.jsonl`` and the same scalars to TensorBoard.
-
-Contract 2 (``RUN_DIR``): ``metrics.jsonl``, ``tensorboard/``, ``checkpoints/step_N/`` (DeepSpeed
-model + optimizer state, plus ``bloomline.json``: step, sampler state, RNG, config, data manifest
-hash) and ``checkpoints/latest`` (the newest complete checkpoint's name, replaced atomically).
+JSON line to ``RUN_DIR/metrics.jsonl`` and the same scalars to TensorBoard. The model is
+``training.model.Bloom``, parallelised by ``training.parallelize.parallelize``; the run folder
+and checkpoints are contract 2 (``training/checkpoint.py``, ``training/CHECKPOINT.md``).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import random
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -25,26 +21,20 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from bloomline.config import to_dict
 from bloomline.errors import BloomlineError
-from bloomline.io import sha256_file, write_bytes_atomic, write_json_atomic
-from training.config import TrainRecipe
-from training.reshard import is_ready, layout_of, reshard_command, universal_info
-from training.parallelize import (DeepSpeedMPU, Mesh, SequentialBloom, StepLoss, checkpoint_fn, init_distributed, layer_specs,
-                                  megatron_config)
-from training.sampler import DynamicBatchSampler, ShardIndex, materialize
-
-KILL_SWITCH = "STOP"  # touch RUN_DIR/STOP: the job saves a checkpoint and exits cleanly
-
-
-def lr_at(step: int, recipe: TrainRecipe) -> float:
-    """Linear warm-up to optim.lr, then cosine decay to optim.min_lr (BLOOM, Megatron)."""
-    o = recipe.optim
-    if o.warmup_steps and step <= o.warmup_steps:
-        return o.lr * step / o.warmup_steps
-    decay = o.decay_steps or recipe.train.steps
-    progress = min(1.0, (step - o.warmup_steps) / max(1, decay - o.warmup_steps))
-    return o.min_lr + 0.5 * (o.lr - o.min_lr) * (1 + math.cos(math.pi * progress))
+from bloomline.io import sha256_file, write_bytes_atomic
+from data_prep.shards import check_model_fits
+from training.checkpoint import PRECISIONS, RunDir, make_meta, read_meta, saved_recipe, step_tag
+from training.config import ModelConfig, TrainRecipe
+from training.data import ShardIndex, materialize, torch_collectives, verify_once
+from training.distributed import Mesh, init_distributed
+from training.layout import layout_of, show
+from training.loss import StepLoss
+from training.model import IGNORE_INDEX, Bloom
+from training.parallelize import parallelize
+from training.reshard import is_ready, reshard_command
+from training.sampler import DynamicBatchSampler
+from training.schedule import lr_at, schedule_change
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -88,50 +78,34 @@ class Trainer:
     def __init__(self, recipe: TrainRecipe, data_dir: str | Path, run_dir: str | Path):
         self.recipe = recipe
         self.data_dir = Path(data_dir)
-        self.run_dir = Path(run_dir)
-        self.ckpt_dir = self.run_dir / "checkpoints"
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run = RunDir(Path(run_dir))
+        self.run.root.mkdir(parents=True, exist_ok=True)
         cfg = recipe.model
+        assert isinstance(cfg, ModelConfig)
         seed = recipe.train.seed
         self.mesh: Mesh = init_distributed(recipe.parallel, seed)
-        self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[recipe.train.precision]
+        self.dtype = PRECISIONS[recipe.train.precision]
         self.device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
         self.index = ShardIndex(self.data_dir, "train")
-        self.index.check_model(cfg.vocab_size, cfg.seq_len)
-        tok = self.index.manifest["tokenizer"]
-        # A reused tokenizer may have no <pad> (id -1): pad with </s>; padded positions carry no
-        # label and are masked out of attention, so the id only has to be a valid row.
-        self.pad_id = int(tok.get("pad_id", -1)) if int(tok.get("pad_id", -1)) >= 0 else int(tok["eos_id"])
+        check_model_fits(self.index.manifest, self.data_dir, cfg.vocab_size, cfg.seq_len)
+        verify_once(self.index, self.run.data_stamp, self.mesh.rank, self.mesh.world, *torch_collectives())
         self.manifest_sha = sha256_file(self.data_dir / "manifest.json")
         self.sampler = DynamicBatchSampler(self.index, recipe.batch, recipe.parallel.dp, cfg.seq_len, seed)
 
-        import deepspeed
-
         if recipe.train.precision == "fp16" and self.device.type == "cpu" and recipe.train.cpu_fp16:
             allow_cpu_fp16()
-        mcfg = megatron_config(recipe.parallel, self.dtype)
         self.loss = StepLoss()
-        if recipe.parallel.pp > 1:
-            from deepspeed.pipe import PipelineModule
-            from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
-
-            topo = PipeModelDataParallelTopology(num_pp=recipe.parallel.pp, num_mp=recipe.parallel.tp,
-                                                 num_dp=recipe.parallel.dp)
-            model = PipelineModule(layers=layer_specs(cfg, mcfg, seed), topology=topo, loss_fn=self.loss,
-                                   partition_method="type:PipeBlock",
-                                   activation_checkpoint_interval=1 if recipe.train.activation_checkpointing else 0,
-                                   activation_checkpoint_func=checkpoint_fn(), dynamic_shape=True)
-        else:
-            model = SequentialBloom(cfg, mcfg, seed, checkpoint=recipe.train.activation_checkpointing)
+        self._resume_step, universal = self._plan_resume()
         o = recipe.optim
-        optimizer = torch.optim.AdamW(param_groups(model, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps)
-        mpu = DeepSpeedMPU() if recipe.parallel.pp == 1 else None  # with PP the module's topology says it
-        # Saved in every checkpoint: how DeepSpeed's universal converter merges our TP slices.
-        model.universal_checkpoint_info = universal_info(cfg.padded_vocab(tp=recipe.parallel.tp))
-        self._resume_tag, universal = self._plan_resume()
-        self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, mpu=mpu,
-                                                                 config=deepspeed_config(recipe, universal))
+        with torch.device("meta"):
+            model = Bloom(cfg)  # the whole model, holding no memory: each rank materialises its part
+        self.engine = parallelize(
+            model, recipe.parallel, seed=seed, dtype=self.dtype, activation_checkpointing=recipe.train.activation_checkpointing,
+            loss_fn=self.loss, ds_config=deepspeed_config(recipe, universal), device=self.device,
+            make_optimizer=lambda m: torch.optim.AdamW(param_groups(m, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2),
+                                                       eps=o.eps))
+        self.optimizer = self.engine.optimizer
         self.step = 0
         self.skipped = 0
         self.saved_step = -1
@@ -146,13 +120,13 @@ class Trainer:
         r = self.recipe
         while self.step < r.train.steps:
             # Every rank must agree on stopping, or some would wait forever in a collective.
-            stop = torch.tensor([int((self.run_dir / KILL_SWITCH).exists())], device=self.device)
+            stop = torch.tensor([int(self.run.stop.exists())], device=self.device)
             torch.distributed.all_reduce(stop, op=torch.distributed.ReduceOp.MAX)
             if stop.item():
                 if self.saved_step != self.step:
                     self.save()
                 if self.mesh.rank == 0:
-                    print(f"kill switch {self.run_dir / KILL_SWITCH}: saved step {self.step}, exiting", flush=True)
+                    print(f"kill switch {self.run.stop}: saved step {self.step}, exiting", flush=True)
                 return
             t0 = time.perf_counter()
             plan = self.sampler.next_step()
@@ -160,15 +134,14 @@ class Trainer:
             lr = lr_at(self.step, r) * plan.lr_scale
             for g in self.optimizer.param_groups:
                 g["lr"] = lr
-            batches = [materialize(self.index, mb, plan.bucket, self.pad_id) for mb in plan.ranks[self.mesh.dp_rank]]
-            labelled = torch.tensor([sum(int((b["labels"] != -100).sum()) for b in batches)], dtype=torch.long,
+            batches = [materialize(self.index, mb, plan.bucket, self.index.pad_id) for mb in plan.ranks[self.mesh.dp_rank]]
+            labelled = torch.tensor([sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in batches)], dtype=torch.long,
                                     device=self.device)
             torch.distributed.all_reduce(labelled)  # over all ranks = dp · tp · pp copies of each replica
             step_tokens = int(labelled.item()) // (self.mesh.tp * self.mesh.pp)
             f = r.train.skip_spike_factor
             spike = f * self.loss_ema if (f and self.loss_ema is not None) else math.inf
-            poison = os.environ.get("BLOOMLINE_INJECT_NAN_STEP") == str(self.step)
-            self.loss.set_step(plan.gas, self.mesh.dp, step_tokens, spike, poison)
+            self.loss.set_step(plan.gas, self.mesh.dp, step_tokens, spike, poison=self.step in r.train.inject_nan_at)
             skipped_before = self.engine.skipped_steps
             try:
                 loss = self._run(batches, plan.gas)
@@ -228,7 +201,7 @@ class Trainer:
             # or its running micro-step counter would put the optimizer step mid-batch.
             self.engine.set_gradient_accumulation_boundary(i == gas - 1)
             b = self._to_device(b)
-            logits = self.engine((b["input_ids"], b["segment_ids"]))  # DeepSpeed holds the weights in bf16/fp16
+            logits = self.engine(b["input_ids"], b["segment_ids"])  # DeepSpeed holds the weights in bf16/fp16
             loss = self.loss(logits, b["labels"])
             self.engine.backward(loss)
             self.engine.step()
@@ -252,13 +225,13 @@ class Trainer:
             "fp16_overflows": self.overflows, "loss_scale": self._loss_scale(), "step_seconds": dt,
             "optimizer_steps": int(self.engine.global_steps),
         }
-        with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
+        with open(self.run.metrics, "a", encoding="utf-8") as f:
             f.write(json.dumps(rec) + "\n")
         if self._tb is None:
             from torch.utils.tensorboard import SummaryWriter
 
             # purge_step drops events a failed attempt logged after the checkpoint we resumed from
-            self._tb = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=self.step)
+            self._tb = SummaryWriter(str(self.run.tensorboard), purge_step=self.step)
         # Named as in BLOOM's TensorBoard (Megatron-DeepSpeed) where they match.
         tb = {"lm-loss-training/lm loss": rec["loss"], "learning-rate/learning-rate": lr,
               "batch-size/batch-size": plan.tokens, "grad-norm/grad-norm": rec["grad_norm"],
@@ -269,6 +242,13 @@ class Trainer:
             if v is not None:
                 self._tb.add_scalar(k, v, self.step)
         self._tb.flush()
+        r = self.recipe.train
+        if self.step % r.log_interval == 0 or self.step == r.steps:
+            shown = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+            print(f"step {self.step}/{r.steps} | loss {shown(rec['loss'], '.4f')} | lr {lr:.3g} | "
+                  f"{shown(rec['tokens_per_s'], ',.0f')} tokens/s | grad norm {shown(rec['grad_norm'], '.3f')} | "
+                  f"bucket {rec['bucket']} x {rec['micro_batches']} micro-batches"
+                  + (f" | skipped: {skip}" if skip else ""), flush=True)
 
     def _loss_scale(self) -> float | None:
         """The fp16 loss scale the next step will use (None unless fp16)."""
@@ -279,91 +259,90 @@ class Trainer:
         return float(cfg.cur_scale if cfg is not None else opt.cur_scale)  # ZeRO optimizers
 
     # ------------------------------------------------------------------------- checkpoints
+    def _trainer_state(self) -> dict[str, Any]:
+        return {"skipped": self.skipped, "fp16_overflows": self.overflows, "skipped_in_a_row": self.skipped_in_a_row,
+                "loss_ema": self.loss_ema}
+
     def save(self) -> None:
-        tag = f"step_{self.step}"
-        state = {"step": self.step, "sampler": self.sampler.state_dict(), "skipped": self.skipped,
-                 "fp16_overflows": self.overflows, "skipped_in_a_row": self.skipped_in_a_row, "loss_ema": self.loss_ema, "config": to_dict(self.recipe),
-                 "data_manifest_sha256": self.manifest_sha}
+        """Every rank writes its DeepSpeed files; then rank 0 publishes bloomline.json and ``latest``."""
         # RNG states go into DeepSpeed's model-state files, which the data-parallel rank 0 of each
         # (pp, tp) position writes; other DP ranks restore those (the model has no dropout, so no
         # rank's results depend on its RNG today).
         rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
                # this rank's device only: a resume may see another number of GPUs
                "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}
-        self.engine.save_checkpoint(str(self.ckpt_dir), tag=tag, client_state={"bloomline": state, "rng": rng},
+        self.engine.save_checkpoint(str(self.run.checkpoints), tag=step_tag(self.step), client_state={"rng": rng},
                                     save_latest=False)
         torch.distributed.barrier()
         if self.mesh.rank == 0:
-            write_json_atomic(self.ckpt_dir / tag / "bloomline.json", state)
-            # the pointer moves only once every rank has written its part
-            write_bytes_atomic(self.ckpt_dir / "latest", tag.encode())
-            steps = sorted((int(p.name[5:]) for p in self.ckpt_dir.glob("step_*") if p.name[5:].isdigit()))
-            for old in steps[: -self.recipe.checkpoint.keep]:
-                shutil.rmtree(self.ckpt_dir / f"step_{old}", ignore_errors=True)
+            meta = make_meta(self.step, self.recipe, self.manifest_sha, self.sampler.state_dict(), self._trainer_state())
+            self.run.publish(self.step, meta, self.recipe.checkpoint.keep)  # `latest` moves once all ranks wrote
         torch.distributed.barrier()
         self.saved_step = self.step
 
-    def _plan_resume(self) -> tuple[str | None, bool]:
-        """(tag of the checkpoint to resume from or None, whether to load its universal form).
+    def _plan_resume(self) -> tuple[int | None, bool]:
+        """(step to resume from or None, whether to load its universal form).
 
         A checkpoint of another TP/PP/DP/ZeRO layout is loaded from ``step_N/universal``, which
         ``bloomline train`` writes before starting the ranks (training/reshard.py)."""
-        latest = self.ckpt_dir / "latest"
-        if not latest.is_file():
+        step = self.run.latest_step()
+        if step is None:
             return None, False
-        tag = latest.read_text().strip()
-        meta = json.loads((self.ckpt_dir / tag / "bloomline.json").read_text())
+        step_dir = self.run.step_dir(step)
+        meta = read_meta(step_dir)
         if meta["data_manifest_sha256"] != self.manifest_sha:
-            raise BloomlineError(f"{self.ckpt_dir / tag} was trained on other data (manifest hash differs): "
+            raise BloomlineError(f"{step_dir} was trained on other data (manifest hash differs): "
                                  f"use a new run folder or the same --data")
-        saved, now = layout_of(meta["config"]["parallel"]), layout_of(self.recipe.parallel)
+        saved, now = meta["layout"], layout_of(self.recipe.parallel)
         if saved == now:
-            return tag, False
-        if not is_ready(self.ckpt_dir / tag, now):
-            show = lambda d: " ".join(f"{k}={v}" for k, v in d.items())  # noqa: E731
+            return step, False
+        if not is_ready(step_dir, now):
             raise BloomlineError(
-                f"{self.ckpt_dir / tag} was written with {show(saved)}; this run has {show(now)}. `bloomline train` "
-                f"converts it before resuming; by hand: python -m training.reshard "
-                + " ".join(reshard_command(self.ckpt_dir / tag, now)[3:]))
-        return tag, True
+                f"{step_dir} was written with {show(saved)}; this run has {show(now)}. `bloomline train` converts it "
+                f"before resuming; by hand: python -m training.reshard " + " ".join(reshard_command(step_dir, now)[3:]))
+        return step, True
 
     def _resume(self) -> None:
-        tag = self._resume_tag
-        if tag is None:
+        if self._resume_step is None:
             return
+        step_dir = self.run.step_dir(self._resume_step)
+        meta = read_meta(step_dir)
         if self.engine.load_universal_checkpoint():
             # ranks of this layout each cut their slice of the whole tensors in step_N/universal
-            _, client = self.engine.load_checkpoint(str(self.ckpt_dir / tag), tag="universal",
-                                                    load_optimizer_states=True, load_lr_scheduler_states=False)
-        else:
-            _, client = self.engine.load_checkpoint(str(self.ckpt_dir), tag=tag, load_optimizer_states=True,
+            _, client = self.engine.load_checkpoint(str(step_dir), tag="universal", load_optimizer_states=True,
                                                     load_lr_scheduler_states=False)
+        else:
+            _, client = self.engine.load_checkpoint(str(self.run.checkpoints), tag=step_tag(self._resume_step),
+                                                    load_optimizer_states=True, load_lr_scheduler_states=False)
         # DeepSpeed restores the checkpoint's clipping threshold with the optimizer; the recipe rules.
         if hasattr(self.engine.optimizer, "clip_grad"):
             self.engine.optimizer.clip_grad = self.recipe.optim.clip_grad
-        state = client["bloomline"]
-        rng = client.get("rng")
+        rng = (client or {}).get("rng")
         if rng:
             random.setstate(rng["python"])
             np.random.set_state(rng["numpy"])
             torch.set_rng_state(rng["torch"])
             if isinstance(rng.get("cuda"), torch.Tensor) and torch.cuda.is_available():
                 torch.cuda.set_rng_state(rng["cuda"])
-        self.step = state["step"]
+        state = meta["trainer"]
+        self.step = meta["step"]
         self.saved_step = self.step
         self.skipped = state["skipped"]
-        self.skipped_in_a_row = state.get("skipped_in_a_row", 0)
-        self.overflows = state.get("fp16_overflows", 0)
+        self.skipped_in_a_row = state["skipped_in_a_row"]
+        self.overflows = state["fp16_overflows"]
         self.loss_ema = state["loss_ema"]
-        self.sampler.load_state_dict(state["sampler"])
+        self.sampler.load_state_dict(meta["sampler"])
         if self.mesh.rank == 0:
             # Steps after the checkpoint were lost with the failed job; they will be redone.
-            metrics = self.run_dir / "metrics.jsonl"
-            if metrics.exists():
-                kept = [l for l in metrics.read_text().splitlines() if _step_of(l) is not None and _step_of(l) <= self.step]
-                write_bytes_atomic(metrics, "".join(l + "\n" for l in kept).encode())
+            if self.run.metrics.exists():
+                kept = [l for l in self.run.metrics.read_text().splitlines()
+                        if _step_of(l) is not None and _step_of(l) <= self.step]
+                write_bytes_atomic(self.run.metrics, "".join(l + "\n" for l in kept).encode())
             how = " (universal form, another layout)" if self.engine.load_universal_checkpoint() else ""
-            print(f"resumed from {self.ckpt_dir / tag}{how} at step {self.step}", flush=True)
+            print(f"resumed from {step_dir}{how} at step {self.step}", flush=True)
+            change = schedule_change(saved_recipe(meta), self.recipe, self.step)
+            if change:
+                print(change, flush=True)
 
 
 def _step_of(line: str) -> int | None:

@@ -34,8 +34,8 @@ def test_overrides_reach_the_named_model_recipe():
 def test_bloom_176b_recipe_is_the_published_one():
     r = load_config(TrainRecipe, REPO / "configs/train/bloom-176b.yaml")
     m = r.model
-    assert (m.num_layers, m.hidden_size, m.num_heads, m.seq_len, m.vocab_size) == (70, 14336, 112, 2048, 250880)
-    assert m.padded_vocab(tp=4) == 250880
+    assert (m.num_layers, m.hidden_size, m.num_heads, m.seq_len) == (70, 14336, 112, 2048)
+    assert m.vocab_size == 250680 and m.padded_vocab(tp=4) == m.padded_vocab(tp=1) == 250880
     assert (r.parallel.tp, r.parallel.pp, r.parallel.dp) == (4, 12, 8)
     assert r.batch.tokens_per_step == 2048 * 2048 and r.batch.rampup_start_tokens == 192 * 2048
     assert r.batch.rampup_increment_tokens == 16 * 2048
@@ -44,7 +44,7 @@ def test_bloom_176b_recipe_is_the_published_one():
 
 
 def test_lr_schedule():
-    from training.trainer import lr_at
+    from training.schedule import lr_at
 
     r = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", ["optim.warmup_steps=10", "train.steps=110"])
     assert lr_at(5, r) == pytest.approx(r.optim.lr / 2)
@@ -59,7 +59,7 @@ def test_step_loss_scaling_and_bad_batch_poisoning():
 
     import torch
 
-    from training.parallelize import StepLoss
+    from training.loss import StepLoss
 
     logits = torch.zeros(2, 3, 8)
     labels = torch.tensor([[1, 2, -100], [3, -100, -100]])
@@ -75,3 +75,46 @@ def test_step_loss_scaling_and_bad_batch_poisoning():
     bad[0, 0, 0] = float("inf")
     loss.set_step(gas=1, dp=1, step_tokens=3)
     assert math.isnan(float(loss(bad, labels)))
+
+
+def test_validation_holes_are_refused_under_the_right_key():
+    base = REPO / "configs/train/bloom-tiny.yaml"
+    for override, key in [("batch.rampup_increment_tokens=0", "batch.rampup_increment_tokens"),
+                          ("optim.lr=0", "optim.lr"), ("optim.min_lr=1.0", "optim.min_lr"),
+                          ("optim.decay_steps=3", "optim.decay_steps"),  # not after the 5 warm-up steps
+                          ("optim.beta1=1.5", "optim.beta1"), ("train.log_interval=0", "train.log_interval"),
+                          ("model.pad_vocab_to=100", "model.pad_vocab_to")]:
+        with pytest.raises(ConfigError, match=f"config key '{key}'"):
+            load_config(TrainRecipe, base, [override])
+    with pytest.raises(ConfigError, match="model.pad_vocab_to.*do not split over tp=3"):
+        ParallelConfig(tp=3).check_model(ModelConfig(vocab_size=100, pad_vocab_to=128, hidden_size=48, num_heads=3))
+
+
+def test_blooms_own_vocabulary_passes_the_data_check():
+    """BLOOM's tokenizer has 250,680 pieces; its recipes pad the table to 250,880 (divisible by
+    128·TP at TP 4). Data made with that tokenizer fits the model; data of another does not."""
+    from data_prep.shards import check_model_fits
+
+    r = load_config(TrainRecipe, REPO / "configs/train/bloom-176b.yaml")
+    manifest = {"tokenizer": {"vocab_size": 250680}, "buckets": [512, 1024, 2048]}
+    check_model_fits(manifest, "DATA", r.model.vocab_size, r.model.seq_len)
+    assert r.model.padded_vocab(r.parallel.tp) % (128 * r.parallel.tp) == 0
+    with pytest.raises(ConfigError, match="model.vocab_size.*tokenized with a 250880-piece tokenizer"):
+        check_model_fits({**manifest, "tokenizer": {"vocab_size": 250880}}, "DATA", r.model.vocab_size, 2048)
+    with pytest.raises(ConfigError, match="model.seq_len.*largest bucket is 2048"):
+        check_model_fits(manifest, "DATA", r.model.vocab_size, 1024)
+
+
+def test_a_resume_that_changes_the_lr_schedule_says_so():
+    from training.schedule import lr_at, schedule_change
+
+    base = REPO / "configs/train/bloom-tiny.yaml"
+    before = load_config(TrainRecipe, base, ["train.steps=30", "optim.warmup_steps=5"])
+    assert schedule_change(before, load_config(TrainRecipe, base, ["train.steps=30", "optim.warmup_steps=5",
+                                                                     "parallel.dp=2"]), 20) is None
+    after = load_config(TrainRecipe, base, ["train.steps=60", "optim.warmup_steps=5"])
+    msg = schedule_change(before, after, 20)
+    a, b = lr_at(21, before), lr_at(21, after)
+    assert b > a  # a longer run: the cosine is stretched and the LR jumps back up
+    assert msg == (f"resuming at step 20 with another LR schedule (train.steps 30 → 60): the LR of step 21 is "
+                   f"{a:.4g} → {b:.4g} ({(b - a) / a:+.1%})")

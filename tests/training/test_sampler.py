@@ -1,7 +1,9 @@
-"""The dynamic-batch sampler on small synthetic prepared data (shards + manifest as FORMAT.md says)."""
+"""The dynamic-batch sampler and the trainer's data access, on small synthetic prepared data
+(shards written by ShardWriter under the pack stage's names, a manifest as FORMAT.md says)."""
 
 import json
 import math
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -10,9 +12,11 @@ import torch
 
 from bloomline.errors import ConfigError, DataError
 from data_prep.packing import Sample
+from data_prep.workdir import shard_path
 from data_prep.shards import CorruptShardError, ShardWriter
 from training.config import BatchConfig
-from training.sampler import DynamicBatchSampler, FixedBatchSampler, ShardIndex, materialize
+from training.data import ShardIndex, materialize, verify_once
+from training.sampler import DynamicBatchSampler, permutation_at
 
 BUCKETS = [128, 256, 512]
 VOCAB, EOS, PAD = 1000, 2, 3
@@ -49,7 +53,7 @@ def write_prepared(root, rows=ROWS, blend=BLEND, seed=0, vocab=VOCAB):
             # two shards per stream when large, as prepare writes parts
             parts = [n // 2, n - n // 2] if n >= 200 else [n]
             for p, count in enumerate(parts):
-                rel = f"shards/train/{lang}/{lang}-b{bucket:06d}-p{p:06d}.arrow"
+                rel = shard_path("train", lang, bucket, p)
                 w = ShardWriter(root / rel, lang, bucket, "train")
                 for ln in realistic_lengths(rng, count, prev + 1, bucket):
                     w.add(make_sample(rng, bucket, int(ln)))
@@ -84,16 +88,24 @@ def run(s, n):
     return [s.next_step() for _ in range(n)]
 
 
+def all_samples(index):
+    """(shard id, row, length, bucket) of every sample, read straight from the shard files."""
+    out = []
+    for sid, s in enumerate(index.shards):
+        with pa.memory_map(str(index.data_dir / s["path"]), "r") as f:
+            lengths = pa.ipc.open_stream(f).read_all().column("length").to_pylist()
+        out += [(sid, row, ln, s["bucket"]) for row, ln in enumerate(lengths)]
+    return out
+
+
 def stream_lengths(index):
-    return {(int(sid), int(row)): int(ln) for st in index.streams.values()
-            for sid, row, ln in zip(st.shard_ids, st.rows, st.lengths)}
+    return {(sid, row): ln for sid, row, ln, _ in all_samples(index)}
 
 
 @pytest.mark.parametrize("dp", [1, 3, 4])
 def test_token_budget_and_shapes(index, dp):
     lengths = stream_lengths(index)
-    bucket_of = {(int(sid), int(row)): st.bucket for st in index.streams.values()
-                 for sid, row in zip(st.shard_ids, st.rows)}
+    bucket_of = {(sid, row): b for sid, row, _, b in all_samples(index)}
     seen_buckets = set()
     for plan in run(sampler(index, dp=dp), 60):
         b, m = plan.bucket, plan.micro_batch_size
@@ -209,8 +221,7 @@ def test_materialize_labels_segments_and_ids(data, index):
     plan = sampler(index, dp=2, seed=11).next_step()
     mb = plan.ranks[1][0]
     # add a sample with several documents, to be sure boundaries are exercised
-    multi = next((int(st.shard_ids[i]), int(st.rows[i])) for st in index.streams.values() if st.bucket == 128
-                 for i in range(st.size) if len(index.fetch(int(st.shard_ids[i]), int(st.rows[i]))[1]) >= 3)
+    multi = next((sid, row) for sid, row, _, b in all_samples(index) if b == 128 and len(index.fetch(sid, row)[1]) >= 3)
     mb = mb + [multi]
     out = materialize(index, mb, 512, PAD)
     assert out["input_ids"].shape == out["labels"].shape == out["segment_ids"].shape == (len(mb), 512)
@@ -230,45 +241,78 @@ def test_materialize_labels_segments_and_ids(data, index):
     assert out["input_ids"].dtype == out["labels"].dtype == out["segment_ids"].dtype == torch.int64
 
 
-def test_check_model(index):
-    index.check_model(VOCAB, 512)
-    index.check_model(VOCAB, 2048)
-    with pytest.raises(DataError, match="vocab_size 1000.*vocab_size 250880"):
-        index.check_model(250880, 512)
-    with pytest.raises(DataError, match="largest bucket is 512.*seq_len 256"):
-        index.check_model(VOCAB, 256)
+def test_permutation_at_is_a_seeded_bijection():
+    for n in [1, 2, 3, 7, 64, 1000, 4097]:
+        p = permutation_at(np.arange(n), n, key=12345)
+        assert sorted(p.tolist()) == list(range(n)), n
+        assert np.array_equal(permutation_at(np.arange(n), n, key=12345), p)
+    a, b = permutation_at(np.arange(1000), 1000, 1), permutation_at(np.arange(1000), 1000, 2)
+    assert not np.array_equal(a, b) and np.mean(a == np.arange(1000)) < 0.02  # shuffled, and another key differs
+    assert np.array_equal(permutation_at(np.arange(10, 20), 1000, 1), a[10:20])  # any slice, computed alone
 
 
-def test_corrupt_shard_is_named(tmp_path):
-    root = write_prepared(tmp_path, rows={"aa": {128: 5, 256: 5, 512: 5}}, blend={"aa": 1.0})
-    ShardIndex(root)
-    victim = root / "shards/train/aa/aa-b000256-p000000.arrow"
+def test_rows_are_read_in_place(data):
+    """Opening the shards and fetching rows allocates no Arrow memory: every row is a view of the
+    memory-mapped file, not a copy on the heap."""
+    before = pa.total_allocated_bytes()
+    index = ShardIndex(data)
+    toks, offsets = index.fetch(3, 5)
+    assert pa.total_allocated_bytes() == before
+    assert not toks.flags.owndata and toks.base is not None
+    with pa.memory_map(str(data / index.shards[3]["path"]), "r") as f:
+        assert toks.tolist() == pa.ipc.open_stream(f).read_all().column("input_ids")[5].as_py()
+
+
+def test_corrupt_shard_is_refused_once_per_run_and_rehashed_when_it_changes(tmp_path):
+    root = write_prepared(tmp_path / "data", rows={"aa": {128: 5, 256: 5, 512: 5}}, blend={"aa": 1.0})
+    stamp = tmp_path / "run" / "data_verified.json"
+    index = ShardIndex(root)
+    assert verify_once(index, stamp) == len(index.shards) and stamp.is_file()
+    assert verify_once(index, stamp) == 0  # verified for this run already: nothing hashed
+    victim = root / shard_path("train", "aa", 256, 0)
     data = bytearray(victim.read_bytes())
     data[len(data) // 2] ^= 0xFF
-    victim.write_bytes(bytes(data))
-    with pytest.raises(CorruptShardError, match=r"aa-b000256-p000000\.arrow is corrupt"):
+    victim.write_bytes(bytes(data))  # same size, new mtime: this one shard is hashed again
+    with pytest.raises(CorruptShardError, match=r"aa-b00256-p00000\.arrow is corrupt"):
+        verify_once(ShardIndex(root), stamp)
+    # Split over two ranks (threads here, torch.distributed in the trainer): each hashes its share of
+    # the shards and both refuse, whichever of them found the corrupt one.
+    world, barrier, box, slots = 2, threading.Barrier(2), [None], [None, None]
+    results: dict[int, object] = {}
+
+    def rank_main(rank):
+        def broadcast(obj):
+            if rank == 0:
+                box[0] = obj
+            barrier.wait()
+            return box[0]
+
+        def gather(obj):
+            slots[rank] = obj
+            barrier.wait()
+            return list(slots)
+
+        try:
+            results[rank] = verify_once(ShardIndex(root), tmp_path / "other-run.json", rank, world, broadcast, gather)
+        except CorruptShardError as e:
+            results[rank] = e
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert all(isinstance(results[r], CorruptShardError) and "aa-b00256-p00000.arrow is corrupt" in str(results[r])
+               for r in range(world)), results
+    assert not (tmp_path / "other-run.json").exists()
+
+
+def test_missing_or_truncated_shard_is_named(tmp_path):
+    root = write_prepared(tmp_path, rows={"aa": {128: 5, 256: 5, 512: 5}}, blend={"aa": 1.0})
+    victim = root / shard_path("train", "aa", 512, 0)
+    victim.write_bytes(victim.read_bytes()[:200])
+    with pytest.raises(CorruptShardError, match=r"aa-b00512-p00000\.arrow"):
         ShardIndex(root)
-    ShardIndex(root, verify=False)  # the flipped byte is inside the data, the stream still parses
-
-
-def test_fixed_baseline_pads_more_and_balances_worse(index):
-    dp = 4
-    dyn = run(sampler(index, dp=dp), 100)
-    # the fixed baseline's global batch: about the same tokens per step (16384 / 512 = 32 samples = 8 per rank)
-    fixed = run(FixedBatchSampler(index, samples_per_rank=8, dp_size=dp, seed=7), 100)
-    assert all(len(rank) == 1 and len(rank[0]) == 8 for p in fixed for rank in p.ranks)
-    pad_dyn = 1 - sum(p.tokens for p in dyn) / sum(p.padded_tokens for p in dyn)
-    pad_fixed = 1 - sum(p.tokens for p in fixed) / sum(p.padded_tokens for p in fixed)
-    bal_dyn, bal_fixed = np.mean([p.dp_balance for p in dyn]), np.mean([p.dp_balance for p in fixed])
-    print(f"padding dynamic {pad_dyn:.3f} fixed {pad_fixed:.3f}; mean dp_balance dynamic {bal_dyn:.4f} fixed {bal_fixed:.4f}")
-    assert pad_fixed > pad_dyn + 0.05
-    assert bal_fixed > bal_dyn + 0.02
-
-
-def test_fixed_baseline_resumes(index):
-    full = run(FixedBatchSampler(index, samples_per_rank=64, dp_size=4, seed=1), 12)  # 3072 samples: wraps the 1320 rows twice
-    s = FixedBatchSampler(index, samples_per_rank=64, dp_size=4, seed=1)
-    run(s, 5)
-    r = FixedBatchSampler(index, samples_per_rank=64, dp_size=4, seed=1)
-    r.load_state_dict(json.loads(json.dumps(s.state_dict())))
-    assert run(r, 7) == full[5:]
+    victim.unlink()
+    with pytest.raises(CorruptShardError, match="shard missing"):
+        ShardIndex(root)

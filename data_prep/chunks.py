@@ -1,0 +1,84 @@
+"""The chunk stage: per chunk of input (in parallel), read → normalize → langid → quality →
+dedup signatures; the kept documents go to one Arrow file per chunk, sorted by language, and a
+summary (ledger, per-step stats) marks the chunk done."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+import pyarrow as pa
+
+from bloomline.io import read_json, write_json_atomic
+from data_prep.config import PrepareConfig
+from data_prep.dedup import DedupSigner
+from data_prep.document import Document, Ledger
+from data_prep.filters import QualityFilter
+from data_prep.langid import LanguageIdFilter
+from data_prep.normalize import Normalizer
+from data_prep.readers import Chunk, ChunkReader
+from data_prep.workdir import Paths
+
+CHUNK_SCHEMA = pa.schema([
+    ("pos", pa.int64()), ("id", pa.string()), ("lang", pa.string()), ("text", pa.string()),
+    ("exact", pa.uint64()), ("minhash", pa.list_(pa.uint32())),
+])
+
+
+def process_chunk(chunk: dict[str, Any], cfg: PrepareConfig, out: str, strict: bool = False) -> dict[str, Any]:
+    """Run the per-document steps over one chunk; write kept docs (sorted by language)."""
+    paths = Paths(Path(out))
+    done = paths.chunk_done(chunk["id"])
+    if done.exists():
+        return read_json(done)
+    t0 = time.perf_counter()
+    ledger = Ledger()
+    reader = ChunkReader(Chunk(**chunk), cfg.read, ledger, strict)
+    steps = [Normalizer(ledger, strict)]
+    if cfg.langid.enabled:
+        steps.append(LanguageIdFilter(cfg.langid, ledger, strict))
+    if cfg.filters.enabled:
+        steps.append(QualityFilter(cfg.filters, ledger, strict))
+    signer = DedupSigner(cfg.dedup, ledger)
+    steps.append(signer)
+    docs: Iterable[Document] = reader.run()
+    for step in steps:
+        docs = step.run(docs)
+    kept = sorted(docs, key=lambda d: (d.lang, d.pos))
+    cols = {
+        "pos": [d.pos for d in kept], "id": [d.id for d in kept], "lang": [d.lang for d in kept],
+        "text": [d.text for d in kept], "exact": [d.meta["exact"] for d in kept],
+        "minhash": [d.meta["minhash"] if "minhash" in d.meta else None for d in kept],
+    }
+    table = pa.table(cols, schema=CHUNK_SCHEMA)
+    data = paths.chunk_data(chunk["id"])
+    data.parent.mkdir(parents=True, exist_ok=True)
+    tmp = data.with_name(data.name + ".tmp-write")
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, CHUNK_SCHEMA) as w:
+        w.write_table(table, max_chunksize=4096)
+    tmp.replace(data)
+    ranges: dict[str, list[int]] = {}
+    nbytes: dict[str, int] = {}
+    for i, d in enumerate(kept):
+        r = ranges.setdefault(d.lang, [i, i])
+        r[1] = i + 1
+        nbytes[d.lang] = nbytes.get(d.lang, 0) + len(d.text.encode("utf-8"))
+    summary = {
+        "id": chunk["id"], "ledger": ledger.to_dict(), "lang_ranges": ranges, "lang_bytes": nbytes,
+        "steps": {"read": reader.report(), **{s.name: s.report() for s in steps}},
+        "seconds": {"read": reader.seconds, **{s.name: s.seconds for s in steps}, "total": time.perf_counter() - t0},
+    }
+    write_json_atomic(done, summary)
+    return summary
+
+
+def chunk_table(paths: Paths, cid: int, columns: list[str]) -> pa.Table:
+    """The kept documents of chunk ``cid`` (memory-mapped)."""
+    with pa.memory_map(str(paths.chunk_data(cid)), "r") as src:
+        return pa.ipc.open_file(src).read_all().select(columns)
+
+
+def dropped_positions(paths: Paths, cid: int) -> set[int]:
+    """Input positions of chunk ``cid``'s documents the dedup pass dropped."""
+    return {p for p, _ in read_json(paths.chunk_drops(cid))}

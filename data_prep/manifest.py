@@ -1,0 +1,100 @@
+"""The manifest stage: the ledger of every document, the shard list, split totals and the
+language blend, written last and atomically as ``DIR/manifest.json`` (contract 1,
+``data_prep/FORMAT.md``): its presence means the data is complete."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import bloomline
+from bloomline import languages
+from bloomline.config import to_dict
+from bloomline.errors import DataError
+from bloomline.io import write_json_atomic
+from data_prep.config import PrepareConfig
+from data_prep.document import Ledger
+from data_prep.shards import FORMAT_VERSION
+from data_prep.step import merge_reports
+from data_prep.tokenizer import alpha_weights, processor
+from data_prep.workdir import Paths
+
+
+def blend_weights(cfg: PrepareConfig, train_tokens: dict[str, int]) -> dict[str, float]:
+    present = {k: v for k, v in train_tokens.items() if v > 0}
+    if cfg.blend.weights:
+        w = {languages.resolve(k): v for k, v in cfg.blend.weights.items()}
+        missing = sorted(k for k in w if k not in present and w[k] > 0)
+        if missing:
+            raise DataError(f"blend.weights names {missing}, which have no training data")
+        z = sum(w.get(k, 0.0) for k in present)
+        if z <= 0:
+            raise DataError("blend.weights gives no weight to any language with training data")
+        return {k: round(w.get(k, 0.0) / z, 8) for k in sorted(present)}
+    return {k: round(v, 8) for k, v in alpha_weights(present, cfg.blend.alpha).items()}
+
+
+def write_manifest(cfg: PrepareConfig, paths: Paths, plan_: dict[str, Any], chunk_summaries: list[dict],
+                   dedup: dict[str, Any], tok: dict[str, Any], part_results: list[dict]) -> dict[str, Any]:
+    ledger = Ledger()
+    for s in chunk_summaries:
+        ledger.merge(s["ledger"])
+    for lang, kinds in dedup["duplicates"].items():
+        for kind, n in kinds.items():
+            for _ in range(n):
+                ledger.drop(lang, "duplicates", kind)
+    for r in part_results:
+        ledger.merge(r["ledger"])
+    bad = ledger.check_balance()
+    if bad:
+        raise RuntimeError("ledger does not balance (a bug): " + "; ".join(bad))
+    shards = sorted((s for r in part_results for s in r["shards"]), key=lambda s: s["path"])
+    train_tokens: dict[str, int] = {}
+    split_totals: dict[str, dict[str, int]] = {}
+    for s in shards:
+        if s["split"] == "train":
+            train_tokens[s["lang"]] = train_tokens.get(s["lang"], 0) + s["tokens"]
+        t = split_totals.setdefault(s["split"], {"rows": 0, "tokens": 0, "bucket_tokens": 0})
+        t["rows"] += s["rows"]
+        t["tokens"] += s["tokens"]
+        t["bucket_tokens"] += s["rows"] * s["bucket"]
+    for t in split_totals.values():
+        t["padding_fraction"] = round(1 - t["tokens"] / t["bucket_tokens"], 6) if t["bucket_tokens"] else 0.0
+    langs = ledger.to_dict()
+    for r in part_results:
+        e = langs[r["lang"]]
+        e["valid_docs"] = e.get("valid_docs", 0) + r["docs"]["valid"]
+    for lang, e in langs.items():
+        e.setdefault("valid_docs", 0)
+        e["train_tokens"] = train_tokens.get(lang, 0)
+        if lang in languages.BY_CODE:
+            e["name"] = languages.BY_CODE[lang].name
+    steps = merge_reports(s["steps"] for s in chunk_summaries)
+    steps["dedup"] = {"duplicates": merge_reports(dedup["duplicates"].values()), "docs_out": sum(dedup["kept_docs"].values())}
+    steps["pii"] = merge_reports(r["pii"] for r in part_results)
+    sp_vocab = tok["vocab_size"]
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "created_by": f"bloomline {bloomline.__version__}",
+        "fingerprint": plan_["fingerprint"],
+        "tokenizer": {"path": "tokenizer/tokenizer.model", "vocab_size": sp_vocab, "sha256": tok["sha256"],
+                      "trained": tok["trained"], "eos_id": 2, "pad_id": 3, "bos_id": 1, "unk_id": 0},
+        "buckets": list(cfg.pack.buckets),
+        "seq_len": cfg.pack.seq_len,
+        "shards": shards,
+        "splits": split_totals,
+        "blend": blend_weights(cfg, train_tokens),
+        "languages": langs,
+        "totals": {**ledger.totals(), "input_records": sum(e["docs_in"] for e in langs.values())},
+        "stages": steps,
+        "inputs": sorted({c["path"] for c in plan_["chunks"]}),
+        "seed": cfg.seed,
+        "config": to_dict(cfg),
+    }
+    if tok.get("trained"):
+        manifest["tokenizer"]["sample_weights"] = tok["sample_weights"]
+    _sp_ids = processor(str(paths.tokenizer), tok["sha256"])
+    for key, fn in (("eos_id", _sp_ids.eos_id), ("pad_id", _sp_ids.pad_id), ("bos_id", _sp_ids.bos_id), ("unk_id", _sp_ids.unk_id)):
+        manifest["tokenizer"][key] = int(fn())
+    manifest["config"].pop("dask", None)
+    write_json_atomic(paths.manifest, manifest)
+    return manifest

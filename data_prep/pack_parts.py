@@ -1,0 +1,107 @@
+"""The pack stage, per part of one language (in parallel): PII redaction → tokenize → best-fit
+packing into length buckets → Arrow shards under ``DIR/shards/`` (``data_prep/FORMAT.md``),
+each document sent to train or validation by its split rule (``data_prep/dedup_plan.py``)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bloomline.io import read_json, write_json_atomic
+from data_prep.chunks import chunk_table, dropped_positions
+from data_prep.config import PrepareConfig
+from data_prep.document import Ledger, uniform_draw
+from data_prep.packing import BucketPacker
+from data_prep.pii import redact
+from data_prep.shards import ShardWriter
+from data_prep.tokenizer import processor
+from data_prep.workdir import Paths, shard_path
+
+
+def pack_part(part: dict[str, Any], cfg: PrepareConfig, out: str, tok_sha: str) -> dict[str, Any]:
+    """Pack one part (``DIR/.work/parts/<lang>-pNNNNN.json`` marks it done)."""
+    paths = Paths(Path(out))
+    lang, k = part["lang"], part["k"]
+    done = paths.part_done(lang, k)
+    if done.exists():
+        return read_json(done)
+    sp = processor(str(paths.tokenizer), tok_sha)
+    eos = sp.eos_id()
+    rule, thr = part["split_rule"]
+    ledger = Ledger()
+    packers = {s: BucketPacker(cfg.pack.buckets, cfg.pack.max_open_samples) for s in ("train", "valid")}
+    writers: dict[tuple[str, int], ShardWriter] = {}
+    secs = {"pii": 0.0, "tokenize": 0.0, "pack": 0.0, "write": 0.0}
+    pii_counts: dict[str, int] = {}
+    docs = {"train": 0, "valid": 0}
+
+    def emit(split: str, samples) -> None:
+        t = time.perf_counter()
+        for s in samples:
+            w = writers.get((split, s.bucket))
+            if w is None:
+                w = writers[(split, s.bucket)] = ShardWriter(paths.out / shard_path(split, lang, s.bucket, k), lang, s.bucket, split)
+            w.add(s)
+        secs["write"] += time.perf_counter() - t
+
+    def run_batch(split: str, texts: list[str]) -> None:
+        t = time.perf_counter()
+        encoded = sp.encode(texts)
+        secs["tokenize"] += time.perf_counter() - t
+        for text, ids in zip(texts, encoded):
+            ids.append(eos)
+            arr = np.asarray(ids, dtype=np.int32)
+            ledger.keep(lang, len(text.encode("utf-8")), len(arr))
+            t = time.perf_counter()
+            samples = packers[split].add(arr)
+            secs["pack"] += time.perf_counter() - t
+            if samples:
+                emit(split, samples)
+
+    try:
+        batches: dict[str, list[str]] = {"train": [], "valid": []}
+        for cid, start, end in part["slices"]:
+            drops = dropped_positions(paths, cid)
+            t = chunk_table(paths, cid, ["pos", "id", "text", "exact"]).slice(start, end - start)
+            for pos, did, text, ex in zip(*(t.column(c).to_pylist() for c in ("pos", "id", "text", "exact"))):
+                if pos in drops:
+                    continue
+                u = uniform_draw(cfg.seed, "valid", did, ex)
+                split = "valid" if (u < thr if rule == "lt" else u <= thr) else "train"
+                if cfg.pii.enabled:
+                    tp = time.perf_counter()
+                    text, counts = redact(text, cfg.pii.kinds)
+                    secs["pii"] += time.perf_counter() - tp
+                    for kind, n in counts.items():
+                        pii_counts[kind] = pii_counts.get(kind, 0) + n
+                        ledger.pii(lang, kind, n)
+                docs[split] += 1
+                batches[split].append(text)
+                if len(batches[split]) >= cfg.pack.tokenize_batch:
+                    run_batch(split, batches[split])
+                    batches[split] = []
+        for split in ("train", "valid"):
+            if batches[split]:
+                run_batch(split, batches[split])
+            t = time.perf_counter()
+            tail = packers[split].flush()
+            secs["pack"] += time.perf_counter() - t
+            emit(split, tail)
+        shards = []
+        t = time.perf_counter()
+        for (split, bucket), w in sorted(writers.items()):
+            info = w.close()
+            shards.append({"path": shard_path(split, lang, bucket, k), "split": split, "bucket": bucket,
+                           "lang": lang, **info})
+        secs["write"] += time.perf_counter() - t
+    except BaseException:
+        for w in writers.values():
+            w.abort()
+        raise
+    result = {"lang": lang, "k": k, "shards": shards, "ledger": ledger.to_dict(), "docs": docs,
+              "pii": dict(sorted(pii_counts.items())), "seconds": secs}
+    write_json_atomic(done, result)
+    return result

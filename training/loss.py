@@ -1,0 +1,63 @@
+"""The training loss of one micro-batch, as DeepSpeed sees it."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from training.distributed import tp_rank_and_size
+from training.model import IGNORE_INDEX
+
+
+def token_losses(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum of per-token cross-entropy over labelled positions, number of them), fp32.
+
+    Vocabulary-parallel logits go through megatron-core's ``vocab_parallel_cross_entropy``
+    (each rank holds V/tp columns; the softmax normaliser is all-reduced)."""
+    mask = labels != IGNORE_INDEX
+    safe = torch.where(mask, labels, torch.zeros_like(labels))
+    _, size = tp_rank_and_size()
+    if size > 1:
+        from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
+
+        per_token = vocab_parallel_cross_entropy(logits.float(), safe)
+    else:
+        per_token = F.cross_entropy(logits.float().flatten(0, 1), safe.flatten(), reduction="none").view_as(labels)
+    return (per_token * mask).sum(), mask.sum()
+
+
+class StepLoss:
+    """Loss of one micro-batch, scaled so DeepSpeed's averaging gives the step's token mean.
+
+    DeepSpeed divides each micro-batch loss by the number of micro-batches (gas) and averages
+    gradients over DP ranks; micro-batches hold different numbers of labelled tokens. Scaling
+    the summed token loss by gas·dp / (labelled tokens of the whole step, all ranks) makes the
+    final gradient exactly that of the mean token loss of the step.
+
+    Skipping a bad batch: when a micro-batch's mean token loss is not finite, or exceeds
+    ``spike_limit``, its loss is made NaN on purpose. The NaN reaches every rank's gradients
+    through the all-reduces, DeepSpeed finds the global gradient norm invalid and skips the
+    optimizer step on all ranks alike (counted in ``engine.skipped_steps``). ``poison`` does the
+    same to a good batch (the ``train.inject_nan_at`` fault drill)."""
+
+    def __init__(self) -> None:
+        self.scale = 1.0
+        self.spike_limit = math.inf
+        self.poison = False
+        self.bad = False
+
+    def set_step(self, gas: int, dp: int, step_tokens: int, spike_limit: float = math.inf, poison: bool = False) -> None:
+        self.scale = gas * dp / max(step_tokens, 1)
+        self.spike_limit = spike_limit
+        self.poison = poison
+        self.bad = False
+
+    def __call__(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        total, n = token_losses(logits, labels)
+        mean = float(total.detach()) / max(int(n), 1)
+        if self.poison or not math.isfinite(mean) or mean > self.spike_limit:
+            self.bad = True
+            return total * float("nan")
+        return total * self.scale
