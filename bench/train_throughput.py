@@ -80,29 +80,29 @@ def trainer_tokens_per_s(data: Path, wd: Path, steps: int) -> float:
 
 def plain_tokens_per_s(data: Path, steps: int) -> float:
     """The same model, batches and optimizer in a plain PyTorch loop (no DeepSpeed)."""
-    from training.model import Bloom
-    from training.sampler import DynamicBatchSampler, ShardIndex, materialize
+    from training.data import ShardIndex, materialize
+    from training.model import IGNORE_INDEX, Bloom
+    from training.sampler import DynamicBatchSampler
+    from training.trainer import param_groups
 
     r = recipe(data, steps)
-    torch.manual_seed(r.train.seed)
-    model = Bloom(r.model)
-    from training.trainer import param_groups
+    model = Bloom(r.model, seed=r.train.seed)  # the trainer's initial weights (init by parameter name)
 
     opt = torch.optim.AdamW(param_groups(model, r.optim.weight_decay), lr=r.optim.lr, betas=(r.optim.beta1, r.optim.beta2))
     index = ShardIndex(data, "train")
     sampler = DynamicBatchSampler(index, r.batch, 1, r.model.seq_len, r.train.seed)
-    pad = int(index.manifest["tokenizer"]["pad_id"])
+    pad = index.pad_id
     tokens = seconds = 0.0
     for step in range(1, steps + 1):
         t0 = time.perf_counter()
         plan = sampler.next_step()
         batches = [materialize(index, mb, plan.bucket, pad) for mb in plan.ranks[0]]
-        n = sum(int((b["labels"] != -100).sum()) for b in batches)
+        n = sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in batches)
         for b in batches:
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 logits = model(b["input_ids"], b["segment_ids"])
             loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), b["labels"].flatten(),
-                                                     ignore_index=-100, reduction="sum") / n
+                                                     ignore_index=IGNORE_INDEX, reduction="sum") / n
             loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), r.optim.clip_grad)
         opt.step()
@@ -114,7 +114,9 @@ def plain_tokens_per_s(data: Path, steps: int) -> float:
 
 
 def batching(data: Path, steps: int = 200, dp: int = 2) -> None:
-    from training.sampler import DynamicBatchSampler, FixedBatchSampler, ShardIndex
+    from bench.fixed_sampler import FixedBatchSampler
+    from training.data import ShardIndex
+    from training.sampler import DynamicBatchSampler
 
     r = recipe(data, steps)
     index = ShardIndex(data, "train")

@@ -47,6 +47,17 @@ def read_json(path: str | Path) -> Any:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
+def read_contract_json(path: Path, error: type[Exception], missing_hint: str) -> Any:
+    """The JSON of a stage-boundary file (a manifest, a checkpoint's bloomline.json); ``error``
+    naming the file when it is absent (with ``missing_hint``) or not valid JSON."""
+    if not path.is_file():
+        raise error(f"{path} not found: {missing_hint}")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise error(f"{path}: not valid JSON ({e})") from None
+
+
 def sha256_file(path: str | Path, bufsize: int = 1 << 20) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

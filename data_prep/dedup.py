@@ -24,37 +24,25 @@ from datasketch import LeanMinHash, MinHash, MinHashLSH
 from bloomline import languages
 from data_prep.config import DedupConfig
 from data_prep.document import Document, Ledger
-from data_prep.filters import _is_han
 from data_prep.step import PipelineStep
+from data_prep.text import is_han, is_punct_or_symbol, strip_edges
 
 
 def exact_key(text: str) -> int:
+    """xxh64 of the text lower-cased without punctuation, symbols, separators and controls."""
     kept = "".join(ch for ch in text.lower() if unicodedata.category(ch)[0] not in "PSZC")
     return xxhash.xxh64_intdigest(kept.encode("utf-8"))
-
-
-def _punct(ch: str) -> bool:
-    return unicodedata.category(ch)[0] in "PS"
 
 
 def shingle_words(text: str) -> list[str]:
     """Lower-cased whitespace-separated words with punctuation/symbols stripped from their ends
     (digits kept: "room 101" and "room 102" are different documents)."""
-    out = []
-    for w in text.lower().split():
-        i, j = 0, len(w)
-        while i < j and _punct(w[i]):
-            i += 1
-        while j > i and _punct(w[j - 1]):
-            j -= 1
-        if i < j:
-            out.append(w[i:j])
-    return out
+    return [w for w in (strip_edges(w, is_punct_or_symbol) for w in text.lower().split()) if w]
 
 
 def shingles(text: str, n: int, han: bool) -> set[bytes]:
     if han:
-        chars = [c for c in text if _is_han(c) or c.isalnum()]
+        chars = [c for c in text if is_han(c) or c.isalnum()]
         grams = {"".join(chars[i : i + n]) for i in range(max(1, len(chars) - n + 1))}
     else:
         ws = shingle_words(text)

@@ -40,7 +40,7 @@ class SplitDraws:
     def add(self, u: float, fraction: float, keep: int) -> None:
         self.docs += 1
         self.under += u < fraction
-        if len(self.smallest) < keep or u < self.smallest[-1]:
+        if keep and (len(self.smallest) < keep or u < self.smallest[-1]):
             self.smallest.append(u)
             self.smallest.sort()
             del self.smallest[keep:]

@@ -24,45 +24,21 @@ Programming-language documents get only the code checks: ``too_short`` and ``lon
 from __future__ import annotations
 
 import math
-import string
-import unicodedata
 from collections import Counter
-from functools import lru_cache
 
 from bloomline import languages
 from data_prep.config import FilterConfig, QualityThresholds
 from data_prep.document import Document, Ledger
 from data_prep.step import PipelineStep
-
-_ASCII_SPECIAL = set(string.punctuation + string.digits + string.whitespace)
-
-
-@lru_cache(maxsize=65536)
-def is_special(ch: str) -> bool:
-    if ch in _ASCII_SPECIAL:
-        return True
-    cat = unicodedata.category(ch)
-    return cat[0] in "PSZ" or cat == "Nd" or cat == "Cf"
-
-
-def _is_han(ch: str) -> bool:
-    o = ord(ch)
-    return 0x4E00 <= o <= 0x9FFF or 0x3400 <= o <= 0x4DBF or 0x20000 <= o <= 0x2FFFF or 0xF900 <= o <= 0xFAFF
-
+from data_prep.text import is_han, is_special, strip_edges
 
 def words(text: str, han_chars: bool = False) -> list[str]:
     out = []
     for w in text.split():
-        # strip special characters from both ends, as ROOTS does
-        i, j = 0, len(w)
-        while i < j and is_special(w[i]):
-            i += 1
-        while j > i and is_special(w[j - 1]):
-            j -= 1
-        if i == j:
+        w = strip_edges(w, is_special)
+        if not w:
             continue
-        w = w[i:j]
-        if han_chars and any(_is_han(c) for c in w):
+        if han_chars and any(is_han(c) for c in w):
             out.extend(c for c in w if not is_special(c))
         else:
             out.append(w)

@@ -128,8 +128,3 @@ class BucketPacker:
             out.append(Sample(b, ids[pos : pos + take], offs))
             pos += take
         return out
-
-
-def padding_fraction(samples_tokens: int, bucket_tokens: int) -> float:
-    """Σ(bucket − length) / Σ bucket."""
-    return 0.0 if bucket_tokens == 0 else (bucket_tokens - samples_tokens) / bucket_tokens

@@ -210,7 +210,7 @@ class ChunkReader:
         self.seconds += time.perf_counter() - t0
 
     # -- records -> documents --------------------------------------------------------------
-    def _from_record(self, rec: Any, loc: str, lang_hint: str | None = None) -> Document | None:
+    def _from_record(self, rec: Any, loc: str) -> Document | None:
         c = self.chunk
         self.stats["records"] += 1
         if not isinstance(rec, dict):

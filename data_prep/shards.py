@@ -11,7 +11,6 @@ file when it does not match.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from bloomline.errors import DataError
-from bloomline.io import TMP_MARK, sha256_file
+from bloomline.io import TMP_MARK, read_contract_json, sha256_file
 
 FORMAT_VERSION = 1
 
@@ -111,12 +110,7 @@ class ShardWriter:
 def load_manifest(data_dir: str | Path) -> dict[str, Any]:
     """Read and check ``DATA_DIR/manifest.json``."""
     path = Path(data_dir) / "manifest.json"
-    if not path.is_file():
-        raise DataError(f"{path} not found: is {data_dir} the --out folder of a finished 'bloomline prepare'?")
-    try:
-        m = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as e:
-        raise DataError(f"{path}: not valid JSON ({e})") from None
+    m = read_contract_json(path, DataError, f"is {data_dir} the --out folder of a finished 'bloomline prepare'?")
     missing = [k for k in MANIFEST_KEYS if k not in m]
     if missing:
         raise DataError(f"{path}: missing keys {missing}")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import re
 import shutil
 import tempfile
@@ -26,7 +25,7 @@ import torch
 import bloomline
 from bloomline.config import from_dict, to_dict
 from bloomline.errors import CheckpointError, ConfigError
-from bloomline.io import write_bytes_atomic, write_json_atomic
+from bloomline.io import read_contract_json, write_bytes_atomic, write_json_atomic
 from training.config import ModelConfig, TrainRecipe
 from training.layout import EMBEDDING, LAYOUT_KEYS, bloom_name, layout_of, pipeline_prefixes, show, tp_rules
 
@@ -145,12 +144,8 @@ def read_meta(step_dir: str | Path) -> dict[str, Any]:
     """Read and check ``step_dir/bloomline.json``; CheckpointError naming the file and field."""
     step_dir = Path(step_dir)
     path = step_dir / META_FILE
-    if not path.is_file():
-        raise CheckpointError(f"{path} not found: is {step_dir} a complete bloomline checkpoint (RUN_DIR/checkpoints/step_N)?")
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as e:
-        raise CheckpointError(f"{path}: not valid JSON ({e})") from None
+    meta = read_contract_json(path, CheckpointError,
+                              f"is {step_dir} a complete bloomline checkpoint (RUN_DIR/checkpoints/step_N)?")
     if not isinstance(meta, dict) or "format_version" not in meta:
         raise CheckpointError(f"{path}: no field 'format_version' (written by a bloomline before checkpoint format 1?)")
     if meta["format_version"] != FORMAT_VERSION:

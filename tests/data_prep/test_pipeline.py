@@ -4,14 +4,13 @@ import json
 import shutil
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from bloomline import languages
 from bloomline.config import load_config
 from bloomline.errors import DataError
 from data_prep.config import PrepareConfig, SourceConfig
-from data_prep.pipeline import Paths, run_all
+from data_prep.pipeline import run_all
 from data_prep.shards import load_manifest, open_shard
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,4 +96,59 @@ def test_vocab_too_large_fails_with_a_message(tmp_path, bad_inputs):
 def test_explicit_blend_weights(tmp_path, bad_inputs):
     _, out, m = run_demo(tmp_path, bad_inputs, "blend.weights={en: 3, fr: 1}")
     assert m["blend"]["en"] == pytest.approx(0.75) and m["blend"]["fr"] == pytest.approx(0.25)
-    assert m["blend"]["de" if "de" in m["blend"] else "es"] == 0
+    others = {k: v for k, v in m["blend"].items() if k not in ("en", "fr")}
+    assert len(others) > 40 and set(others.values()) == {0}  # every other language with data, weight 0
+
+
+# An original English paragraph, long enough for near-duplicate shingles to be meaningful.
+ESSAY = ("The river that runs past the old mill has changed its course three times in living memory. "
+         "Each flood carried away a little of the western bank, and each spring the farmers rebuilt their "
+         "fences a few steps further from the water. The miller kept a notebook in which he wrote the height "
+         "of every flood, the date it began, and the names of the families who came to help. When his "
+         "grandson found the notebook in a drawer, he counted forty years of entries and drew a map of the "
+         "river for each decade. The maps show a slow bend moving north, a new island forming where the "
+         "current slows, and a shallow ford that children now cross in summer without wetting their knees. "
+         "Nobody planned any of this; the river simply followed the softest ground, as rivers always do.")
+
+
+def test_exact_and_near_duplicates_are_dropped_and_the_first_is_kept(tmp_path):
+    """Three copies of one document in input order: the original, an exact duplicate (other id,
+    other case and punctuation) and a near duplicate (one word changed): the last two go."""
+    near = ESSAY.replace("forty years", "fifty years")
+    docs = [{"id": "first", "text": ESSAY, "lang": "en"},
+            {"id": "exact", "text": ESSAY.upper().replace(",", ""), "lang": "en"},
+            {"id": "near", "text": near, "lang": "en"},
+            {"id": "other", "text": ESSAY.replace("river", "canal").replace("mill", "lock").replace("flood", "storm")
+             .replace("farmers", "bargemen").replace("notebook", "ledger"), "lang": "en"}]
+    src = tmp_path / "dups.jsonl"
+    src.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    cfg = demo_cfg("keep_work=true", "pack.valid_min_docs=0", "pack.valid_fraction=0.0", "tokenizer.vocab_size=300")
+    cfg.sources = [SourceConfig(path=str(src))]
+    m = run_all(cfg, tmp_path / "out")
+    en = m["languages"]["en"]
+    assert en["duplicates"] == {"exact": 1, "near": 1} and en["docs_kept"] == 2, en
+    assert m["stages"]["dedup"]["duplicates"] == {"exact": 1, "near": 1}
+    drops = json.loads(next((tmp_path / "out" / ".work" / "dedup").glob("c*.json")).read_text())
+    assert sorted(kind for _, kind in drops) == ["exact", "near"] and 0 not in [pos for pos, _ in drops]
+
+
+def test_pii_is_counted_end_to_end_and_redacted_in_the_shards(tmp_path):
+    """Emails, IP addresses and phone numbers in the input: the manifest's per-language ledger
+    and stages.pii count them, and the token ids of the shards hold the placeholders, not them."""
+    import sentencepiece as spm
+
+    text = (ESSAY + " Write to the archive at mill.records@example.org or archive-desk@example.net, call "
+            "+44 20 7946 0958, or reach the scanner at 192.168.10.254 for copies of the maps.")
+    src = tmp_path / "pii.jsonl"
+    src.write_text(json.dumps({"id": "p1", "text": text, "lang": "en"}) + "\n")
+    cfg = demo_cfg("pack.valid_min_docs=0", "pack.valid_fraction=0.0", "tokenizer.vocab_size=300")
+    cfg.sources = [SourceConfig(path=str(src))]
+    out = tmp_path / "out"
+    m = run_all(cfg, out)
+    want = {"email": 2, "ip_address": 1, "phone": 1}
+    assert m["languages"]["en"]["pii"] == want and m["stages"]["pii"] == want
+    sp = spm.SentencePieceProcessor(model_file=str(out / m["tokenizer"]["path"]))
+    decoded = "".join(sp.decode(ids) for s in m["shards"] if s["split"] == "train"
+                      for ids in open_shard(out, s).column("input_ids").to_pylist())
+    assert decoded.count("<EMAIL>") == 2 and "<IP_ADDRESS>" in decoded and "<PHONE>" in decoded
+    assert "example.org" not in decoded and "192.168" not in decoded and "7946" not in decoded
