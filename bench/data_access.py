@@ -50,7 +50,7 @@ world = int(os.environ.get("WORLD_SIZE", "1")); rank = int(os.environ.get("RANK"
 if world > 1:
     torch.distributed.init_process_group("gloo")
 r = load_config(TrainRecipe, os.path.join(os.environ["CODE"], "configs/train/bloom-tiny.yaml"),
-                ["batch.tokens_per_step=16384", "batch.micro_batch_tokens=4096"])
+                ["batch.tokens_per_step=16384", "batch.micro_batch_tokens=4096", "model.seq_len=2048"])
 rss0 = psutil.Process().memory_info().rss
 t0 = time.perf_counter()
 if new:
@@ -107,9 +107,9 @@ def replicate(src: Path, dst: Path, copies: int) -> Path:
     return dst
 
 
-def one_rank(code: Path, data: Path, steps: int = 20) -> dict:
+def one_rank(code: Path, data: Path, steps: int = 20, stamp: Path | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        out = subprocess.run([sys.executable, "-c", RANK, str(data), f"{tmp}/stamp.json", str(steps)],
+        out = subprocess.run([sys.executable, "-c", RANK, str(data), str(stamp or f"{tmp}/stamp.json"), str(steps)],
                              env={**os.environ, "CODE": str(code), "DS_ACCELERATOR": "cpu"}, cwd=code,
                              capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -159,6 +159,11 @@ def main() -> None:
                   f" MiB over the imports), start-up to first batch {r['startup_s']:6.2f} s, shards hashed {r['hashed']}")
         print(f"   {label:18s} peak RSS ×4 / ×1 = {b['peak_rss_mb'] / a['peak_rss_mb']:.3f}"
               f"   (data layer's share: {(b['peak_rss_mb'] - b['rss0_mb']) / max(1e-9, a['peak_rss_mb'] - a['rss0_mb']):.2f}×)")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        one_rank(REPO, x4, stamp=Path(tmp) / "stamp.json")
+        again = one_rank(REPO, x4, stamp=Path(tmp) / "stamp.json")
+    print(f"   now, a restart of the same run on ×4: start-up {again['startup_s']:.2f} s, shards hashed {again['hashed']}")
 
     print("\n2. start-up of N ranks on ×4 (until every rank has verified the data and drawn its first batch)")
     for world in (1, 8):

@@ -3,12 +3,12 @@ place, checksums verified once per run, samples collated into padded tensors.
 
 Why it scales with the data and the rank count:
 
-* **Zero-copy rows.** A shard is an Arrow IPC stream of record batches. It is memory-mapped and
-  each batch's list columns are kept as numpy *views* of the mapped file (``to_numpy`` with
-  ``zero_copy_only``), so no token is copied onto a rank's heap; the rows a step touches come in
-  through the page cache, which all ranks of a node share. Nothing per row is held in memory:
-  a (language, bucket) stream is its shards' row counts (from the manifest), and lengths are read
-  for the drawn samples only.
+* **Zero-copy rows.** A shard is an Arrow IPC stream of record batches. It is memory-mapped, on
+  first use, and each batch's list columns are kept as numpy *views* of the mapped file's
+  buffers, so no token is copied onto a rank's heap; the rows a step touches come in through the
+  page cache, which all ranks of a node share. Nothing per row is held in memory: a (language,
+  bucket) stream is its shards' row counts (from the manifest), and lengths are read for the
+  drawn samples only.
 * **Checksums once per run** (:func:`verify_once`): the shards to hash are split over all ranks,
   their findings gathered, and a stamp (``RUN_DIR/data_verified.json``: manifest hash and each
   shard's size and mtime) written; a later start of the same run hashes only shards whose size or
@@ -37,41 +37,54 @@ SampleRef = tuple[int, int]
 
 
 class ShardRows:
-    """One shard's rows, read in place from its memory-mapped file."""
+    """One shard's rows, read in place from its memory-mapped file, opened on first use.
+
+    Opening late matters as much as not copying: the kernel maps the pages around any page a
+    process touches (fault-around, 64 KiB by default), so opening every shard at start would put
+    a slice of every file into every rank's RSS; a rank opens only the shards its batches draw."""
 
     def __init__(self, path: Path, rows: int):
-        self.path = path
-        if not path.is_file():
-            raise CorruptShardError(f"shard missing: {path}")
-        try:
-            batches = list(pa.ipc.open_stream(pa.memory_map(str(path), "r")))
-            # (ids offsets, ids values, doc_offsets offsets, doc_offsets values) per batch: views, no copies
-            self._cols = [tuple(a.to_numpy(zero_copy_only=True) for c in ("input_ids", "doc_offsets")
-                                for a in (b.column(c).offsets, b.column(c).values)) for b in batches]
-        except (pa.ArrowInvalid, KeyError) as e:
-            raise CorruptShardError(f"shard {path} is unreadable: {e}") from None
-        self._starts = np.cumsum([0] + [b.num_rows for b in batches])
-        if self._starts[-1] != rows:
-            raise CorruptShardError(f"shard {path}: {self._starts[-1]} rows, the manifest says {rows}")
+        self.path, self.rows = path, rows
+        self._cols: list[tuple[np.ndarray, ...]] | None = None
+        self._starts = np.zeros(1, dtype=np.int64)
 
-    def _batch(self, row: int) -> tuple[int, int]:
-        k = int(np.searchsorted(self._starts, row, side="right")) - 1
-        return k, row - int(self._starts[k])
+    def _open(self) -> list[tuple[np.ndarray, ...]]:
+        if self._cols is not None:
+            return self._cols
+        if not self.path.is_file():
+            raise CorruptShardError(f"shard missing: {self.path}")
+        try:
+            batches = list(pa.ipc.open_stream(pa.memory_map(str(self.path), "r")))
+            # per batch (ids offsets, ids values, doc_offsets offsets, doc_offsets values): numpy views
+            # of the list columns' buffers (a list array's buffers: validity, offsets, child
+            # validity, child values), so nothing is copied
+            cols = [tuple(np.frombuffer(buf, dtype=np.int32) for c in ("input_ids", "doc_offsets")
+                          for buf in b.column(c).buffers()[1::2]) for b in batches]
+        except (pa.ArrowInvalid, KeyError) as e:
+            raise CorruptShardError(f"shard {self.path} is unreadable: {e}") from None
+        starts = np.cumsum([0] + [b.num_rows for b in batches])
+        if starts[-1] != self.rows:
+            raise CorruptShardError(f"shard {self.path}: {starts[-1]} rows, the manifest says {self.rows}")
+        self._cols, self._starts = cols, starts
+        return cols
 
     def fetch(self, row: int) -> tuple[np.ndarray, np.ndarray]:
         """Token ids (int32, unpadded) and doc_offsets of one sample (views of the mapped file)."""
-        k, r = self._batch(row)
-        io, iv, oo, ov = self._cols[k]
+        cols = self._open()
+        k = int(np.searchsorted(self._starts, row, side="right")) - 1
+        r = row - int(self._starts[k])
+        io, iv, oo, ov = cols[k]
         return iv[io[r]:io[r + 1]], ov[oo[r]:oo[r + 1]]
 
     def lengths(self, rows: np.ndarray) -> np.ndarray:
         """Lengths (int64) of the given rows."""
+        cols = self._open()
         ks = np.searchsorted(self._starts, rows, side="right") - 1
         out = np.empty(len(rows), dtype=np.int64)
         for k in np.unique(ks):
             sel = ks == k
             r = rows[sel] - self._starts[k]
-            io = self._cols[k][0]
+            io = cols[k][0]
             out[sel] = io[r + 1] - io[r]
         return out
 
@@ -104,8 +117,8 @@ class Stream:
 class ShardIndex:
     """The shards of one split of a prepared data folder, opened in place.
 
-    Opening reads the manifest and each shard's batch layout; it does not hash (that is
-    :func:`verify_once`, once per run) and copies no rows.
+    Opening reads the manifest only: each shard is opened when a batch first draws from it, it is
+    hashed by :func:`verify_once` (once per run), and no row is copied.
     """
 
     def __init__(self, data_dir: str | Path, split: str = "train"):
@@ -116,6 +129,9 @@ class ShardIndex:
         if not self.shards:
             raise DataError(f"{self.data_dir}: the manifest lists no '{split}' shards")
         self.rows = [ShardRows(self.data_dir / s["path"], int(s["rows"])) for s in self.shards]
+        missing = [str(r.path) for r in self.rows if not r.path.is_file()]
+        if missing:
+            raise CorruptShardError(f"shard missing: {missing[0]}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
         parts: dict[tuple[str, int], list[int]] = {}
         for sid, s in enumerate(self.shards):
             parts.setdefault((s["lang"], int(s["bucket"])), []).append(sid)
@@ -162,7 +178,7 @@ def _read_stamp(stamp: Path, manifest_sha: str) -> dict[str, Any]:
     return old.get("shards", {}) if old.get("manifest_sha256") == manifest_sha else {}
 
 
-def verify_once(index: ShardIndex, stamp: Path, rank: int = 0, world: int = 1,
+def verify_once(index: ShardIndex, stamp: str | Path, rank: int = 0, world: int = 1,
                 broadcast: Callable[[Any], Any] = lambda x: x,
                 gather: Callable[[Any], list[Any]] = lambda x: [x]) -> int:
     """Check the sha256 of every shard of the split not yet verified for this run, the work split
@@ -174,6 +190,7 @@ def verify_once(index: ShardIndex, stamp: Path, rank: int = 0, world: int = 1,
     of the same list; it writes the stamp once every shard passed. Raises CorruptShardError (on
     every rank) naming the first corrupt shard, so no rank starts training on bad data.
     """
+    stamp = Path(stamp)
     manifest_sha = sha256_file(index.data_dir / "manifest.json")
     todo: list[int] | None = None
     if rank == 0:

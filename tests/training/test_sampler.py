@@ -311,8 +311,12 @@ def test_missing_or_truncated_shard_is_named(tmp_path):
     root = write_prepared(tmp_path, rows={"aa": {128: 5, 256: 5, 512: 5}}, blend={"aa": 1.0})
     victim = root / shard_path("train", "aa", 512, 0)
     victim.write_bytes(victim.read_bytes()[:200])
-    with pytest.raises(CorruptShardError, match=r"aa-b00512-p00000\.arrow"):
-        ShardIndex(root)
+    index = ShardIndex(root)  # opens no shard yet
+    sid = next(i for i, s in enumerate(index.shards) if s["bucket"] == 512)
+    with pytest.raises(CorruptShardError, match=r"aa-b00512-p00000\.arrow is unreadable"):
+        index.fetch(sid, 0)
+    with pytest.raises(CorruptShardError, match=r"aa-b00512-p00000\.arrow is corrupt"):
+        verify_once(index, tmp_path / "stamp.json")
     victim.unlink()
-    with pytest.raises(CorruptShardError, match="shard missing"):
+    with pytest.raises(CorruptShardError, match="shard missing: .*aa-b00512-p00000.arrow"):
         ShardIndex(root)
