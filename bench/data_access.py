@@ -131,6 +131,8 @@ def ranks(code: Path, data: Path, world: int, hash_all: bool) -> list[dict]:
 
 
 def main() -> None:
+    from bloomline.host import available_cpus
+
     ap = argparse.ArgumentParser()
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/bloomline-data-bench"))
     ap.add_argument("--copies", type=int, default=8, help="copies of the prepared corpus in the ×1 folder")
@@ -176,7 +178,7 @@ def main() -> None:
                   f"(wall with process start {wall:5.1f} s), shards hashed per rank {max(r['hashed'] for r in rs)}")
             if world == 1:
                 break  # one rank: the two ways are the same
-    print(f"\n(machine: {os.cpu_count()} cores; 8 ranks share them)")
+    print(f"\n(machine: {available_cpus()} cores; 8 ranks share them)")
 
 
 if __name__ == "__main__":

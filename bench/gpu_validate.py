@@ -126,7 +126,8 @@ def main() -> None:
         shape = ["batch.tokens_per_step=131072", "batch.micro_batch_tokens=16384"]
     manifest = json.loads((data / "manifest.json").read_text())
     vocab = manifest["tokenizer"]["vocab_size"]
-    common = [f"model.vocab_size={vocab}", f"model.seq_len={max(2048, max(manifest['buckets']))}",
+    # the data's own tokenizer: its table padded by Megatron's rule, not bloom-560m's fixed 250,880 rows
+    common = [f"model.vocab_size={vocab}", "model.pad_vocab_to=null", f"model.seq_len={max(2048, max(manifest['buckets']))}",
               f"train.steps={steps}", f"checkpoint.interval={steps}",
               "optim.warmup_steps=5", "parallel.backend=auto", *shape]
 

@@ -43,6 +43,14 @@ def write_json_atomic(path: str | Path, obj: Any) -> None:
     write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode())
 
 
+def copy_atomic(src: str | Path, dst: str | Path) -> None:
+    """Copy ``src`` to ``dst``, which appears only complete."""
+    import shutil
+
+    with atomic_path(dst) as tmp:
+        shutil.copyfile(src, tmp)
+
+
 def read_json(path: str | Path) -> Any:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 

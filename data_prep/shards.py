@@ -123,15 +123,23 @@ def load_manifest(data_dir: str | Path) -> dict[str, Any]:
     return m
 
 
+def checksum_error(path: Path, sha256: str) -> str | None:
+    """Why the file at ``path`` is not the shard the manifest lists (its sha256), or None."""
+    digest = sha256_file(path)
+    if digest == sha256:
+        return None
+    return f"shard {path} is corrupt: sha256 {digest[:12]}… does not match the manifest's {sha256[:12]}…"
+
+
 def open_shard(data_dir: str | Path, shard: dict[str, Any], verify: bool = True) -> pa.Table:
     """Memory-map one shard as a Table, after checking its sha256 against the manifest."""
     path = Path(data_dir) / shard["path"]
     if not path.is_file():
         raise CorruptShardError(f"shard missing: {path}")
     if verify:
-        digest = sha256_file(path)
-        if digest != shard["sha256"]:
-            raise CorruptShardError(f"shard {path} is corrupt: sha256 {digest[:12]}… does not match the manifest's {shard['sha256'][:12]}…")
+        error = checksum_error(path, shard["sha256"])
+        if error:
+            raise CorruptShardError(error)
     try:
         with pa.memory_map(str(path), "r") as source:
             table = pa.ipc.open_stream(source).read_all()

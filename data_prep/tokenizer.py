@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 from bloomline.errors import BloomlineError, DataError
 from bloomline.host import available_cpus
-from bloomline.io import read_json, sha256_file, write_json_atomic
+from bloomline.io import copy_atomic, read_json, sha256_file, write_json_atomic
 from data_prep.chunks import chunk_table, dropped_positions
 from data_prep.document import uniform_draw
 from data_prep.pii import PLACEHOLDERS, redact
@@ -154,9 +154,7 @@ def build_tokenizer(cfg: PrepareConfig, paths: Paths, dedup: dict[str, Any], chu
         if not src.is_file():
             raise DataError(f"tokenizer.model not found: {src}")
         check_model(src)
-        tmp = paths.tokenizer.with_name("tokenizer.model.tmp-copy")
-        shutil.copyfile(src, tmp)
-        tmp.replace(paths.tokenizer)
+        copy_atomic(src, paths.tokenizer)
         info["trained"] = False
         info["source"] = str(src)
     else:
@@ -181,9 +179,7 @@ def build_tokenizer(cfg: PrepareConfig, paths: Paths, dedup: dict[str, Any], chu
         prefix = paths.work / "tok" / "tokenizer"
         prefix.parent.mkdir(parents=True, exist_ok=True)
         model = train(sample, prefix, cfg.tokenizer.vocab_size, cfg.tokenizer.character_coverage, threads, cfg.seed)
-        tmp = paths.tokenizer.with_name("tokenizer.model.tmp-copy")
-        shutil.copyfile(model, tmp)
-        tmp.replace(paths.tokenizer)
+        copy_atomic(model, paths.tokenizer)
         vocab = prefix.with_suffix(".vocab")
         if vocab.exists():
             shutil.copyfile(vocab, paths.tokenizer.with_suffix(".vocab"))

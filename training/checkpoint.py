@@ -27,7 +27,8 @@ from bloomline.config import from_dict, to_dict
 from bloomline.errors import CheckpointError, ConfigError
 from bloomline.io import read_contract_json, write_bytes_atomic, write_json_atomic
 from training.config import ModelConfig, TrainRecipe
-from training.layout import EMBEDDING, LAYOUT_KEYS, bloom_name, layout_of, pipeline_prefixes, show, tp_rules
+from training.layout import (LAYOUT_KEYS, bloom_name, first_mismatch, layout_of, pipeline_prefixes, show, tp_merge,
+                             tp_rules)
 
 FORMAT_VERSION = 1
 META_FILE = "bloomline.json"
@@ -98,16 +99,16 @@ class RunDir:
 
     def publish(self, step: int, meta: dict[str, Any], keep: int) -> None:
         """After every rank has written its files: write bloomline.json, move ``latest`` to the
-        step (atomically), and delete the checkpoints older than the newest ``keep`` (and any
-        incomplete folder below this step, left by a killed save)."""
+        step (atomically), then delete the checkpoints older than the newest ``keep`` up to this
+        step, and every other folder that is not one of them: incomplete ones (a killed save) and
+        any above this step (written by a job that died before moving ``latest``; a run resumed
+        from an earlier step has replaced that future)."""
         write_json_atomic(self.step_dir(step) / META_FILE, meta)
         write_bytes_atomic(self.latest_file, step_tag(step).encode())
-        complete = self.complete_steps()
-        for old in complete[:-keep]:
-            shutil.rmtree(self.step_dir(old), ignore_errors=True)
+        kept = set([s for s in self.complete_steps() if s <= step][-keep:]) | {step}
         for p in self.checkpoints.iterdir():
             m = _TAG.match(p.name)
-            if m and int(m.group(1)) < step and not (p / META_FILE).is_file():
+            if m and int(m.group(1)) not in kept:
                 shutil.rmtree(p, ignore_errors=True)
 
 
@@ -134,6 +135,8 @@ def make_meta(step: int, recipe: TrainRecipe, data_manifest_sha256: str, sampler
     }
 
 
+TRAINER_KEYS = ("skipped", "fp16_overflows", "skipped_in_a_row", "loss_ema")
+SAMPLER_KEYS = ("version", "seed", "step", "consumed_tokens", "tokens_by_lang", "streams")
 _FIELDS: dict[str, type | tuple[type, ...]] = {
     "format_version": int, "step": int, "layout": dict, "precision": str, "model": dict,
     "data_manifest_sha256": str, "sampler": dict, "tp_rules": dict, "trainer": dict, "recipe": dict,
@@ -163,6 +166,12 @@ def read_meta(step_dir: str | Path) -> dict[str, Any]:
         v = meta["layout"].get(k)
         if not isinstance(v, int) or v < (0 if k == "zero_stage" else 1):
             raise CheckpointError(f"{path}: field 'layout.{k}' is {v!r}")
+    missing = [k for k in TRAINER_KEYS if k not in meta["trainer"]]
+    if missing:
+        raise CheckpointError(f"{path}: field 'trainer' lacks {missing}")
+    missing = [k for k in SAMPLER_KEYS if k not in meta["sampler"]]
+    if missing:
+        raise CheckpointError(f"{path}: field 'sampler' lacks {missing}")
     if meta["precision"] not in PRECISIONS:
         raise CheckpointError(f"{path}: field 'precision' is {meta['precision']!r}, not one of {sorted(PRECISIONS)}")
     try:
@@ -200,7 +209,7 @@ def _optim_files(step_dir: Path) -> list[Path]:
 def detect_layout(step_dir: str | Path, num_layers: int) -> dict[str, int]:
     """What the files DeepSpeed wrote say about the layout: ``tp``, ``pp``, ``model_parallel``
     (tp·pp, the number of model-state files) and ``dp`` (the ZeRO optimizer partitions per
-    model-parallel rank; 0 when there are none, i.e. ZeRO stage 0)."""
+    model-parallel rank; 0 when there are none — ZeRO stage 0 writes them only for bf16)."""
     step_dir = Path(step_dir)
     layer_files = list(step_dir.glob("layer_*-model_*-model_states.pt"))
     # one per model-parallel rank: mp_rank_XX_model_states.pt, or with ZeRO-3 one per DP rank too
@@ -243,8 +252,11 @@ def check_files(step_dir: Path, meta: dict[str, Any]) -> None:
 def _load(path: Path) -> Any:
     if not path.is_file():
         raise CheckpointError(f"{path} is missing")
-    # DeepSpeed's files hold Python objects (its config, our RNG state): trusted files of our own runs.
-    return torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        # DeepSpeed's files hold Python objects (its config, our RNG state): trusted files of our own runs.
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # a truncated or overwritten file: torch's own error says little
+        raise CheckpointError(f"{path} is unreadable ({type(e).__name__}: {e})") from None
 
 
 def _rank_weights(step_dir: Path, meta: dict[str, Any], tp_rank: int) -> tuple[dict[str, torch.Tensor], str]:
@@ -286,6 +298,13 @@ def _zero3_weights(step_dir: Path, tp_rank: int, dtype: torch.dtype) -> dict[str
     return {k: v.to(dtype) for k, v in sd.items()}
 
 
+def saved_names(step_dir: str | Path) -> list[str]:
+    """The parameter names TP rank 0's files hold, as Bloom names (what load_model will load)."""
+    step_dir = Path(step_dir)
+    meta = read_meta(step_dir)
+    return list(_rank_weights(step_dir, meta, 0)[0])
+
+
 def load_model(ckpt_dir: str | Path, dtype: torch.dtype = torch.float32) -> tuple[Any, dict[str, Any]]:
     """The whole model of a checkpoint of any layout, as a single-device ``Bloom`` in ``dtype``
     (eval mode, on CPU), and the checkpoint's checked bloomline.json.
@@ -315,19 +334,14 @@ def load_model(ckpt_dir: str | Path, dtype: torch.dtype = torch.float32) -> tupl
     for name in shapes:
         parts = [w[name] for w, _ in ranks]
         dim = rules[name]
-        if dim is None:
-            for r, p in enumerate(parts[1:], start=1):
-                if not torch.equal(p, parts[0]):
-                    diff = (p.float() - parts[0].float()).abs().max().item()
-                    raise CheckpointError(
-                        f"{step_dir}: parameter {name} differs between TP rank 0 and TP rank {r} (max |difference| "
-                        f"{diff:.3g}); it should be identical on every TP rank. The replicas drifted apart (as "
-                        f"BLOOM-176B's LayerNorms did under bf16), so no single copy is the model that trained")
-            whole = parts[0]
-        else:
-            whole = torch.cat(parts, dim) if len(parts) > 1 else parts[0]
-        if name == EMBEDDING:
-            whole = whole[:shapes[name][0]]  # rows beyond the single-device padding are padding too
+        bad = first_mismatch(parts) if dim is None else None
+        if bad is not None:
+            diff = (parts[bad].float() - parts[0].float()).abs().max().item()
+            raise CheckpointError(
+                f"{step_dir}: parameter {name} differs between TP rank 0 and TP rank {bad} (max |difference| "
+                f"{diff:.3g}); it should be identical on every TP rank. The replicas drifted apart (as "
+                f"BLOOM-176B's LayerNorms did under bf16), so no single copy is the model that trained")
+        whole = tp_merge(name, parts, dim, rows=shapes[name][0])
         if whole.shape != shapes[name]:
             raise CheckpointError(f"{step_dir}: parameter {name} merges to {tuple(whole.shape)}, the model "
                                   f"{show(meta['layout'])} wants {tuple(shapes[name])}")

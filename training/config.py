@@ -38,8 +38,8 @@ class ModelConfig:
     """Without pad_vocab_to, the embedding is padded to a multiple of this × TP (Megatron's rule)."""
     pad_vocab_to: Optional[int] = None
     """Pad the embedding to exactly this many rows at every TP (Megatron-DeepSpeed's
-    ``--pad-vocab-size-to``; BLOOM: 250,880, divisible by 128·TP for TP up to 4), so every
-    layout holds the same table. None: Megatron's rule above."""
+    ``--pad-vocab-size-to``, which BigScience used for the smaller BLOOMs: 250,880 rows, the size in
+    their published configs); must split over TP. None: Megatron's rule above."""
 
     def validate(self) -> None:
         for k in ("vocab_size", "hidden_size", "num_layers", "num_heads", "seq_len", "ffn_mult",
@@ -49,6 +49,13 @@ class ModelConfig:
               f"{self.hidden_size} is not divisible by num_heads={self.num_heads}")
         check(self.pad_vocab_to is None or self.pad_vocab_to >= self.vocab_size, "pad_vocab_to",
               f"{self.pad_vocab_to} is smaller than vocab_size={self.vocab_size}")
+        # pad_vocab_to fixes the table of a known tokenizer (BLOOM-560m: 250,880 rows for 250,680
+        # pieces); kept after vocab_size changed to another tokenizer's, it would silently compute
+        # and count thousands of padding logits per token.
+        check(self.pad_vocab_to is None or self.pad_vocab_to - self.vocab_size < 8 * self.make_vocab_divisible_by,
+              "pad_vocab_to", f"{self.pad_vocab_to} rows for a {self.vocab_size}-piece tokenizer would be "
+              f"{(self.pad_vocab_to or 0) - self.vocab_size} rows of padding: set model.pad_vocab_to=null to pad by "
+              f"Megatron's rule, or to the size this tokenizer's table should have")
 
     def padded_vocab(self, tp: int = 1) -> int:
         """Rows of the embedding table at tensor-parallel degree ``tp`` (padding rows are masked,

@@ -13,7 +13,9 @@ Why it scales with the data and the rank count:
   their findings gathered, and a stamp (``RUN_DIR/data_verified.json``: manifest hash and each
   shard's size and mtime) written; a later start of the same run hashes only shards whose size or
   mtime changed since. A corrupt shard is refused on every rank before the first step, with an
-  error naming it.
+  error naming it. This assumes what multi-node training usually has: one copy of the data, on a
+  filesystem every node sees. With a private copy per node, only the shards a node's ranks
+  hashed are verified on that node.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import torch
 
 from bloomline.errors import DataError
 from bloomline.io import sha256_file, write_json_atomic
-from data_prep.shards import CorruptShardError, load_manifest, pad_id
+from data_prep.shards import CorruptShardError, checksum_error, load_manifest, pad_id
 from training.model import IGNORE_INDEX
 
 SampleRef = tuple[int, int]
@@ -199,13 +201,7 @@ def verify_once(index: ShardIndex, stamp: str | Path, rank: int = 0, world: int 
         todo = [i for i, s in enumerate(index.shards) if seen.get(s["path"]) != now[s["path"]]]
     todo = broadcast(todo)
     mine = todo[rank::world]
-    bad = []
-    for i in mine:
-        s = index.shards[i]
-        digest = sha256_file(index.rows[i].path)
-        if digest != s["sha256"]:
-            bad.append((i, f"shard {index.rows[i].path} is corrupt: sha256 {digest[:12]}… does not match the "
-                           f"manifest's {s['sha256'][:12]}…"))
+    bad = [(i, e) for i in mine if (e := checksum_error(index.rows[i].path, index.shards[i]["sha256"]))]
     found = sorted(b for part in gather(bad) for b in part)
     if found:
         more = f" ({len(found) - 1} more corrupt shard(s) in {index.data_dir})" if len(found) > 1 else ""

@@ -110,13 +110,20 @@ def tp_slice(name: str, full: "torch.Tensor", rank: int, size: int, rows: int | 
     return full.chunk(size, dim)[rank]
 
 
-def tp_merge(name: str, parts: list["torch.Tensor"], rows: int | None = None) -> "torch.Tensor":
-    """The whole tensor from every TP rank's slice (the inverse of :func:`tp_slice`); the
-    embedding is cut to ``rows`` (the single-device padded vocabulary) when it was padded further.
-    A replicated parameter must be equal on every rank: :func:`check_replicated` first."""
+def first_mismatch(parts: list["torch.Tensor"]) -> Optional[int]:
+    """The first TP rank whose copy of a replicated parameter differs from rank 0's (None: all equal)."""
     import torch
 
-    dim = tp_dim(name)
+    return next((r for r, p in enumerate(parts[1:], start=1) if not torch.equal(p, parts[0])), None)
+
+
+def tp_merge(name: str, parts: list["torch.Tensor"], dim: Optional[int], rows: int | None = None) -> "torch.Tensor":
+    """The whole tensor from every TP rank's slice (the inverse of :func:`tp_slice`): the slices
+    concatenated along ``dim``, or rank 0's copy when ``dim`` is None (check the copies with
+    :func:`first_mismatch` first). The embedding is cut to ``rows`` (the single-device padded
+    vocabulary) when a layout padded it further."""
+    import torch
+
     whole = parts[0] if dim is None or len(parts) == 1 else torch.cat(parts, dim)
     if name == EMBEDDING and rows is not None and whole.shape[0] > rows:
         whole = whole[:rows]

@@ -319,13 +319,12 @@ def initial_value(name: str, shape: torch.Size, cfg: ModelConfig, seed: int) -> 
     return w
 
 
-def init_weights(module: nn.Module, prefix: str, cfg: ModelConfig, seed: int,
-                 shard: Callable[[str, torch.Tensor], torch.Tensor] = lambda name, full: full) -> None:
+def init_weights(module: nn.Module, prefix: str, cfg: ModelConfig, seed: int) -> None:
     """Initialise every parameter of ``module`` (whose parameters are named ``prefix + local
-    name`` in ``Bloom.state_dict()``) with :func:`initial_value`, cut by ``shard(name, whole)``
-    (tensor parallelism passes its slicing)."""
+    name`` in ``Bloom.state_dict()``) with :func:`initial_value`. (Tensor-parallel slices are
+    filled by ``training.parallelize.build_on_device`` from the same values.)"""
     shapes = full_shapes(cfg)
     with torch.no_grad():
         for local, p in module.named_parameters():
             name = prefix + local
-            p.copy_(shard(name, initial_value(name, shapes[name], cfg, seed)))
+            p.copy_(initial_value(name, shapes[name], cfg, seed))

@@ -1,7 +1,7 @@
 """Parallelism applied from outside the single-device model, in torchtitan's fixed order.
 
 :func:`parallelize` takes a :class:`~training.model.Bloom` (built on the meta device, so no rank
-ever holds the whole model) and this rank's place in the grid, and applies:
+ever allocates the modules it does not run) and this rank's place in the grid, and applies:
 
 1. **Tensor parallelism** (:func:`apply_tp`): in every block, ``qkv``/``fc1`` become megatron-core
    ``ColumnParallelLinear`` (whole heads / MLP columns per rank), ``dense``/``fc2``
@@ -13,9 +13,12 @@ ever holds the whole model) and this rank's place in the grid, and applies:
    first and the last stage. Only this stage's layers are ever materialised.
 4. **ZeRO data parallelism**: ``deepspeed.initialize`` with the recipe's stage.
 
-Every materialised parameter is initialised by name (``training.model.init_weights``) and cut to
-this rank's slice (``training.layout.tp_slice``), so the same seed gives the same function at
-every layout (tested against the single-device model).
+Every materialised parameter is initialised by name (``training.model.initial_value``) and cut
+to this rank's slice (``training.layout.tp_slice``), so the same seed gives the same function at
+every layout (tested against the single-device model). Like megatron-core's CPU initialisation,
+a rank draws the whole tensor of each parameter it holds a slice of and keeps its slice: a
+transient cost, largest for the embedding (BLOOM-176B: 250,880 × 14,336 fp32 = 14 GB on each TP
+rank of the first and last stage).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ def megatron_config(parallel: ParallelConfig, dtype: torch.dtype) -> Any:
 
     return ModelParallelConfig(
         tensor_model_parallel_size=parallel.tp, pipeline_model_parallel_size=parallel.pp,
-        use_cpu_initialization=True, perform_initialization=False,  # weights are set by name, see materialize
+        use_cpu_initialization=True, perform_initialization=False,  # weights are set by name, see build_on_device
         params_dtype=torch.float32, pipeline_dtype=dtype, sequence_parallel=False,
         gradient_accumulation_fusion=False,
     )
@@ -110,7 +113,7 @@ def apply_ac(model: Bloom) -> None:
 
 # ------------------------------------------------------------------------------- materialisation
 
-def materialize(module: nn.Module, prefix: str, source: Callable[[str], torch.Tensor], device: torch.device) -> nn.Module:
+def build_on_device(module: nn.Module, prefix: str, source: Callable[[str], torch.Tensor], device: torch.device) -> nn.Module:
     """Allocate a meta module on ``device`` and fill each parameter with this TP rank's slice of
     ``source(bloom_name)``; tag the sliced ones as megatron does (DeepSpeed's gradient norm sums
     them over TP ranks and counts replicated ones once)."""
@@ -196,7 +199,7 @@ def parallelize(model: Bloom, parallel: ParallelConfig, *, seed: int, dtype: tor
     apply_tp(model, megatron_config(parallel, dtype))                        # 1
     if activation_checkpointing:
         apply_ac(model)                                                      # 2
-    build = lambda name, module: materialize(module, name + ".", source, device)  # noqa: E731
+    build = lambda name, module: build_on_device(module, name + ".", source, device)  # noqa: E731
     if parallel.pp > 1:
         module = pipeline(model, parallel, loss_fn, build)                   # 3
         mpu = None  # the PipelineModule's topology tells DeepSpeed the groups

@@ -93,8 +93,11 @@ def reshard_command(step_dir: str | Path, layout: dict[str, int]) -> list[str]:
 
 
 def is_ready(step_dir: Path, layout: dict[str, int]) -> bool:
-    marker = step_dir / "universal" / MARKER
-    return marker.is_file() and json.loads(marker.read_text()).get("layout") == layout
+    """``step_dir/universal`` is complete and laid out for ``layout``."""
+    try:
+        return json.loads((step_dir / "universal" / MARKER).read_text()).get("layout") == layout
+    except (OSError, ValueError, AttributeError):
+        return False  # absent, or damaged: convert again
 
 
 def convert(step_dir: str | Path, layout: dict[str, int]) -> Path:
@@ -119,8 +122,7 @@ def convert(step_dir: str | Path, layout: dict[str, int]) -> Path:
     workers = max(1, min(8, available_cpus() - 1))
     args = argparse.Namespace(input_folder=str(step_dir), output_folder=str(tmp), num_extract_workers=workers,
                               num_merge_workers=max(1, workers // 4), keep_temp_folder=False, strict=True,
-                              # checkpoints from before universal_info was saved: fine without TP slices
-                              inject_missing_state=source["tp"] == 1)
+                              inject_missing_state=False)  # every checkpoint carries universal_info
     try:
         ds_to_universal.main(args)
     except AssertionError as e:
@@ -132,8 +134,6 @@ def convert(step_dir: str | Path, layout: dict[str, int]) -> Path:
     target_vocab = model.padded_vocab(tp=layout["tp"])
     for d in sorted(p for p in zero.iterdir() if p.is_dir()):
         name = layout_name(bloom_name(d.name, model.num_layers), layout, model.num_layers)
-        if (staged / name).exists():
-            continue  # the tied embedding, saved by both the first and the last stage
         d.rename(staged / name)
         if name.endswith("word_embeddings.weight"):
             _trim_vocab(staged / name, target_vocab)

@@ -69,8 +69,9 @@ def test_prepare_end_to_end_and_resume_after_kill(tmp_path, bad_inputs):
     assert "per-language summary" in res.stderr and "done" in res.stderr
     m = json.loads((ref / "manifest.json").read_text())
     # every input record is booked: counted here from the files themselves, not from the manifest
-    records = sum(1 for f in (REPO / "data_prep/sample_corpus").rglob("*.jsonl") for l in f.read_bytes().splitlines()
-                  if l.strip()) + sum(1 for l in bad.read_bytes().splitlines() if l.strip())
+    # (JSONL records end at b"\n" only: the junk line holds other line-break bytes)
+    records = sum(1 for f in [*(REPO / "data_prep/sample_corpus").rglob("*.jsonl"), bad]
+                  for l in f.read_bytes().split(b"\n") if l.strip())
     assert m["totals"]["input_records"] == m["totals"]["docs_in"] == records
     assert m["languages"]["_unknown"]["errors"]["malformed_json"] == 1
 
@@ -132,6 +133,26 @@ def test_train_refuses_bad_configuration_before_any_rank_starts(demo_data, tmp_p
     one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "train.precision=fp16"),
                    "fp16 needs GPUs")
     assert time.time() - t0 < 120 and not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_train_flow_stops_at_once_on_a_user_error(demo_data, tmp_path):
+    """A corrupt shard makes the ranks exit with the user-error status: the flow stops after the
+    first attempt (no restart could help) and prints the ranks' message on one line."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(demo_data, data)
+    victim = data / [s for s in json.loads((data / "manifest.json").read_text())["shards"] if s["split"] == "train"][0]["path"]
+    blob = bytearray(victim.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    victim.write_bytes(bytes(blob))
+    out = tmp_path / "run"
+    res = cli("train", "--data", data, "--out", out, "-o", "checkpoint.max_restarts=2")
+    assert res.returncode == 2, res.stderr[-3000:]
+    errors = [l for l in res.stderr.splitlines() if l.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: training stopped: shard {victim} is corrupt"), errors
+    assert [p.name for p in (out / "logs").glob("run-*/attempt-*.log")] == ["attempt-1.log"]
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import torch
 
 from bloomline.config import load_config
 from bloomline.errors import CheckpointError
-from training.checkpoint import RunDir, detect_layout, load_model, make_meta, read_meta, step_tag, tag_step
+from training.checkpoint import RunDir, detect_layout, load_model, make_meta, read_meta, saved_names, step_tag, tag_step
 from training.config import TrainRecipe
 from training.layout import pipeline_prefixes, tp_slice
 from training.model import Bloom
@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def recipe(*overrides):
-    return load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", list(overrides))
+    # 4,100 pieces: 4,224 rows at TP=1, 4,352 at TP=2, so merging must also cut the TP padding
+    return load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", ["model.vocab_size=4100", *overrides])
 
 
 def write_checkpoint(step_dir: Path, r: TrainRecipe, model: Bloom, step: int = 4) -> dict:
@@ -37,8 +38,10 @@ def write_checkpoint(step_dir: Path, r: TrainRecipe, model: Bloom, step: int = 4
             torch.save(layer, step_dir / f"layer_{i:02d}-model_{rank:02d}-model_states.pt")
     for mp in range(tp * pp if pp > 1 else 0):
         torch.save({"module": None}, step_dir / f"mp_rank_{mp:02d}_model_states.pt")
-    meta = make_meta(step, r, "a" * 64, {"version": 2}, {"skipped": 0, "fp16_overflows": 0, "skipped_in_a_row": 0,
-                                                         "loss_ema": None})
+    sampler = {"version": 2, "seed": r.train.seed, "step": step, "consumed_tokens": 0, "tokens_by_lang": {},
+               "streams": {}}
+    meta = make_meta(step, r, "a" * 64, sampler, {"skipped": 0, "fp16_overflows": 0, "skipped_in_a_row": 0,
+                                                   "loss_ema": None})
     (step_dir / "bloomline.json").write_text(json.dumps(meta))
     return meta
 
@@ -49,9 +52,10 @@ def test_load_model_joins_any_layout_into_the_single_device_model(tmp_path, tp, 
     model = Bloom(r.model, seed=9)
     write_checkpoint(tmp_path / "step_4", r, model)
     assert detect_layout(tmp_path / "step_4", r.model.num_layers)["tp"] == tp
+    assert saved_names(tmp_path / "step_4") == list(model.state_dict())  # the files hold Bloom's names
     got, meta = load_model(tmp_path / "step_4", dtype=torch.bfloat16)
     assert meta["layout"]["tp"] == tp and got.embedding.word_embeddings.weight.dtype == torch.bfloat16
-    assert list(got.state_dict()) == list(model.state_dict())
+    assert got.embedding.word_embeddings.weight.shape[0] == r.model.padded_vocab(1) == 4224
     for (n, a), b in zip(model.state_dict().items(), got.state_dict().values()):
         assert torch.equal(a.to(torch.bfloat16), b), n
 
@@ -60,6 +64,11 @@ def test_drifted_replica_and_missing_files_are_refused(tmp_path):
     r = recipe("parallel.tp=2", "parallel.zero_stage=0")
     write_checkpoint(tmp_path / "step_4", r, Bloom(r.model, seed=1))
     f = tmp_path / "step_4" / "mp_rank_01_model_states.pt"
+    blob = f.read_bytes()
+    f.write_bytes(blob[:100])
+    with pytest.raises(CheckpointError, match=r"mp_rank_01_model_states.pt is unreadable"):
+        load_model(tmp_path / "step_4")
+    f.write_bytes(blob)
     sd = torch.load(f)
     sd["module"]["final_ln.bias"][3] += 1e-3
     torch.save(sd, f)
@@ -93,6 +102,8 @@ def test_bloomline_json_is_checked_field_by_field(tmp_path):
     broken(lambda m: m.update(precision="fp8"), "field 'precision' is 'fp8'")
     broken(lambda m: m["tp_rules"].pop("final_ln.bias"), "field 'tp_rules' does not list exactly")
     broken(lambda m: m.update(data_manifest_sha256="xyz"), "not a sha256")
+    broken(lambda m: m["trainer"].pop("loss_ema"), r"field 'trainer' lacks \['loss_ema'\]")
+    broken(lambda m: m["sampler"].pop("streams"), r"field 'sampler' lacks \['streams'\]")
     meta_file.write_text("{not json")
     with pytest.raises(CheckpointError, match="bloomline.json: not valid JSON"):
         read_meta(step)
@@ -115,6 +126,14 @@ def test_run_folder_latest_keep_and_tags(tmp_path):
     run.step_dir(8).mkdir()
     run.publish(8, meta, keep=2)
     assert sorted(p.name for p in run.checkpoints.iterdir()) == ["latest", "step_6", "step_8"]
+    # a job died after writing step_10's bloomline.json, before moving `latest`; the resumed run
+    # redoes steps 9 and 10 from step_8 and publishes step_9 with keep=1: step_9 stays, the stale
+    # future (step_10) and the old step_8 go
+    run.step_dir(10).mkdir()
+    (run.step_dir(10) / "bloomline.json").write_text("{}")
+    run.step_dir(9).mkdir()
+    run.publish(9, meta, keep=1)
+    assert run.latest_step() == 9 and sorted(p.name for p in run.checkpoints.iterdir()) == ["latest", "step_9"]
     assert step_tag(12) == "step_12" and tag_step("step_12") == 12
     run.latest_file.write_text("global_step12")
     with pytest.raises(CheckpointError, match="'global_step12' is not a checkpoint name"):

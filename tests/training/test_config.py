@@ -35,7 +35,9 @@ def test_bloom_176b_recipe_is_the_published_one():
     r = load_config(TrainRecipe, REPO / "configs/train/bloom-176b.yaml")
     m = r.model
     assert (m.num_layers, m.hidden_size, m.num_heads, m.seq_len) == (70, 14336, 112, 2048)
-    assert m.vocab_size == 250680 and m.padded_vocab(tp=4) == m.padded_vocab(tp=1) == 250880
+    # the tokenizer's 250,680 pieces; Megatron's rule at BLOOM's TP=4 derives the published 250,880 rows
+    assert m.vocab_size == 250680 and m.pad_vocab_to is None
+    assert m.padded_vocab(tp=4) == m.padded_vocab(tp=2) == m.padded_vocab(tp=8) == 250880
     assert (r.parallel.tp, r.parallel.pp, r.parallel.dp) == (4, 12, 8)
     assert r.batch.tokens_per_step == 2048 * 2048 and r.batch.rampup_start_tokens == 192 * 2048
     assert r.batch.rampup_increment_tokens == 16 * 2048
@@ -86,13 +88,18 @@ def test_validation_holes_are_refused_under_the_right_key():
                           ("model.pad_vocab_to=100", "model.pad_vocab_to")]:
         with pytest.raises(ConfigError, match=f"config key '{key}'"):
             load_config(TrainRecipe, base, [override])
+    # a BLOOM-560m recipe moved to another tokenizer: its fixed 250,880-row table is refused
+    with pytest.raises(ConfigError, match="config key 'model.pad_vocab_to': 250880 rows for a 8000-piece tokenizer"):
+        load_config(TrainRecipe, REPO / "configs/train/bloom-560m.yaml", ["model.vocab_size=8000"])
+    load_config(TrainRecipe, REPO / "configs/train/bloom-560m.yaml", ["model.vocab_size=8000", "model.pad_vocab_to=null"])
     with pytest.raises(ConfigError, match="model.pad_vocab_to.*do not split over tp=3"):
         ParallelConfig(tp=3).check_model(ModelConfig(vocab_size=100, pad_vocab_to=128, hidden_size=48, num_heads=3))
 
 
 def test_blooms_own_vocabulary_passes_the_data_check():
-    """BLOOM's tokenizer has 250,680 pieces; its recipes pad the table to 250,880 (divisible by
-    128·TP at TP 4). Data made with that tokenizer fits the model; data of another does not."""
+    """BLOOM's tokenizer has 250,680 pieces. Data made with it fits BLOOM's recipe (which pads the
+    table to 250,880 rows, a multiple of 128·TP); data of another tokenizer does not, and the
+    message names the key to set."""
     from data_prep.shards import check_model_fits
 
     r = load_config(TrainRecipe, REPO / "configs/train/bloom-176b.yaml")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from training.config import ModelConfig
-from training.layout import bloom_name, layout_name, pipeline_name, tp_dim, tp_merge, tp_slice
+from training.layout import bloom_name, first_mismatch, layout_name, pipeline_name, tp_dim, tp_merge, tp_slice
 from training.model import Bloom
 
 CFG = ModelConfig(vocab_size=1000, hidden_size=64, num_layers=4, num_heads=4, seq_len=64, init_std=0.02)
@@ -55,4 +55,5 @@ def test_slices_merge_back(names, size):
         if tp_dim(n) is not None and size > 1:
             assert all(q.shape[tp_dim(n)] * size == (rows if n.startswith("embedding") else p.shape[tp_dim(n)])
                        for q in parts)
-        assert torch.equal(tp_merge(n, parts, CFG.padded_vocab(1)), p.detach()), n
+        assert torch.equal(tp_merge(n, parts, tp_dim(n), CFG.padded_vocab(1)), p.detach()), n
+        assert first_mismatch(parts) is None or tp_dim(n) is not None

@@ -140,7 +140,12 @@ def Block_of(cfg):
 
 
 def test_bloom_560m_parameter_count_and_flops():
-    cfg = ModelConfig(vocab_size=250_880, hidden_size=1024, num_layers=24, num_heads=16, seq_len=2048)
+    from pathlib import Path
+
+    from bloomline.config import load_config
+
+    cfg = load_config(ModelConfig, Path(__file__).resolve().parents[2] / "configs/model/bloom-560m.yaml")
+    assert cfg.vocab_size == 250_680 and cfg.padded_vocab() == 250_880
     with torch.device("meta"):
         model = Bloom(cfg)
     assert model.num_params() == 559_214_592  # bigscience/bloom-560m
