@@ -105,7 +105,8 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
     validate(r, data)
     run = Path(out).resolve()
     run.mkdir(parents=True, exist_ok=True)
-    recipe_file = RunDir(run).recipe
+    folder = RunDir(run)
+    recipe_file = folder.recipe
     write_json_atomic(recipe_file, to_dict(r))
     env = dict(os.environ)
     try:
@@ -118,8 +119,8 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
     world = r.parallel.world_size
     attempts = r.checkpoint.max_restarts + 1
     # One log folder per invocation, so an old run's last lines are never taken for this one's.
-    runs = sorted(RunDir(run).logs.glob("run-*")) if RunDir(run).logs.exists() else []
-    logs = RunDir(run).logs / f"run-{len(runs) + 1:03d}"
+    runs = sorted(folder.logs.glob("run-*")) if folder.logs.exists() else []
+    logs = folder.logs / f"run-{len(runs) + 1:03d}"
     notice = resume_notice(run, r)
     if notice:
         log.warning(notice)
@@ -128,7 +129,7 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
     if converted:
         log.info("checkpoint laid out for the new layout (universal checkpoint): %s", converted)
     for attempt in range(attempts):
-        start = RunDir(run).latest_step() or 0
+        start = folder.latest_step() or 0
         log.info("attempt %d/%d: %d ranks (tp=%d pp=%d dp=%d), from step %d", attempt + 1, attempts, world,
                  r.parallel.tp, r.parallel.pp, r.parallel.dp, start)
         rc = task(run_job, name=f"ranks-attempt-{attempt + 1}", cache_policy=NONE, persist_result=False)(
@@ -139,14 +140,14 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
         if rc == EXIT_USER_ERROR:  # a configuration or data problem: the same job would fail again
             raise BloomlineError(f"training stopped: {_error_line(attempt_log) or f'exit status {rc}, see {attempt_log}'}")
         tail = attempt_log.read_text(errors="replace").splitlines()[-15:]
-        log.warning("the job failed (exit %s) at step %d; last lines:\n%s", rc, RunDir(run).latest_step() or 0,
+        log.warning("the job failed (exit %s) at step %d; last lines:\n%s", rc, folder.latest_step() or 0,
                     "\n".join(tail))
         if attempt + 1 == attempts:
             raise BloomlineError(f"training failed {attempts} times (checkpoint.max_restarts={r.checkpoint.max_restarts}); "
                                  f"see {logs}")
         time.sleep(1)
-    step = RunDir(run).latest_step() or 0
-    metrics = RunDir(run).metrics
+    step = folder.latest_step() or 0
+    metrics = folder.metrics
     last = json.loads(metrics.read_text().splitlines()[-1]) if metrics.exists() and metrics.stat().st_size else {}
-    stopped = RunDir(run).stop.exists() and step < r.train.steps
+    stopped = folder.stop.exists() and step < r.train.steps
     return {"step": step, "steps": r.train.steps, "last": last, "attempts": attempt + 1, "stopped_by_kill_switch": stopped}

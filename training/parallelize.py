@@ -183,19 +183,16 @@ def parallelize(model: Bloom, parallel: ParallelConfig, *, seed: int, dtype: tor
     """Apply TP, activation checkpointing, PP and ZeRO to ``model`` at this rank's place in the
     (already initialised, ``training.distributed``) grid; returns the DeepSpeed engine.
 
-    ``model`` on the meta device is initialised from ``seed`` (``training.model.initial_value``);
-    a materialised model keeps its weights (each rank takes its slice of them)."""
+    ``model`` must be on the meta device (built under ``torch.device("meta")``); its parameters
+    are initialised from ``seed`` (``training.model.initial_value``) as they are materialised."""
     import deepspeed
 
     from training.reshard import universal_info
 
-    if model.embed_ln.weight.device.type == "meta":
-        shapes = full_shapes(model.cfg)
-        source = lambda name: initial_value(name, shapes[name], model.cfg, seed)  # noqa: E731
-    else:
-        weights = {n: p.detach().clone() for n, p in model.named_parameters()}
-        source = weights.__getitem__
-        model.to("meta")
+    if model.embed_ln.weight.device.type != "meta":
+        raise ValueError("parallelize() takes a Bloom built on the meta device; it materialises each rank's part")
+    shapes = full_shapes(model.cfg)
+    source = lambda name: initial_value(name, shapes[name], model.cfg, seed)  # noqa: E731
     apply_tp(model, megatron_config(parallel, dtype))                        # 1
     if activation_checkpointing:
         apply_ac(model)                                                      # 2
