@@ -191,3 +191,20 @@ def build_tokenizer(cfg: PrepareConfig, paths: Paths, dedup: dict[str, Any], chu
     info["seconds"] = time.perf_counter() - t0
     write_json_atomic(done, info)
     return info
+
+
+def token_bytes(model_path: str | Path) -> "Any":
+    """UTF-8 bytes of text each token id stands for (int64 array [vocab]), as bits per byte counts
+    them (eval/RESULTS.md): a piece's text with SentencePiece's "▁" as one space, a byte-fallback
+    piece ``<0xNN>`` as 1, a placeholder (``<EMAIL>``, a user-defined symbol) as its own text, and
+    control and unknown tokens (``</s>``, ``<unk>``, ``<pad>``) as 0: they stand for no text."""
+    import numpy as np
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(model_path))
+    out = np.zeros(sp.get_piece_size(), dtype=np.int64)
+    for i in range(sp.get_piece_size()):
+        if sp.is_control(i) or sp.is_unknown(i):
+            continue
+        out[i] = 1 if sp.is_byte(i) else len(sp.id_to_piece(i).replace("\u2581", " ").encode("utf-8"))
+    return out

@@ -138,6 +138,38 @@ def train(
     _run(body, debug)
 
 
+DEFAULT_EVAL_CONFIG = REPO / "configs" / "eval" / "default.yaml"
+
+
+@app.command()
+def evaluate(
+    checkpoint: Path = typer.Option(..., "--checkpoint", help="A checkpoint folder (RUN_DIR/checkpoints/step_N), any layout."),
+    data: Path = typer.Option(..., "--data", help="The prepared data it was trained on (its validation splits are evaluated)."),
+    out: Path = typer.Option(None, "--out", help="Run folder for the results (default: the checkpoint's run)."),
+    config: Path = typer.Option(DEFAULT_EVAL_CONFIG, "--config", help="Evaluation recipe (YAML, configs/eval/)."),
+    override: List[str] = typer.Option([], "-o", "--override", help="Override a value: -o precision=bf16 (repeatable)."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Evaluate a checkpoint per language: loss, perplexity, bits per byte; results in RUN_DIR/eval/."""
+    from bloomline.config import load_config, to_dict
+    from eval.config import EvalConfig
+
+    def body() -> None:
+        cfg = load_config(EvalConfig, config, override)
+        from training.checkpoint import read_meta
+
+        read_meta(checkpoint)  # a bad checkpoint folder is refused before any server starts
+        from flows.evaluate import evaluate_flow
+
+        res = evaluate_flow(str(checkpoint.resolve()), str(data.resolve()), to_dict(cfg), str(out.resolve()) if out else None)
+        console.print(f"[bold green]done[/]: step {res['step']}, {res['tokens']:,} tokens in {res['seconds']:.1f} s; "
+                      f"results in {res['results']}")
+        for g in res["regressions"]:
+            console.print(f"[yellow]regression[/]: {g['lang']} bits per byte {g['previous_bpb']:.4f} → {g['bpb']:.4f}")
+
+    _run(body, debug)
+
+
 def _run(body, debug: bool) -> None:
     try:
         body()

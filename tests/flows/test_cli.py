@@ -3,6 +3,7 @@ and a run killed with SIGKILL resumes to byte-identical output."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -139,8 +140,6 @@ def test_train_refuses_bad_configuration_before_any_rank_starts(demo_data, tmp_p
 def test_train_flow_stops_at_once_on_a_user_error(demo_data, tmp_path):
     """A corrupt shard makes the ranks exit with the user-error status: the flow stops after the
     first attempt (no restart could help) and prints the ranks' message on one line."""
-    import shutil
-
     data = tmp_path / "data"
     shutil.copytree(demo_data, data)
     victim = data / [s for s in json.loads((data / "manifest.json").read_text())["shards"] if s["split"] == "train"][0]["path"]
@@ -189,3 +188,50 @@ def test_train_flow_restarts_after_a_rank_is_killed(demo_data, tmp_path):
     steps = [json.loads(l)["step"] for l in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4, 5, 6]
     assert list((out / "logs").glob("run-*/attempt-2.log"))
+
+
+@pytest.mark.slow
+def test_evaluate_publishes_results_tensorboard_and_artifacts_and_refuses_bad_checkpoints(demo_data, tmp_path):
+    """Two checkpoints of a real (1-rank) training run evaluated through the real Prefect flow:
+    results for both in RUN_DIR/eval, re-evaluation replaces rows, TensorBoard gets the
+    per-language scalars, Prefect the table and markdown artifacts; bad checkpoints are refused."""
+    import sqlite3
+
+    from bloomline.config import load_config, to_dict
+    from eval.results import read_results
+    from training.config import TrainRecipe
+    from training.launch import launch_command, run_job
+
+    run = tmp_path / "run"
+    run.mkdir()
+    r = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", ["train.steps=4", "checkpoint.interval=2"])
+    (run / "recipe.json").write_text(json.dumps(to_dict(r)))
+    rc = run_job(launch_command(run / "recipe.json", demo_data, run, 1), run / "train.log",
+                 {**os.environ, "DS_ACCELERATOR": "cpu"}, timeout=300, cwd=REPO)
+    assert rc == 0, (run / "train.log").read_text()[-3000:]
+    home = {"PREFECT_HOME": str(tmp_path / "prefect-home")}
+    for step in (2, 4, 4):  # step 4 twice: its rows are replaced, not duplicated
+        res = cli("evaluate", "--checkpoint", run / "checkpoints" / f"step_{step}", "--data", demo_data,
+                  "-o", "max_tokens_per_lang=300", env=home)
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert f"done: step {step}" in res.stdout + res.stderr
+    t = read_results(run).to_pylist()
+    langs = {x["lang"] for x in t if x["scope"] == "language"}
+    assert len(langs) > 50 and sorted({x["step"] for x in t}) == [2, 4]
+    assert len([x for x in t if x["step"] == 4 and x["lang"] == "sw"]) == 1
+    sw4 = next(x for x in t if x["step"] == 4 and x["lang"] == "sw")
+    assert 0 < sw4["bpb"] < 20 and sw4["tokens_seen"] > 0 and sw4["precision"] == "fp32"
+    assert list((run / "tensorboard").glob("*.eval"))
+    with sqlite3.connect(tmp_path / "prefect-home" / "prefect.db") as db:
+        kinds = {k: t_ for k, t_ in db.execute("select key, type from artifact")}
+    assert kinds.get("evaluation-run") == "table" and kinds.get("evaluation-summary-run") == "markdown"
+    # refused, one line, before any server starts
+    (tmp_path / "half").mkdir()
+    one_line_error(cli("evaluate", "--checkpoint", tmp_path / "half", "--data", demo_data), "bloomline.json not found")
+    other = tmp_path / "other-data"
+    shutil.copytree(demo_data, other)
+    m = json.loads((other / "manifest.json").read_text())
+    m["seed"] = 1
+    (other / "manifest.json").write_text(json.dumps(m))
+    res = cli("evaluate", "--checkpoint", run / "checkpoints" / "step_4", "--data", other)
+    assert res.returncode == 2 and "was trained on other data" in res.stderr

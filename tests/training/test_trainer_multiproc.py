@@ -130,6 +130,17 @@ def test_3d_layout_trains_resumes_and_loads_as_the_single_device_model(data, tmp
     diff = (la - lb).abs().max().item()
     print(f"load_model: max |logit difference| 1x1x1 vs TP2xPP2xDP2 after 4 fp32 steps = {diff:.3g}")
     assert diff < 1e-4
+    # and the per-language evaluation gives the same numbers whatever layout wrote the checkpoint
+    from eval.config import EvalConfig
+    from eval.evaluate import evaluate
+
+    cfg = EvalConfig(max_tokens_per_lang=300, prompts_per_lang=0)
+    ea, eb = evaluate(one / "checkpoints" / "step_4", data, cfg, "a"), evaluate(ck, data, cfg, "b")
+    assert len(ea.rows) == len(eb.rows) > 50
+    for x, y in zip(ea.rows, eb.rows):
+        assert (x["lang"], x["tokens"], x["bytes"]) == (y["lang"], y["tokens"], y["bytes"])
+        assert y["bpb"] == pytest.approx(x["bpb"], rel=1e-6) and y["loss"] == pytest.approx(x["loss"], rel=1e-6)
+    assert eb.rows[0]["layout"] == "tp=2 pp=2 dp=2 zero_stage=1"
 
 
 def test_resume_on_another_layout_through_a_universal_checkpoint(data, reference, tmp_path):

@@ -1,0 +1,101 @@
+"""Contract 3: the evaluation results of a run (``eval/RESULTS.md``).
+
+An append-only Parquet dataset, ``RUN_DIR/eval/results/step_NNNNNNNN.parquet``: one file per
+evaluated checkpoint, written to a temporary name and renamed, so a killed evaluation leaves no
+half-written rows and re-evaluating a checkpoint replaces its rows instead of adding duplicates.
+Generations go the same way to ``RUN_DIR/eval/generations/``. :func:`read_results` checks every
+file's schema and version at load time; plain pyarrow, pandas or DuckDB read the folder as is.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bloomline.errors import BloomlineError
+from bloomline.io import TMP_MARK, remove_stale_tmp
+
+RESULTS_VERSION = 1
+VERSION_KEY = b"bloomline.results_version"
+
+SCHEMA = pa.schema([
+    ("run", pa.string()), ("step", pa.int64()), ("checkpoint", pa.string()),
+    ("scope", pa.string()), ("lang", pa.string()), ("family", pa.string()), ("weighting", pa.string()),
+    ("loss", pa.float64()), ("ppl", pa.float64()), ("bpb", pa.float64()),
+    ("tokens", pa.int64()), ("bytes", pa.int64()), ("docs", pa.int64()), ("tokens_seen", pa.int64()),
+    ("precision", pa.string()), ("layout", pa.string()), ("data_manifest_sha256", pa.string()),
+    ("evaluated_at", pa.timestamp("us", tz="UTC")),
+], metadata={VERSION_KEY: str(RESULTS_VERSION).encode()})
+
+GENERATIONS_SCHEMA = pa.schema([
+    ("run", pa.string()), ("step", pa.int64()), ("lang", pa.string()), ("k", pa.int64()), ("prompt", pa.string()),
+    ("completion", pa.string()), ("precision", pa.string()), ("evaluated_at", pa.timestamp("us", tz="UTC")),
+], metadata={VERSION_KEY: str(RESULTS_VERSION).encode()})
+
+
+class ResultsError(BloomlineError):
+    """A results file of another schema or version, or unreadable."""
+
+
+def results_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "eval" / "results"
+
+
+def generations_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "eval" / "generations"
+
+
+def _write(folder: Path, step: int, rows: list[dict[str, Any]], schema: pa.Schema) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    remove_stale_tmp(folder)  # what a killed evaluation left
+    path = folder / f"step_{step:08d}.parquet"
+    tmp = path.with_name(f"{path.name}{TMP_MARK}{os.getpid()}")
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def write_results(run_dir: str | Path, step: int, rows: list[dict[str, Any]], generations: list[dict[str, Any]]) -> Path:
+    """Publish one checkpoint's rows (replacing any earlier evaluation of it); generations first,
+    so a results file never exists without its generations."""
+    _write(generations_dir(run_dir), step, generations, GENERATIONS_SCHEMA)
+    return _write(results_dir(run_dir), step, rows, SCHEMA)
+
+
+def _read(folder: Path, schema: pa.Schema) -> pa.Table:
+    tables = []
+    for f in sorted(folder.glob("step_*.parquet")) if folder.is_dir() else []:
+        try:
+            found = pq.read_schema(f)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise ResultsError(f"{f}: not a readable Parquet file ({e})") from None
+        version = (found.metadata or {}).get(VERSION_KEY)
+        if version != str(RESULTS_VERSION).encode():
+            raise ResultsError(f"{f}: results version {version.decode() if version else 'missing'}, this bloomline "
+                               f"reads {RESULTS_VERSION} (eval/RESULTS.md)")
+        if not found.remove_metadata().equals(schema.remove_metadata()):
+            want = {n: str(t) for n, t in zip(schema.names, schema.types)}
+            got = {n: str(t) for n, t in zip(found.names, found.types)}
+            diff = sorted(set(want.items()) ^ set(got.items()))[:4]
+            raise ResultsError(f"{f}: not the results schema of eval/RESULTS.md (columns differ: {diff})")
+        tables.append(pq.read_table(f, schema=schema))
+    return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def read_results(run_dir: str | Path) -> pa.Table:
+    """Every evaluation of the run, checked file by file; empty (with the schema) when there is none."""
+    return _read(results_dir(run_dir), SCHEMA)
+
+
+def read_generations(run_dir: str | Path) -> pa.Table:
+    return _read(generations_dir(run_dir), GENERATIONS_SCHEMA)
+
+
+def evaluated_steps(run_dir: str | Path) -> list[int]:
+    """Steps with published results."""
+    folder = results_dir(run_dir)
+    return sorted(int(p.stem[5:]) for p in folder.glob("step_*.parquet")) if folder.is_dir() else []

@@ -1,0 +1,143 @@
+"""Per-language metrics and the results store (contract 3), on the demo data's validation splits."""
+
+import math
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from bloomline.config import load_config
+from eval.config import EvalConfig
+from eval.evaluate import evaluate_model, generations, language_samples
+from eval.metrics import LangTotals, metric_rows
+from eval.results import ResultsError, evaluated_steps, read_results, write_results
+from flows.evaluate import artifact_key, regressions
+from training.config import ModelConfig
+from training.data import ShardIndex
+from training.model import Bloom
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    from data_prep.config import PrepareConfig
+    from data_prep.pipeline import run_all
+
+    out = tmp_path_factory.mktemp("demo")
+    run_all(load_config(PrepareConfig, REPO / "configs/data/demo.yaml"), out)
+    return out
+
+
+def test_bits_per_byte_of_a_uniform_model_is_log2_vocab_over_bytes_per_token(demo):
+    """A model whose output is uniform over the 4,000 real tokens: every predicted token costs
+    ln 4000 nats, so loss = ln 4000 and bits per byte = (text tokens · log2 4000) / bytes, with the
+    bytes counted here independently, by decoding the evaluated documents with SentencePiece
+    (unknown tokens stand for no known text: dropped before decoding, as RESULTS.md says)."""
+    import sentencepiece as spm
+
+    cfg = load_config(ModelConfig, REPO / "configs/model/bloom-tiny.yaml")
+    model = Bloom(cfg, seed=1).eval()
+    with torch.no_grad():  # final LayerNorm to zero: hidden 0, every real logit 0
+        model.final_ln.weight.zero_()
+        model.final_ln.bias.zero_()
+    index = ShardIndex(demo, "valid")
+    sp = spm.SentencePieceProcessor(model_file=str(demo / "tokenizer" / "tokenizer.model"))
+    from data_prep.tokenizer import token_bytes
+
+    got = evaluate_model(model, index, EvalConfig(), token_bytes(demo / "tokenizer" / "tokenizer.model"), sp.eos_id())
+    assert set(got) == set(index.languages) and len(got) > 50
+    whole = cut = 0
+    for lang, t in got.items():
+        text_tokens = n_bytes = docs = 0
+        for _, refs in language_samples(index, lang, None):
+            for sid, row in refs:
+                toks, offsets = index.fetch(sid, row)
+                bounds = [*offsets.tolist(), len(toks)]
+                for a, b in zip(bounds, bounds[1:]):
+                    seg = [int(x) for x in toks[a:b] if x != sp.eos_id()]
+                    docs += int(toks[b - 1] == sp.eos_id())
+                    if len(seg) < 2:  # the segment's first token is not predicted
+                        continue
+                    assert seg[0] != sp.unk_id()
+                    rest = [x for x in seg[1:] if x != sp.unk_id()]
+                    text_tokens += len(rest)
+                    if not (sp.is_byte(seg[0]) or sp.is_byte(seg[-1])):
+                        whole += 1  # starts and ends on whole characters: SentencePiece's text, minus the first token's
+                        n_bytes += len(sp.decode(seg[:1] + rest).encode()) - len(sp.decode(seg[:1]).encode())
+                    else:
+                        cut += 1  # a document piece cut inside a character (byte fallback): count its bytes one by one
+                        n_bytes += sum(1 if sp.is_byte(x) else len(sp.id_to_piece(x).replace("\u2581", " ").encode())
+                                       for x in rest)
+        assert t.loss == pytest.approx(math.log(4000), rel=1e-6), lang
+        assert t.bytes == n_bytes and t.docs == docs, lang
+        assert t.bpb == pytest.approx(text_tokens * math.log2(4000) / n_bytes, rel=1e-6), lang
+    assert whole > 4 * cut, (whole, cut)  # most segments are checked against SentencePiece's own decoding
+
+
+def test_aggregates_token_weighted_and_language_mean():
+    a = LangTotals(nll=100.0, tokens=50, text_nll=90.0, bytes=200, docs=2)   # sw: niger-congo
+    b = LangTotals(nll=30.0, tokens=10, text_nll=30.0, bytes=20, docs=1)     # yo: niger-congo
+    c = LangTotals(nll=20.0, tokens=10, text_nll=20.0, bytes=40, docs=1)     # en: other
+    rows = metric_rows({"sw": a, "yo": b, "en": c}, {"sw": 1000, "en": 5})
+    by = {(r["scope"], r["lang"], r["weighting"]): r for r in rows}
+    nc_tok, nc_mean = by[("group", "niger-congo", "tokens")], by[("group", "niger-congo", "mean")]
+    assert nc_tok["loss"] == pytest.approx(130 / 60) and nc_tok["bpb"] == pytest.approx(120 / (math.log(2) * 220))
+    assert nc_mean["bpb"] == pytest.approx((90 / (math.log(2) * 200) + 30 / (math.log(2) * 20)) / 2)
+    assert nc_tok["tokens"] == 60 and nc_tok["docs"] == 3 and nc_tok["tokens_seen"] == 1000
+    assert by[("overall", "all", "tokens")]["bytes"] == 260 and ("group", "code", "tokens") not in by
+    assert by[("language", "yo", "tokens")]["family"] == "niger-congo" and by[("language", "yo", "tokens")]["tokens_seen"] == 0
+
+
+def test_greedy_generations_come_from_fixed_prompts(demo):
+    import sentencepiece as spm
+
+    cfg = load_config(ModelConfig, REPO / "configs/model/bloom-tiny.yaml")
+    model = Bloom(cfg, seed=1).eval()
+    index = ShardIndex(demo, "valid")
+    sp = spm.SentencePieceProcessor(model_file=str(demo / "tokenizer" / "tokenizer.model"))
+    ec = EvalConfig(prompts_per_lang=1, prompt_tokens=8, new_tokens=4)
+    a, b = (generations(model, index, ec, sp.decode, sp.eos_id()) for _ in range(2))
+    assert a == b and {g["lang"] for g in a} <= set(index.languages) and len(a) > 40
+    assert all(g["prompt"] and g["k"] == 0 for g in a)
+
+
+def rows_for(step, bpb):
+    from datetime import datetime, timezone
+
+    base = {"run": "r", "checkpoint": f"/r/checkpoints/step_{step}", "precision": "fp32", "layout": "tp=1 pp=1 dp=1 zero_stage=1",
+            "data_manifest_sha256": "a" * 64, "evaluated_at": datetime.now(timezone.utc), "step": step}
+    return [{**base, **r} for r in metric_rows({"en": LangTotals(nll=10, tokens=10, text_nll=bpb * math.log(2) * 10, bytes=10)}, {})]
+
+
+def test_results_store_replaces_a_checkpoints_rows_and_refuses_foreign_files(tmp_path):
+    write_results(tmp_path, 10, rows_for(10, 1.0), [])
+    write_results(tmp_path, 20, rows_for(20, 1.1), [])
+    (tmp_path / "eval" / "results" / "step_00000020.parquet.tmp-4242").write_bytes(b"half")  # a killed evaluation
+    write_results(tmp_path, 20, rows_for(20, 1.2), [])  # re-evaluated: replaces, no duplicates
+    t = read_results(tmp_path)
+    assert evaluated_steps(tmp_path) == [10, 20] and t.num_rows == 2 * len(rows_for(10, 1.0))
+    en20 = [r for r in t.to_pylist() if r["step"] == 20 and r["scope"] == "language"]
+    assert len(en20) == 1 and en20[0]["bpb"] == pytest.approx(1.2)
+    assert not list((tmp_path / "eval" / "results").glob("*.tmp-*"))
+    # plain pyarrow reads the folder as a dataset
+    import pyarrow.dataset as ds
+
+    assert ds.dataset(tmp_path / "eval" / "results", format="parquet").count_rows() == t.num_rows
+    pq.write_table(pa.table({"step": [30], "loss": [1.0]}), tmp_path / "eval" / "results" / "step_00000030.parquet")
+    with pytest.raises(ResultsError, match="step_00000030.parquet: results version missing"):
+        read_results(tmp_path)
+    bad = pa.table({"step": [30]}).replace_schema_metadata({b"bloomline.results_version": b"1"})
+    pq.write_table(bad, tmp_path / "eval" / "results" / "step_00000030.parquet")
+    with pytest.raises(ResultsError, match="not the results schema"):
+        read_results(tmp_path)
+
+
+def test_regressions_and_artifact_keys():
+    before = {r["lang"]: r for r in rows_for(10, 1.0) if r["scope"] == "language"}
+    assert regressions(rows_for(20, 1.01), before, 0.02) == []
+    (g,) = regressions(rows_for(20, 1.05), before, 0.02)
+    assert g["lang"] == "en" and g["change"] == pytest.approx(0.05) and g["previous_step"] == 10
+    assert artifact_key("evaluation", "My Run_zh-Hans") == "evaluation-my-run-zh-hans"
