@@ -170,6 +170,27 @@ def evaluate(
     _run(body, debug)
 
 
+@app.command()
+def export(
+    checkpoint: Path = typer.Option(..., "--checkpoint", help="A checkpoint folder (RUN_DIR/checkpoints/step_N), any layout."),
+    out: Path = typer.Option(..., "--out", help="Folder for the Hugging Face model (safetensors, config.json, tokenizer)."),
+    data: Path = typer.Option(None, "--data", help="The run's prepared data, for its tokenizer (default: the checkpoint's data_dir)."),
+    dtype: str = typer.Option("fp32", "--dtype", help="fp32 or bf16."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Export a checkpoint of any layout as a Hugging Face BloomForCausalLM with its tokenizer."""
+
+    def body() -> None:
+        if dtype not in ("fp32", "bf16"):
+            raise BloomlineError(f"--dtype {dtype}: use fp32 or bf16")
+        from eval.export import export as run_export
+
+        path = run_export(checkpoint, out, data, dtype)
+        console.print(f"[bold green]done[/]: {path} (AutoModelForCausalLM.from_pretrained and AutoTokenizer load it offline)")
+
+    _run(body, debug)
+
+
 def _run(body, debug: bool) -> None:
     try:
         body()

@@ -114,7 +114,7 @@ class RunDir:
 
 # ---------------------------------------------------------------------------------- bloomline.json
 
-def make_meta(step: int, recipe: TrainRecipe, data_manifest_sha256: str, sampler: dict[str, Any],
+def make_meta(step: int, recipe: TrainRecipe, data_dir: str | Path, data_manifest_sha256: str, sampler: dict[str, Any],
               trainer: dict[str, Any]) -> dict[str, Any]:
     """The bloomline.json of a checkpoint (fields in training/CHECKPOINT.md)."""
     from training.model import full_shapes
@@ -127,6 +127,7 @@ def make_meta(step: int, recipe: TrainRecipe, data_manifest_sha256: str, sampler
         "layout": layout_of(recipe.parallel),
         "precision": recipe.train.precision,
         "model": to_dict(recipe.model),
+        "data_dir": str(Path(data_dir).resolve()),
         "data_manifest_sha256": data_manifest_sha256,
         "sampler": sampler,
         "tp_rules": tp_rules(list(full_shapes(recipe.model))),
@@ -139,7 +140,7 @@ TRAINER_KEYS = ("skipped", "fp16_overflows", "skipped_in_a_row", "loss_ema")
 SAMPLER_KEYS = ("version", "seed", "step", "consumed_tokens", "tokens_by_lang", "streams")
 _FIELDS: dict[str, type | tuple[type, ...]] = {
     "format_version": int, "step": int, "layout": dict, "precision": str, "model": dict,
-    "data_manifest_sha256": str, "sampler": dict, "tp_rules": dict, "trainer": dict, "recipe": dict,
+    "data_dir": str, "data_manifest_sha256": str, "sampler": dict, "tp_rules": dict, "trainer": dict, "recipe": dict,
 }
 
 

@@ -275,7 +275,8 @@ class Trainer:
                                     save_latest=False)
         torch.distributed.barrier()
         if self.mesh.rank == 0:
-            meta = make_meta(self.step, self.recipe, self.manifest_sha, self.sampler.state_dict(), self._trainer_state())
+            meta = make_meta(self.step, self.recipe, self.data_dir, self.manifest_sha, self.sampler.state_dict(),
+                             self._trainer_state())
             self.run.publish(self.step, meta, self.recipe.checkpoint.keep)  # `latest` moves once all ranks wrote
         torch.distributed.barrier()
         self.saved_step = self.step

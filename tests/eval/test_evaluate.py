@@ -141,3 +141,34 @@ def test_regressions_and_artifact_keys():
     (g,) = regressions(rows_for(20, 1.05), before, 0.02)
     assert g["lang"] == "en" and g["change"] == pytest.approx(0.05) and g["previous_step"] == 10
     assert artifact_key("evaluation", "My Run_zh-Hans") == "evaluation-my-run-zh-hans"
+
+
+def test_hf_names_cover_blooms_parameters_and_the_tokenizer_is_exact(demo, tmp_path):
+    """Every Bloom parameter maps to a BloomForCausalLM parameter of the same shape (the tied
+    lm_head aside); the exported tokenizer gives SentencePiece's ids on every document of the
+    sample corpus (validation documents included)."""
+    import json as _json
+
+    import sentencepiece as spm
+    from transformers import AutoTokenizer, BloomConfig, BloomForCausalLM
+
+    from eval.export import hf_config, hf_name, save_tokenizer
+
+    cfg = load_config(ModelConfig, REPO / "configs/model/bloom-tiny.yaml")
+    ours = Bloom(cfg)
+    tok = _json.loads((demo / "manifest.json").read_text())["tokenizer"]
+    hf = BloomForCausalLM(BloomConfig(**{k: v for k, v in hf_config(cfg, tok, "float32").items()
+                                         if k not in ("architectures", "model_type", "torch_dtype")}))
+    theirs = {n: p.shape for n, p in hf.named_parameters()}
+    mapped = {hf_name(n): p.shape for n, p in ours.named_parameters()}
+    assert set(mapped) == set(theirs)
+    assert all(mapped[n] == theirs[n] for n in mapped if "word_embeddings.weight" not in n)
+    assert theirs["transformer.word_embeddings.weight"][0] == cfg.vocab_size  # padding rows dropped
+    model_file = demo / "tokenizer" / "tokenizer.model"
+    save_tokenizer(model_file, tmp_path)
+    t = AutoTokenizer.from_pretrained(str(tmp_path), local_files_only=True)
+    sp = spm.SentencePieceProcessor(model_file=str(model_file))
+    docs = [_json.loads(l)["text"] for f in sorted((REPO / "data_prep/sample_corpus").rglob("*.jsonl"))
+            for l in f.read_text().splitlines() if l.strip()]
+    assert len(docs) > 400
+    assert all(t(d, add_special_tokens=False)["input_ids"] == sp.encode(d) for d in docs)

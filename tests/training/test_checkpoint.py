@@ -40,7 +40,7 @@ def write_checkpoint(step_dir: Path, r: TrainRecipe, model: Bloom, step: int = 4
         torch.save({"module": None}, step_dir / f"mp_rank_{mp:02d}_model_states.pt")
     sampler = {"version": 2, "seed": r.train.seed, "step": step, "consumed_tokens": 0, "tokens_by_lang": {},
                "streams": {}}
-    meta = make_meta(step, r, "a" * 64, sampler, {"skipped": 0, "fp16_overflows": 0, "skipped_in_a_row": 0,
+    meta = make_meta(step, r, step_dir.parent, "a" * 64, sampler, {"skipped": 0, "fp16_overflows": 0, "skipped_in_a_row": 0,
                                                    "loss_ema": None})
     (step_dir / "bloomline.json").write_text(json.dumps(meta))
     return meta

@@ -141,6 +141,17 @@ def test_3d_layout_trains_resumes_and_loads_as_the_single_device_model(data, tmp
         assert (x["lang"], x["tokens"], x["bytes"]) == (y["lang"], y["tokens"], y["bytes"])
         assert y["bpb"] == pytest.approx(x["bpb"], rel=1e-6) and y["loss"] == pytest.approx(x["loss"], rel=1e-6)
     assert eb.rows[0]["layout"] == "tp=2 pp=2 dp=2 zero_stage=1"
+    # exported from the 3D checkpoint, transformers' BloomForCausalLM computes the same logits
+    from eval.export import export
+    from transformers import AutoModelForCausalLM
+
+    hf_dir = export(ck, tmp_path_factory.mktemp("hf"))
+    hf = AutoModelForCausalLM.from_pretrained(hf_dir, local_files_only=True).eval()
+    ids = torch.randint(0, hf.config.vocab_size, (2, 48), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        hd = (hf(ids).logits - lb).abs().max().item()
+    print(f"HF export of the TP2xPP2xDP2 checkpoint: max |logit difference| against load_model = {hd:.3g}")
+    assert hf.config.vocab_size == 4000 and hd < 1e-4
 
 
 def test_resume_on_another_layout_through_a_universal_checkpoint(data, reference, tmp_path):

@@ -1,0 +1,100 @@
+"""Export a checkpoint of any layout as a Hugging Face ``BloomForCausalLM`` (``bloomline export``).
+
+Written: ``model.safetensors`` (safetensors: the format transformers loads without pickle),
+``config.json`` (only the fields HF Bloom reads), and the tokenizer (``spiece.model`` +
+``tokenizer_config.json``). The tokenizer is transformers' plain SentencePiece wrapper
+(``BertGenerationTokenizer``): it encodes with the very SentencePiece model the data was
+tokenized with, so ids are the same (tested on every document of the sample corpus), where a
+converted "fast" tokenizer may normalise differently.
+
+Names: HF Bloom is the same architecture with other names (``transformer.h.3.self_attention.
+query_key_value`` for ``blocks.3.attn.qkv``); its fused qkv is laid out per head ([heads, 3,
+head_dim]) as ours. bloomline masks the padded vocabulary rows out of the softmax, so the export
+drops them: ``vocab_size`` is the tokenizer's, and the logits over real tokens equal training's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+
+from bloomline.errors import CheckpointError
+from bloomline.io import sha256_file, write_json_atomic
+from training.checkpoint import PRECISIONS, load_model
+from training.layout import EMBEDDING
+
+_BLOCK = {"ln1": "input_layernorm", "attn.qkv": "self_attention.query_key_value", "attn.dense": "self_attention.dense",
+          "ln2": "post_attention_layernorm", "mlp.fc1": "mlp.dense_h_to_4h", "mlp.fc2": "mlp.dense_4h_to_h"}
+_TOP = {"embedding.word_embeddings": "word_embeddings", "embed_ln": "word_embeddings_layernorm", "final_ln": "ln_f"}
+
+
+def hf_name(name: str) -> str:
+    """A Bloom parameter name as HF ``BloomForCausalLM`` names it."""
+    module, leaf = name.rsplit(".", 1)
+    if module in _TOP:
+        return f"transformer.{_TOP[module]}.{leaf}"
+    _, i, rest = module.split(".", 2)  # blocks.<i>.<rest>
+    return f"transformer.h.{i}.{_BLOCK[rest]}.{leaf}"
+
+
+def hf_config(cfg: Any, tok: dict[str, Any], dtype: str) -> dict[str, Any]:
+    """config.json: the fields HF Bloom reads. ``vocab_size`` is the tokenizer's (padding dropped)."""
+    return {
+        "architectures": ["BloomForCausalLM"], "model_type": "bloom",
+        "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size, "n_layer": cfg.num_layers, "n_head": cfg.num_heads,
+        "layer_norm_epsilon": cfg.layernorm_eps, "initializer_range": cfg.init_std,
+        "apply_residual_connection_post_layernorm": False, "hidden_dropout": 0.0, "attention_dropout": 0.0,
+        "pretraining_tp": 1, "slow_but_exact": False, "tie_word_embeddings": True, "use_cache": True,
+        "bos_token_id": tok["bos_id"], "eos_token_id": tok["eos_id"],
+        "pad_token_id": tok["pad_id"] if tok["pad_id"] >= 0 else tok["eos_id"], "torch_dtype": dtype,
+    }
+
+
+def save_tokenizer(model_file: str | Path, out: str | Path) -> None:
+    """The SentencePiece model as a tokenizer ``AutoTokenizer`` loads (see the module docstring)."""
+    from transformers import BertGenerationTokenizer
+
+    BertGenerationTokenizer(vocab_file=str(model_file), sep_token=None, bos_token="<s>", eos_token="</s>",
+                            unk_token="<unk>", pad_token="<pad>").save_pretrained(str(out))
+
+
+def export(ckpt_dir: str | Path, out: str | Path, data_dir: Optional[str | Path] = None,
+           dtype: str = "fp32") -> Path:
+    """Write the HF model of ``ckpt_dir`` to ``out``; the tokenizer comes from the data the run
+    trained on (``data_dir``, default: the checkpoint's ``data_dir``), checked by its manifest hash."""
+    from safetensors.torch import save_file
+
+    from data_prep.shards import load_manifest
+
+    ckpt_dir, out = Path(ckpt_dir), Path(out)
+    model, meta = load_model(ckpt_dir, PRECISIONS[dtype])
+    data = Path(data_dir or meta["data_dir"])
+    manifest = load_manifest(data)
+    if sha256_file(data / "manifest.json") != meta["data_manifest_sha256"]:
+        raise CheckpointError(f"{ckpt_dir / 'bloomline.json'}: field 'data_manifest_sha256' is not the hash of "
+                              f"{data / 'manifest.json'}: the tokenizer must be the one the model trained with; pass "
+                              f"--data with the run's data")
+    cfg = model.cfg
+    tensors = {}
+    for name, t in model.state_dict().items():
+        if name == EMBEDDING:
+            t = t[:cfg.vocab_size]  # padding rows: masked in training, dropped here
+        tensors[hf_name(name)] = t.contiguous()
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    tok = manifest["tokenizer"]
+    write_json_atomic(out / "config.json", hf_config(cfg, tok, {"fp32": "float32", "bf16": "bfloat16"}[dtype]))
+    save_tokenizer(data / tok["path"], out)
+    write_json_atomic(out / "bloomline_export.json", {"checkpoint": str(ckpt_dir.resolve()), "step": meta["step"],
+                                                      "layout": meta["layout"], "dtype": dtype, "data_dir": str(data)})
+    return out
+
+
+def check_export(out: str | Path) -> dict[str, Any]:
+    """What transformers sees in an export: (config, parameter count) — loads offline."""
+    from transformers import AutoConfig
+
+    c = AutoConfig.from_pretrained(str(out), local_files_only=True)
+    return {"model_type": c.model_type, "vocab_size": c.vocab_size, **json.loads((Path(out) / "bloomline_export.json").read_text())}
