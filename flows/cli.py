@@ -191,6 +191,23 @@ def export(
     _run(body, debug)
 
 
+@app.command()
+def dashboard(
+    run: Path = typer.Argument(..., help="A run folder (bloomline train --out) with evaluation results."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Write RUN_DIR/dashboard/index.html: one self-contained page, works offline from file://."""
+
+    def body() -> None:
+        from eval.dashboard import build
+
+        if not run.is_dir():
+            raise BloomlineError(f"{run} is not a folder")
+        console.print(f"[bold green]done[/]: {build(run)}")
+
+    _run(body, debug)
+
+
 def _run(body, debug: bool) -> None:
     try:
         body()

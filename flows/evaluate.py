@@ -78,7 +78,10 @@ def run_evaluation(ckpt_dir: str | Path, data_dir: str | Path, cfg: EvalConfig, 
     before = previous_rows(run_dir, step)
     path = write_results(run_dir, step, ev.rows, ev.generations)
     write_tensorboard(run_dir, ev.rows)
-    return {"step": step, "results": str(path), "rows": ev.rows, "generations": ev.generations,
+    from eval.dashboard import build
+
+    dashboard = build(run_dir)  # every evaluation refreshes it
+    return {"step": step, "results": str(path), "dashboard": str(dashboard), "rows": ev.rows, "generations": ev.generations,
             "regressions": regressions(ev.rows, before, cfg.regression_threshold), "previous": before,
             "seconds": ev.seconds, "tokens": ev.tokens}
 

@@ -1,0 +1,146 @@
+"""The run's HTML dashboard (``bloomline dashboard RUN_DIR`` → ``RUN_DIR/dashboard/index.html``).
+
+One self-contained file that works from ``file://`` with no internet: plotly's JavaScript is
+inlined once (plotly: interactive charts from Python with no native dependency; a legend click
+hides a language, a double click isolates it, which is how one reads ~60 series). Charts: bits
+per byte per language over checkpoints, a language × checkpoint heatmap, the group aggregates,
+bits per byte against training tokens seen per language, the training loss and learning rate
+(``metrics.jsonl``), the flagged regressions, and the data ledger of the run's manifest.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bloomline.io import write_bytes_atomic
+from eval.results import read_results
+
+REGRESSION_THRESHOLD = 0.02  # eval.regression_threshold's default: the dashboard flags as the flow does
+
+
+def _metrics(run_dir: Path) -> list[dict[str, Any]]:
+    f = run_dir / "metrics.jsonl"
+    out = []
+    for line in f.read_text().splitlines() if f.exists() else []:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass  # a line cut off by a killed job
+    return out
+
+
+def _manifest(run_dir: Path) -> dict[str, Any] | None:
+    from data_prep.shards import load_manifest
+    from training.checkpoint import RunDir, read_meta
+
+    latest = RunDir(run_dir).latest_dir()
+    if latest is None:
+        return None
+    return load_manifest(read_meta(latest)["data_dir"])
+
+
+def all_regressions(rows: list[dict[str, Any]], threshold: float = REGRESSION_THRESHOLD) -> list[dict[str, Any]]:
+    """Every language whose bits per byte rose by more than ``threshold`` between two consecutive evaluations."""
+    from flows.evaluate import regressions
+
+    steps = sorted({r["step"] for r in rows})
+    by_step = {s: [r for r in rows if r["step"] == s] for s in steps}
+    out = []
+    for a, b in zip(steps, steps[1:]):
+        before = {r["lang"]: r for r in by_step[a] if r["scope"] == "language"}
+        out += regressions(by_step[b], before, threshold)
+    return out
+
+
+def figures(run_dir: Path) -> list[tuple[str, Any]]:
+    """(title, plotly figure) of every chart."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    rows = read_results(run_dir).to_pylist()
+    langs = [r for r in rows if r["scope"] == "language"]
+    names = sorted({r["lang"] for r in langs})
+    steps = sorted({r["step"] for r in rows})
+    figs: list[tuple[str, Any]] = []
+
+    f = go.Figure()
+    for lang in names:
+        pts = sorted((r["step"], r["bpb"]) for r in langs if r["lang"] == lang)
+        f.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=lang))
+    f.update_layout(xaxis_title="step", yaxis_title="bits per byte", height=520,
+                    legend_title="click: hide · double click: isolate")
+    figs.append(("Bits per byte per language", f))
+
+    grid = {(r["lang"], r["step"]): r["bpb"] for r in langs}
+    f = go.Figure(go.Heatmap(z=[[grid.get((l, s)) for s in steps] for l in names], x=[str(s) for s in steps], y=names,
+                             colorscale="Viridis", colorbar_title="bpb"))
+    f.update_layout(xaxis_title="checkpoint step", height=max(400, 16 * len(names)))
+    figs.append(("Bits per byte, language × checkpoint", f))
+
+    f = go.Figure()
+    for r_ in sorted({(r["lang"], r["weighting"]) for r in rows if r["scope"] != "language"}):
+        pts = sorted((r["step"], r["bpb"]) for r in rows if (r["lang"], r["weighting"]) == r_ and r["scope"] != "language")
+        f.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers",
+                               name=f"{r_[0]} ({'token-weighted' if r_[1] == 'tokens' else 'mean of languages'})",
+                               line={"dash": "solid" if r_[1] == "tokens" else "dot"}))
+    f.update_layout(xaxis_title="step", yaxis_title="bits per byte", height=420)
+    figs.append(("Groups and overall", f))
+
+    f = go.Figure()
+    for lang in names:
+        pts = sorted((r["tokens_seen"], r["bpb"], r["step"]) for r in langs if r["lang"] == lang)
+        f.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=lang,
+                               text=[f"step {p[2]}" for p in pts]))
+    f.update_layout(xaxis_title="training tokens seen of the language", yaxis_title="bits per byte", height=520)
+    figs.append(("Bits per byte against tokens seen: starved or hard?", f))
+
+    m = _metrics(run_dir)
+    f = make_subplots(specs=[[{"secondary_y": True}]])
+    f.add_trace(go.Scatter(x=[x["step"] for x in m], y=[x.get("loss") for x in m], name="training loss"), secondary_y=False)
+    f.add_trace(go.Scatter(x=[x["step"] for x in m], y=[x.get("lr") for x in m], name="learning rate"), secondary_y=True)
+    f.update_layout(xaxis_title="step", height=380)
+    figs.append(("Training loss and learning rate", f))
+
+    regs = all_regressions(rows)
+    f = go.Figure(go.Table(header={"values": ["language", "step", "bits per byte", "before", "change"]},
+                           cells={"values": [[g["lang"] for g in regs], [f"{g['previous_step']} → {g['step']}" for g in regs],
+                                             [f"{g['bpb']:.4f}" for g in regs], [f"{g['previous_bpb']:.4f}" for g in regs],
+                                             [f"{g['change']:+.1%}" for g in regs]]}))
+    f.update_layout(height=120 + 24 * max(1, len(regs)))
+    figs.append((f"Regressions (bits per byte up more than {REGRESSION_THRESHOLD:.0%}): {len(regs)}", f))
+
+    manifest = _manifest(run_dir)
+    if manifest:
+        ledger = sorted(manifest["languages"].items())
+        f = go.Figure()
+        f.add_trace(go.Bar(x=[l for l, _ in ledger], y=[e["docs_kept"] for _, e in ledger], name="kept"))
+        for kind in ("filtered", "duplicates", "errors"):
+            reasons = sorted({k for _, e in ledger for k in e.get(kind, {})})
+            for reason in reasons:
+                f.add_trace(go.Bar(x=[l for l, _ in ledger], y=[e.get(kind, {}).get(reason, 0) for _, e in ledger],
+                                   name=f"{kind}: {reason}"))
+        f.update_layout(barmode="stack", yaxis_title="documents in", height=480)
+        figs.append(("Data ledger: documents in, kept and dropped by reason", f))
+    return figs
+
+
+def build(run_dir: str | Path) -> Path:
+    """Write ``RUN_DIR/dashboard/index.html`` (atomically) and return its path."""
+    import plotly.io as pio
+
+    run_dir = Path(run_dir)
+    parts = []
+    for i, (title, fig) in enumerate(figures(run_dir)):
+        parts.append(f"<h2>{title}</h2>" + pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0),
+                                                       div_id=f"chart-{i}", config={"displaylogo": False}))
+    rows = read_results(run_dir).num_rows
+    html = ("<!doctype html><html><head><meta charset='utf-8'><title>bloomline: " + run_dir.name + "</title>"
+            "<style>body{font-family:sans-serif;margin:2em;max-width:1400px}h2{margin-top:2em}</style></head><body>"
+            f"<h1>bloomline run {run_dir.name}</h1><p>{rows} result rows; evaluation contract: eval/RESULTS.md</p>"
+            + "".join(parts) + "</body></html>")
+    out = run_dir / "dashboard" / "index.html"
+    write_bytes_atomic(out, html.encode("utf-8"))
+    return out
+

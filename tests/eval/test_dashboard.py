@@ -1,0 +1,97 @@
+"""The dashboard opens in headless Chromium (Debian's `chromium`, installed by .ci/run) from
+file:// with no network: every chart renders and the console shows no error."""
+
+import json
+import math
+import re
+import shutil
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from bloomline.config import load_config
+from bloomline.io import sha256_file
+from eval.dashboard import all_regressions, build
+from eval.metrics import LangTotals, metric_rows
+from eval.results import read_results, write_results
+from training.checkpoint import make_meta
+from training.config import TrainRecipe
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    from data_prep.config import PrepareConfig
+    from data_prep.pipeline import run_all
+
+    out = tmp_path_factory.mktemp("demo")
+    run_all(load_config(PrepareConfig, REPO / "configs/data/demo.yaml"), out)
+    return out
+
+
+def chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert exe, "the browser test needs Debian's chromium (apt-get install -y chromium; .ci/run installs it)"
+    return exe
+
+
+def make_run(run: Path, demo: Path) -> None:
+    """Three evaluated checkpoints of a run (swahili regresses at the last), its metrics and a
+    bloomline.json that points at the demo data (whose ledger the dashboard shows)."""
+    manifest = json.loads((demo / "manifest.json").read_text())
+    langs = sorted(manifest["languages"])[:-1]  # _unknown aside
+    for step in (100, 200, 300):
+        per = {l: LangTotals(nll=1000.0 * (1 - step / 1000), tokens=400, text_nll=900.0 * (1 - step / 1000)
+                             * (1.3 if (l == "sw" and step == 300) else 1.0), bytes=1200, docs=3) for l in langs}
+        ident = {"run": run.name, "step": step, "checkpoint": str(run / f"checkpoints/step_{step}"), "precision": "fp32",
+                 "layout": "tp=1 pp=1 dp=1 zero_stage=1", "data_manifest_sha256": "a" * 64,
+                 "evaluated_at": datetime.now(timezone.utc)}
+        write_results(run, step, [{**ident, **r} for r in metric_rows(per, {l: 10 * step for l in langs})], [])
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 8 - s / 100, "lr": 1e-4 * min(1, s / 50)}) + "\n"
+                                               for s in range(1, 301)))
+    r = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml")
+    step = run / "checkpoints" / "step_300"
+    step.mkdir(parents=True)
+    sampler = {"version": 2, "seed": 1, "step": 300, "consumed_tokens": 0, "tokens_by_lang": {}, "streams": {}}
+    (step / "bloomline.json").write_text(json.dumps(make_meta(300, r, demo, sha256_file(demo / "manifest.json"), sampler,
+                                                              {"skipped": 0, "fp16_overflows": 0, "skipped_in_a_row": 0,
+                                                               "loss_ema": None})))
+    (run / "checkpoints" / "latest").write_text("step_300")
+
+
+def test_dashboard_renders_offline_in_chromium(demo, tmp_path):
+    run = tmp_path / "run"
+    make_run(run, demo)
+    regs = all_regressions(read_results(run).to_pylist())
+    assert [(g["lang"], g["step"]) for g in regs] == [("sw", 300)] and math.isclose(regs[0]["change"], 0.7 * 1.3 / 0.8 - 1, rel_tol=1e-9)
+    page = build(run)
+    html = page.read_text()
+    from html.parser import HTMLParser
+
+    class Sources(HTMLParser):
+        srcs: list = []
+
+        def handle_starttag(self, tag, attrs):
+            self.srcs += [v for k, v in attrs if k in ("src", "href") and tag in ("script", "link")]
+
+    p = Sources()
+    p.feed(html)
+    assert p.srcs == [] and html.count("<script") >= 7  # plotly inlined: the page fetches nothing
+    shot = tmp_path / "dashboard.png"
+    url = page.resolve().as_uri()
+    base = [chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=15000"]
+    dom = subprocess.run([*base, "--dump-dom", url], capture_output=True, text=True, timeout=180).stdout
+    log = subprocess.run([*base, "--enable-logging=stderr", "--v=0", "--window-size=1400,5000", f"--screenshot={shot}", url],
+                         capture_output=True, text=True, timeout=180).stderr
+    charts = len(re.findall(r'id="chart-\d+"', html))
+    assert charts == 7
+    assert len(re.findall(r'class="main-svg"', dom)) >= charts  # every chart drew its SVG
+    assert "sw" in dom and "+13.8%" in dom  # the regression is in the table
+    console = [l for l in log.splitlines() if "CONSOLE" in l]
+    assert not [l for l in console if re.search(r"error|uncaught", l, re.I)], console
+    assert shot.stat().st_size > 50_000
+    print(f"screenshot: {shot}")
