@@ -99,3 +99,41 @@ def evaluated_steps(run_dir: str | Path) -> list[int]:
     """Steps with published results."""
     folder = results_dir(run_dir)
     return sorted(int(p.stem[5:]) for p in folder.glob("step_*.parquet")) if folder.is_dir() else []
+
+
+def skipped_file(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "eval" / "skipped.jsonl"
+
+
+def record_skipped(run_dir: str | Path, step: int, reason: str) -> None:
+    """Record that checkpoint ``step`` will not be evaluated, and why (one JSON line, appended)."""
+    import datetime as dt
+    import json
+
+    f = skipped_file(run_dir)
+    f.parent.mkdir(parents=True, exist_ok=True)
+    with open(f, "a", encoding="utf-8") as out:
+        out.write(json.dumps({"step": step, "reason": reason,
+                              "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}) + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def skipped_steps(run_dir: str | Path) -> dict[int, str]:
+    """Checkpoints recorded as not evaluated, with the reason."""
+    import json
+
+    f = skipped_file(run_dir)
+    out = {}
+    for line in f.read_text(encoding="utf-8").splitlines() if f.exists() else []:
+        try:
+            rec = json.loads(line)
+            out[int(rec["step"])] = rec["reason"]
+        except (ValueError, KeyError):
+            pass  # a line cut off by a kill
+    return out
+
+
+def settled(run_dir: str | Path) -> set[int]:
+    """Checkpoints evaluated, or recorded as skipped: none of them is waiting for an evaluation."""
+    return set(evaluated_steps(run_dir)) | set(skipped_steps(run_dir))

@@ -134,6 +134,12 @@ def train(
         else:
             console.print(f"[bold green]done[/]: step {res['step']}/{res['steps']}, loss {last.get('loss', float('nan')):.4f} "
                           f"({res['attempts']} attempt(s)); metrics in {out / 'metrics.jsonl'}")
+        ev = res.get("evaluation")
+        if ev:
+            console.print(f"evaluated checkpoints {ev['evaluated']} (results in {out / 'eval'}, dashboard "
+                          f"{out / 'dashboard' / 'index.html'})")
+            for step, why in sorted(ev["skipped"].items()):
+                console.print(f"[yellow]not evaluated[/]: step {step}: {why}")
 
     _run(body, debug)
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -90,6 +92,58 @@ def resume_notice(run: Path, recipe: TrainRecipe) -> str | None:
     return schedule_change(saved_recipe(meta), recipe, meta["step"])
 
 
+def start_watcher(run: Path, recipe: TrainRecipe, data: str | Path, log_file: Path, env: dict[str, str]) -> subprocess.Popen:
+    """The evaluation watcher (eval/watch.py), in its own session: it evaluates each checkpoint as
+    it appears, at a lower priority, in a process that training never waits on."""
+    from eval.watch import DONE_FILE
+
+    (run / DONE_FILE).unlink(missing_ok=True)
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(env)
+    try:  # its flow runs report to this flow's Prefect server (a second one would share its database)
+        from prefect.client.orchestration import get_client
+
+        with get_client(sync_client=True) as client:
+            env["PREFECT_API_URL"] = str(client.api_url).rstrip("/")
+    except Exception:
+        pass
+    cmd = [sys.executable, "-m", "eval.watch", "--run", str(run), "--data", str(Path(data).resolve()), "--recipe",
+           str(RunDir(run).recipe)]
+    with open(log_file, "ab") as out:
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[1],
+                                env=env, start_new_session=True)
+
+
+def stop_watcher(proc: subprocess.Popen, run: Path, recipe: TrainRecipe, log: Any, drain_s: float | None = None,
+                 why: str | None = None) -> dict[str, Any]:
+    """Tell the watcher training is over, let it finish what is pending (up to evaluation.drain_s),
+    then stop it; what is still pending is recorded as skipped, with the reason."""
+    from eval.results import evaluated_steps, record_skipped, skipped_steps
+    from eval.watch import DONE_FILE, pending
+
+    (run / DONE_FILE).parent.mkdir(parents=True, exist_ok=True)
+    (run / DONE_FILE).touch()
+    waiting = pending(run)
+    if waiting:
+        log.info("training is over; %d checkpoint(s) still to evaluate: %s", len(waiting), waiting)
+    drain_s = recipe.evaluation.drain_s if drain_s is None else drain_s
+    try:
+        proc.wait(timeout=drain_s)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    for step in pending(run):
+        record_skipped(run, step, why or f"its evaluation had not finished evaluation.drain_s={drain_s:g} seconds "
+                                         f"after training ended")
+    RunDir(run).prune(recipe.checkpoint.keep)  # nothing waits any more
+    return {"evaluated": evaluated_steps(run), "skipped": skipped_steps(run)}
+
+
 def _error_line(log_file: Path) -> str | None:
     """The message a rank printed for a user error (``error: ...``), to show it."""
     lines = log_file.read_text(errors="replace").splitlines() if log_file.exists() else []
@@ -128,26 +182,36 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
         run, r, data, logs / "reshard.log")
     if converted:
         log.info("checkpoint laid out for the new layout (universal checkpoint): %s", converted)
-    for attempt in range(attempts):
-        start = folder.latest_step() or 0
-        log.info("attempt %d/%d: %d ranks (tp=%d pp=%d dp=%d), from step %d", attempt + 1, attempts, world,
-                 r.parallel.tp, r.parallel.pp, r.parallel.dp, start)
-        rc = task(run_job, name=f"ranks-attempt-{attempt + 1}", cache_policy=NONE, persist_result=False)(
-            launch_command(recipe_file, data, str(run), world), logs / f"attempt-{attempt + 1}.log", env)
-        if rc == EXIT_OK:
-            break
-        attempt_log = logs / f"attempt-{attempt + 1}.log"
-        if rc == EXIT_USER_ERROR:  # a configuration or data problem: the same job would fail again
-            raise BloomlineError(f"training stopped: {_error_line(attempt_log) or f'exit status {rc}, see {attempt_log}'}")
-        tail = attempt_log.read_text(errors="replace").splitlines()[-15:]
-        log.warning("the job failed (exit %s) at step %d; last lines:\n%s", rc, folder.latest_step() or 0,
-                    "\n".join(tail))
-        if attempt + 1 == attempts:
-            raise BloomlineError(f"training failed {attempts} times (checkpoint.max_restarts={r.checkpoint.max_restarts}); "
-                                 f"see {logs}")
-        time.sleep(1)
+    watcher = start_watcher(run, r, data, logs / "evaluation.log", env) if r.evaluation.enabled else None
+    if watcher:
+        log.info("evaluating each checkpoint in a separate process (pid %d, log %s)", watcher.pid, logs / "evaluation.log")
+    try:
+        for attempt in range(attempts):
+            start = folder.latest_step() or 0
+            log.info("attempt %d/%d: %d ranks (tp=%d pp=%d dp=%d), from step %d", attempt + 1, attempts, world,
+                     r.parallel.tp, r.parallel.pp, r.parallel.dp, start)
+            rc = task(run_job, name=f"ranks-attempt-{attempt + 1}", cache_policy=NONE, persist_result=False)(
+                launch_command(recipe_file, data, str(run), world), logs / f"attempt-{attempt + 1}.log", env)
+            if rc == EXIT_OK:
+                break
+            attempt_log = logs / f"attempt-{attempt + 1}.log"
+            if rc == EXIT_USER_ERROR:  # a configuration or data problem: the same job would fail again
+                raise BloomlineError(f"training stopped: {_error_line(attempt_log) or f'exit status {rc}, see {attempt_log}'}")
+            tail = attempt_log.read_text(errors="replace").splitlines()[-15:]
+            log.warning("the job failed (exit %s) at step %d; last lines:\n%s", rc, folder.latest_step() or 0,
+                        "\n".join(tail))
+            if attempt + 1 == attempts:
+                raise BloomlineError(f"training failed {attempts} times (checkpoint.max_restarts={r.checkpoint.max_restarts}); "
+                                     f"see {logs}")
+            time.sleep(1)
+    except BaseException:
+        if watcher:  # a failed run: no waiting for evaluations
+            stop_watcher(watcher, run, r, log, drain_s=0, why="training stopped with an error before it was evaluated")
+        raise
+    evaluation = stop_watcher(watcher, run, r, log) if watcher else None
     step = folder.latest_step() or 0
     metrics = folder.metrics
     last = json.loads(metrics.read_text().splitlines()[-1]) if metrics.exists() and metrics.stat().st_size else {}
     stopped = folder.stop.exists() and step < r.train.steps
-    return {"step": step, "steps": r.train.steps, "last": last, "attempts": attempt + 1, "stopped_by_kill_switch": stopped}
+    return {"step": step, "steps": r.train.steps, "last": last, "attempts": attempt + 1, "stopped_by_kill_switch": stopped,
+            "evaluation": evaluation}

@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -97,19 +97,40 @@ class RunDir:
         return sorted(int(m.group(1)) for p in self.checkpoints.iterdir()
                       if (m := _TAG.match(p.name)) and (p / META_FILE).is_file())
 
-    def publish(self, step: int, meta: dict[str, Any], keep: int) -> None:
+    def publish(self, step: int, meta: dict[str, Any], keep: int, **prune: Any) -> None:
         """After every rank has written its files: write bloomline.json, move ``latest`` to the
-        step (atomically), then delete the checkpoints older than the newest ``keep`` up to this
-        step, and every other folder that is not one of them: incomplete ones (a killed save) and
-        any above this step (written by a job that died before moving ``latest``; a run resumed
-        from an earlier step has replaced that future)."""
+        step (atomically), then :meth:`prune` up to it."""
         write_json_atomic(self.step_dir(step) / META_FILE, meta)
         write_bytes_atomic(self.latest_file, step_tag(step).encode())
-        kept = set([s for s in self.complete_steps() if s <= step][-keep:]) | {step}
+        self.prune(keep, step, **prune)
+
+    def prune(self, keep: int, upto: Optional[int] = None, waiting: Callable[[int], bool] = lambda step: False,
+              max_deferred: int = 0, on_skip: Callable[[int, str], None] = lambda step, why: None) -> list[int]:
+        """Delete the checkpoints older than the newest ``keep`` up to step ``upto`` (default:
+        ``latest``), and every other folder that is not one of them: incomplete ones (a killed
+        save) and any above ``upto`` (written by a job that died before moving ``latest``; a run
+        resumed from an earlier step has replaced that future). A checkpoint for which
+        ``waiting(step)`` holds (its evaluation has not run yet) is kept too, up to
+        ``max_deferred`` of them; older waiting ones are handed to ``on_skip`` with the reason and
+        deleted. Returns the steps deleted."""
+        upto = self.latest_step() if upto is None else upto
+        if upto is None:
+            return []
+        complete = [s for s in self.complete_steps() if s <= upto]
+        kept = set(complete[-keep:]) | {upto}
+        deferred = [s for s in complete[:-keep] if waiting(s)]
+        late = deferred[:len(deferred) - max_deferred] if len(deferred) > max_deferred else []
+        for s in late:
+            on_skip(s, f"deleted by checkpoint.keep={keep} before its evaluation ran: more than "
+                       f"evaluation.max_deferred={max_deferred} checkpoints were waiting for one")
+        kept |= set(deferred) - set(late)
+        deleted = []
         for p in self.checkpoints.iterdir():
             m = _TAG.match(p.name)
             if m and int(m.group(1)) not in kept:
                 shutil.rmtree(p, ignore_errors=True)
+                deleted.append(int(m.group(1)))
+        return sorted(deleted)
 
 
 # ---------------------------------------------------------------------------------- bloomline.json

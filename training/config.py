@@ -13,6 +13,7 @@ from typing import Any, Literal, Optional, Union
 
 from bloomline.config import check
 from bloomline.errors import ConfigError
+from eval.config import EvalConfig
 
 
 @dataclass
@@ -244,6 +245,29 @@ class CheckpointConfig:
 
 
 @dataclass
+class AutoEvalConfig:
+    """Evaluation of every checkpoint while ``bloomline train`` runs (flows/auto_eval.py)."""
+
+    enabled: bool = True
+    """Evaluate each new checkpoint in a separate, lower-priority process (never in the training loop)."""
+    settings: EvalConfig = field(default_factory=EvalConfig)
+    """What and how to evaluate (configs/eval/); ``settings.threads`` unset means one thread here,
+    to leave the cores to training."""
+    nice: int = 10
+    """The evaluation process's niceness (0-19): the scheduler gives training the CPU first."""
+    max_deferred: int = 2
+    """Checkpoints that ``checkpoint.keep`` would delete wait for their evaluation; when more than
+    this many wait, the oldest is recorded as skipped (with the reason) and deleted."""
+    drain_s: float = 1800.0
+    """After training ends, wait this long for the evaluations still to run; those left are recorded as skipped."""
+
+    def validate(self) -> None:
+        check(0 <= self.nice <= 19, "nice", "must be in [0, 19]")
+        check(self.max_deferred >= 0, "max_deferred", "must be >= 0")
+        check(self.drain_s >= 0, "drain_s", "must be >= 0")
+
+
+@dataclass
 class TrainRecipe:
     model: Union[str, ModelConfig] = "bloom-tiny"
     """A recipe name in configs/model/ or the model spelled out."""
@@ -257,6 +281,8 @@ class TrainRecipe:
     """The loop."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Checkpoints and restarts."""
+    evaluation: AutoEvalConfig = field(default_factory=AutoEvalConfig)
+    """Per-language evaluation of every checkpoint, alongside training."""
 
     @staticmethod
     def model_recipe(name: str, base: Path) -> Path:

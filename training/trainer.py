@@ -223,7 +223,7 @@ class Trainer:
             "micro_batches": int(plan.gas), "micro_batch_size": int(plan.micro_batch_size),
             "skipped": skip is not None, "skip_reason": skip, "skipped_batches": self.skipped,
             "fp16_overflows": self.overflows, "loss_scale": self._loss_scale(), "step_seconds": dt,
-            "optimizer_steps": int(self.engine.global_steps),
+            "optimizer_steps": int(self.engine.global_steps), "time": time.time(),
         }
         with open(self.run.metrics, "a", encoding="utf-8") as f:
             f.write(json.dumps(rec) + "\n")
@@ -277,7 +277,12 @@ class Trainer:
         if self.mesh.rank == 0:
             meta = make_meta(self.step, self.recipe, self.data_dir, self.manifest_sha, self.sampler.state_dict(),
                              self._trainer_state())
-            self.run.publish(self.step, meta, self.recipe.checkpoint.keep)  # `latest` moves once all ranks wrote
+            # while the run's evaluation watcher lives, checkpoints it has not evaluated yet are kept
+            from eval.watch import prune_options, watcher_alive
+
+            waits = prune_options(self.run.root, self.recipe) if (self.recipe.evaluation.enabled and
+                                                                  watcher_alive(self.run.root)) else {}
+            self.run.publish(self.step, meta, self.recipe.checkpoint.keep, **waits)  # `latest` moves once all ranks wrote
         torch.distributed.barrier()
         self.saved_step = self.step
 

@@ -3,6 +3,7 @@ and a run killed with SIGKILL resumes to byte-identical output."""
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -235,3 +236,31 @@ def test_evaluate_publishes_results_tensorboard_and_artifacts_and_refuses_bad_ch
     (other / "manifest.json").write_text(json.dumps(m))
     res = cli("evaluate", "--checkpoint", run / "checkpoints" / "step_4", "--data", other)
     assert res.returncode == 2 and "was trained on other data" in res.stderr
+
+
+@pytest.mark.slow
+def test_every_checkpoint_is_evaluated_while_training_runs(demo_data, tmp_path):
+    """bloomline train with the automatic evaluation: a separate, lower-priority process evaluates
+    every checkpoint exactly once (newest first when they queue up), checkpoint.keep=1 waits for
+    the evaluations before deleting, and training's step times are logged alongside."""
+    from eval.results import read_results, skipped_steps
+
+    out = tmp_path / "run"
+    res = cli("train", "--data", demo_data, "--out", out, "-o", "train.steps=30", "-o", "checkpoint.interval=10",
+              "-o", "checkpoint.keep=1", "-o", "evaluation.settings.max_tokens_per_lang=200",
+              "-o", "evaluation.settings.prompts_per_lang=1")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "evaluated checkpoints [10, 20, 30]" in res.stdout + res.stderr
+    rows = read_results(out).to_pylist()
+    steps = [r["step"] for r in rows if r["scope"] == "language" and r["lang"] == "sw"]
+    assert sorted(steps) == [10, 20, 30] and skipped_steps(out) == {}
+    assert sorted(p.name for p in (out / "checkpoints").glob("step_*")) == ["step_30"]  # keep=1, after evaluation
+    metrics = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == list(range(1, 31)) and all(m["step_seconds"] > 0 for m in metrics)
+    evaluated_at = {r["step"]: r["evaluated_at"].timestamp() for r in rows}
+    end = metrics[-1]["time"]
+    overlap = [s for s, t in evaluated_at.items() if t < end]
+    print(f"evaluated during training: {overlap}; step seconds: {[round(m['step_seconds'], 2) for m in metrics]}")
+    assert (out / "dashboard" / "index.html").is_file()
+    log = next(out.glob("logs/run-*/evaluation.log")).read_text()
+    assert [int(x) for x in re.findall(r"evaluated step (\d+)", log)] == sorted(evaluated_at)
