@@ -73,15 +73,17 @@ def evaluate_model(model: Bloom, index: ShardIndex, cfg: EvalConfig, token_bytes
             for i in range(0, len(refs), m):
                 b = materialize(index, refs[i:i + m], bucket, index.pad_id)
                 logits = model(b["input_ids"], b["segment_ids"])
-                labels = b["labels"]
-                mask = labels != IGNORE_INDEX
-                nll = F.cross_entropy(logits.float().flatten(0, 1), torch.where(mask, labels, 0).flatten(),
-                                      reduction="none").view_as(labels)
-                text = mask & (nbytes[torch.where(mask, labels, 0)] > 0)
-                t.nll += float(nll[mask].sum())
-                t.tokens += int(mask.sum())
+                mask = b["labels"] != IGNORE_INDEX
+                # per-token NLL in fp32, as the training loss computes it (a bf16 log-softmax over the
+                # vocabulary is too coarse), then the predicted positions
+                nll = F.cross_entropy(logits.float().flatten(0, 1), torch.where(mask, b["labels"], 0).flatten(),
+                                      reduction="none")[mask.flatten()]
+                labels = b["labels"][mask]
+                text = nbytes[labels] > 0
+                t.nll += float(nll.sum())
+                t.tokens += int(labels.numel())
                 t.text_nll += float(nll[text].sum())
-                t.bytes += int(nbytes[labels[text]].sum())
+                t.bytes += int(nbytes[labels].sum())
                 real = torch.arange(bucket)[None, :] < b["lengths"][:, None]
                 t.docs += int(((b["input_ids"] == eos_id) & real).sum())
         progress(f"{lang}: {t.tokens:,} tokens, bits per byte {t.bpb:.4f}")

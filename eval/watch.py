@@ -94,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     recipe = from_dict(TrainRecipe, json.loads(args.recipe.read_text()))
     recipe.resolve_paths(Path("."))
     os.nice(recipe.evaluation.nice)
+    if recipe.evaluation.idle_priority and hasattr(os, "SCHED_IDLE"):
+        # Linux's idle class: the CPU only when nothing else wants it. A nice level alone still takes
+        # a share of a core, and a training op waits for its slowest thread.
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     import torch
 
     torch.set_num_threads(recipe.evaluation.settings.threads or 1)

@@ -255,6 +255,9 @@ class AutoEvalConfig:
     to leave the cores to training."""
     nice: int = 10
     """The evaluation process's niceness (0-19): the scheduler gives training the CPU first."""
+    idle_priority: bool = True
+    """Run the evaluation process in Linux's idle scheduling class: it gets a core only when
+    training leaves one idle (so on a busy machine evaluations may wait for the end of training)."""
     max_deferred: int = 2
     """Checkpoints that ``checkpoint.keep`` would delete wait for their evaluation; when more than
     this many wait, the oldest is recorded as skipped (with the reason) and deleted."""
