@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -37,7 +38,12 @@ def main(argv: list[str] | None = None) -> int:
         Trainer(recipe, args.data, args.out).train()
     except BloomlineError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
-        return EXIT_USER_ERROR
+        sys.stdout.flush()
+        # Leave without the interpreter's teardown: with torch.distributed still up, destroying
+        # its (gloo / DeepSpeed comm) objects while their threads run can abort the process
+        # ("terminate called without an active exception", SIGABRT seen in CI), turning a user
+        # error into what looks like a crash. Nothing is left to flush or save at this point.
+        os._exit(EXIT_USER_ERROR)
     return EXIT_OK
 
 

@@ -81,6 +81,7 @@ def test_prepare_end_to_end_and_resume_after_kill(tmp_path, bad_inputs):
     out = tmp_path / "killed"
     cmd = [*BLOOMLINE, *map(str, [a if a is not None else out for a in args])]
     for marker_glob in ("chunks/c*.json", "parts/*.json"):
+        sems_before = set(Path("/dev/shm").glob("sem.mp-*"))
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
         deadline = time.time() + 300
@@ -91,6 +92,10 @@ def test_prepare_end_to_end_and_resume_after_kill(tmp_path, bad_inputs):
         assert proc.poll() is None, "the run finished before it could be killed"
         os.killpg(proc.pid, signal.SIGKILL)  # the whole job: CLI, Dask workers, Prefect server
         proc.wait()
+        # A SIGKILLed job's Python multiprocessing semaphores (Dask's) outlive it in /dev/shm: its
+        # resource tracker died with it. Only this job made them while it ran, so they go.
+        for sem in set(Path("/dev/shm").glob("sem.mp-*")) - sems_before:
+            sem.unlink(missing_ok=True)
         assert not (out / "manifest.json").exists()
     res = cli(*[a if a is not None else out for a in args])
     assert res.returncode == 0, res.stderr[-3000:]
