@@ -38,6 +38,7 @@ SCHEMAS: dict[str, str] = {
     "model": "training.config:ModelConfig",
     "train": "training.config:TrainRecipe",
     "eval": "eval.config:EvalConfig",
+    "pipeline": "flows.config:PipelineConfig",
 }
 
 

@@ -4,6 +4,8 @@ language blend, written last and atomically as ``DIR/manifest.json`` (contract 1
 
 from __future__ import annotations
 
+from bloomline.secrets import mask_tree
+
 from typing import Any
 
 import bloomline
@@ -88,7 +90,7 @@ def write_manifest(cfg: PrepareConfig, paths: Paths, plan_: dict[str, Any], chun
         "stages": steps,
         "inputs": sorted({c["path"] for c in plan_["chunks"]}),
         "seed": cfg.seed,
-        "config": to_dict(cfg),
+        "config": mask_tree(to_dict(cfg)),  # no URL password or token in a file people share
     }
     if tok.get("trained"):
         manifest["tokenizer"]["sample_weights"] = tok["sample_weights"]

@@ -73,6 +73,7 @@ def prepare(
     config: Path = typer.Option(DEFAULT_DATA_CONFIG, "--config", help="Recipe (YAML)."),
     override: List[str] = typer.Option([], "-o", "--override", help="Override a config value: -o dotted.key=value (repeatable)."),
     strict: bool = typer.Option(False, "--strict", help="Stop at the first bad record instead of booking it as an error."),
+    dask_address: str = typer.Option(None, "--dask-address", help="Run on this Dask scheduler (tcp://host:8786) instead of a local cluster; sets dask.address."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Tokenize and pack multilingual corpora into length-bucketed Arrow shards."""
@@ -83,12 +84,9 @@ def prepare(
         cfg = load_config(PrepareConfig, config, override)
         if inputs:
             cfg.sources = [SourceConfig(path=str(p.resolve())) for p in inputs]
-        if not cfg.sources:
-            raise BloomlineError("no inputs: give INPUT arguments or 'sources' in the config")
-        from data_prep.readers import discover
-
-        for s in cfg.sources:  # fail on a missing input before any server or cluster starts
-            discover(s, check=True)
+        if dask_address:
+            cfg.dask.address = dask_address
+        check_inputs(cfg)
         from flows.prepare import run_prepare
         from flows.summary import print_summary
 
@@ -105,6 +103,70 @@ def prepare(
     _run(body, debug)
 
 
+def check_inputs(cfg) -> None:
+    """Fail on a missing input before any server or cluster starts."""
+    if not cfg.sources:
+        raise BloomlineError("no inputs: give INPUT arguments or 'sources' in the config")
+    from data_prep.readers import discover
+
+    for s in cfg.sources:
+        discover(s, check=True)
+
+
+DEFAULT_PIPELINE_CONFIG = REPO / "configs" / "pipeline" / "demo.yaml"
+
+
+@app.command()
+def pipeline(
+    out: Path = typer.Option(..., "--out", help="Run folder of the whole job; rerun the same command to reuse or resume."),
+    config: Path = typer.Option(DEFAULT_PIPELINE_CONFIG, "--config", help="Pipeline recipe (YAML, configs/pipeline/)."),
+    override: List[str] = typer.Option([], "-o", "--override", help="Override a value: -o train.train.steps=60, -o data.tokenizer.vocab_size=8000 (repeatable)."),
+    dask_address: str = typer.Option(None, "--dask-address", help="Prepare the data on this Dask scheduler; sets data.dask.address."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """The main job: prepare → train (each checkpoint evaluated alongside) → dashboard → Hugging Face export."""
+    from bloomline.config import load_config, to_dict
+    from flows.config import PipelineConfig
+
+    def body() -> None:
+        cfg = load_config(PipelineConfig, config, override)
+        if dask_address:
+            cfg.data.dask.address = dask_address
+        check_inputs(cfg.data)
+        import flows.prepare
+        from flows.pipeline import pipeline as pipeline_flow
+
+        flows.prepare.PROGRESS = progress = RichProgress()
+        try:
+            res = pipeline_flow(to_dict(cfg), str(out.resolve()))
+        finally:
+            progress.stop()
+            flows.prepare.PROGRESS = None
+        print_pipeline(res)
+
+    _run(body, debug)
+
+
+def print_pipeline(res: dict) -> None:
+    from rich.table import Table
+
+    t = Table(title="stages", title_justify="left")
+    for col in ("stage", "", "why", "seconds", "folder"):
+        t.add_column(col)
+    for name, s in res["stages"].items():
+        t.add_row(name, "[cyan]reused[/]" if s["reused"] else "[green]ran[/]", s["why"], f"{s['seconds']:.1f}",
+                  s["folder"])
+    console.print(t)
+    console.print(f"[bold green]done[/]: {res['run']}")
+    console.print(f"  dashboard    {res['dashboard']}")
+    console.print(f"  TensorBoard  {res['tensorboard']}")
+    console.print(f"  checkpoints  {res['checkpoints']}")
+    if res.get("export"):
+        console.print(f"  HF export    {res['export']}")
+    console.print(f"  data         {res['data']}")
+    console.print(f"open TensorBoard: tensorboard --logdir {res['tensorboard']} --host 127.0.0.1")
+
+
 DEFAULT_TRAIN_CONFIG = REPO / "configs" / "train" / "bloom-tiny.yaml"
 
 
@@ -114,17 +176,30 @@ def train(
     out: Path = typer.Option(..., "--out", help="Run folder: metrics.jsonl, tensorboard/, checkpoints/. Rerun to resume."),
     config: Path = typer.Option(DEFAULT_TRAIN_CONFIG, "--config", help="Training recipe (YAML, configs/train/)."),
     override: List[str] = typer.Option([], "-o", "--override", help="Override a value: -o parallel.tp=2 (repeatable)."),
+    hostfile: Path = typer.Option(None, "--hostfile", help="Train on the nodes of this DeepSpeed hostfile ('host slots=N' lines); sets launch.hostfile."),
+    launcher: str = typer.Option(None, "--launcher", help="How DeepSpeed reaches the nodes: pdsh (default), openmpi, slurm, mpich, impi, mvapich."),
+    master_addr: str = typer.Option(None, "--master-addr", help="Address of the first node (rank 0's rendezvous)."),
+    master_port: int = typer.Option(None, "--master-port", help="Rendezvous port (the same on every node)."),
+    no_ssh: bool = typer.Option(False, "--no-ssh", help="Start only this node's ranks; run the same command on every node with its --node-rank."),
+    node_rank: int = typer.Option(None, "--node-rank", help="This node's index in the hostfile (with --no-ssh)."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
-    """Train a BLOOM model on prepared data (ranks started with the DeepSpeed launcher)."""
+    """Train a BLOOM model on prepared data (ranks started with the DeepSpeed launcher, on one node or several)."""
     from bloomline.config import load_config, to_dict
     from training.config import TrainRecipe
 
     def body() -> None:
-        recipe = load_config(TrainRecipe, config, override)
-        from flows.train import validate
+        flags = [f"launch.{k}={v}" for k, v in (("hostfile", hostfile and hostfile.resolve()), ("launcher", launcher),
+                                                 ("master_addr", master_addr), ("master_port", master_port),
+                                                 ("node_rank", node_rank)) if v is not None]
+        recipe = load_config(TrainRecipe, config, [*override, *flags, *(["launch.no_ssh=true"] if no_ssh else [])])
+        from flows.train import is_worker_node, run_worker_node, validate
 
         validate(recipe, data)  # before any server, launcher or rank starts
+        if is_worker_node(recipe):
+            n = run_worker_node(recipe, data.resolve(), out.resolve(), say=console.print)
+            console.print(f"[bold green]done[/]: node {recipe.launch.node_rank}'s ranks finished ({n} attempt(s))")
+            return
         from flows.train import train as train_flow
 
         res = train_flow(to_dict(recipe), str(data.resolve()), str(out.resolve()))
@@ -214,13 +289,100 @@ def dashboard(
     _run(body, debug)
 
 
+@app.command()
+def plan(
+    config: Path = typer.Option(DEFAULT_TRAIN_CONFIG, "--config", help="Training recipe (configs/train/) or pipeline recipe (configs/pipeline/)."),
+    gpu: str = typer.Option("a100-80gb", "--gpu", help="a100-80gb, h100-80gb, h200, or cpu (this machine)."),
+    nodes: int = typer.Option(None, "--nodes", help="Plan on N nodes: DP becomes N·devices-per-node/(TP·PP)."),
+    iteration_seconds: float = typer.Option(None, "--iteration-seconds", help="A measured iteration time: gives TFLOP/s per GPU."),
+    offload: bool = typer.Option(False, "--offload", help="Also plan ZeRO-Offload (optimizer states in CPU memory)."),
+    override: List[str] = typer.Option([], "-o", "--override", help="Override a recipe value: -o parallel.tp=8."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as one JSON object."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Memory per pipeline stage and GPU, FLOPs, bubble and fit of a training layout, before any run."""
+
+    def body() -> None:
+        import contextlib
+        import json
+
+        from bloomline.config import load_config, schema_for
+        from training.config import TrainRecipe
+        from training.planner import DEVICES, cpu_device, plan as make_plan
+
+        if gpu != "cpu" and gpu not in DEVICES:
+            raise BloomlineError(f"--gpu {gpu}: use one of {', '.join([*DEVICES, 'cpu'])}")
+        schema = schema_for(config) if config.is_file() else TrainRecipe
+        recipe = load_config(schema, config, override)
+        recipe = getattr(recipe, "train", recipe) if not isinstance(recipe, TrainRecipe) else recipe
+        if nodes is not None and nodes < 1:
+            raise BloomlineError("--nodes must be >= 1")
+        # The plan uses no device; DeepSpeed's notes on choosing one go to stderr, so --json stays pure.
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        with contextlib.redirect_stdout(sys.stderr):
+            res = make_plan(recipe, cpu_device() if gpu == "cpu" else DEVICES[gpu], nodes, iteration_seconds, offload)
+        if as_json:
+            print(json.dumps(res, indent=1))
+        else:
+            print_plan(res)
+        if not res["fits"]:
+            raise typer.Exit(1)
+
+    _run(body, debug)
+
+
+def print_plan(res: dict) -> None:
+    from rich.table import Table
+
+    if not res["stages"]:
+        console.print(f"[bold red]does not fit[/]: {res['reason']}")
+        return
+    lay, m = res["layout"], res["model"]
+    console.print(f"{m['params'] / 1e9:.2f} B parameters on TP {lay['tp']} × PP {lay['pp']} × DP {lay['dp']} = "
+                  f"{lay['world']} × {res['device']['name']} ({lay['nodes']} node(s) of {lay['per_node']}), ZeRO-"
+                  f"{lay['zero_stage']}, {res['precision']}, micro-batch {res['micro_batch_size']}, global batch "
+                  f"{res['global_batch_size']}, activation checkpointing {'on' if res['activation_checkpointing'] else 'off'}")
+    t = Table(title="GiB per device, by pipeline stage", title_justify="left")
+    keys = list(res["stages"][0]["parts_gib"])
+    for col in ("stage", "blocks", "params", *(k.replace("pipeline_buffers", "pp buffers") for k in keys), "total", "act. no ckpt"):
+        t.add_column(col, justify="right")
+    for st in res["stages"]:
+        t.add_row(f"{st['stage']}{' (emb)' if st['embedding'] else ''}", str(st["blocks"]), f"{st['params'] / 1e6:,.0f} M",
+                  *(f"{st['parts_gib'][k]:.2f}" for k in keys), f"[bold]{st['memory_gib']:.2f}[/]",
+                  f"{st['activations_without_checkpointing_gib']:.2f}")
+    console.print(t)
+    console.print(f"FLOPs per iteration {res['flops_per_iteration']:.4g}; pipeline bubble (p-1)/m = "
+                  f"{res['bubble']:.4f} ({res['micro_batches']} micro-batches per pipeline)")
+    if "tflops_per_gpu" in res:
+        console.print(f"at {res['iteration_seconds']:g} s per iteration: {res['tflops_per_gpu']:.2f} TFLOP/s per device"
+                      + (f" ({res['mfu']:.1%} of peak)" if "mfu" in res else ""))
+    ds = res["deepspeed_estimate"]
+    console.print(f"model states of stage {ds['stage']}, DeepSpeed's estimators vs ours: ZeRO-2 {ds['zero2_gib']:.2f} vs "
+                  f"{ds['zero2_ours_gib']:.2f} GiB, ZeRO-3 {ds['zero3_gib']:.2f} vs {ds['zero3_ours_gib']:.2f} GiB")
+    if "offload" in res:
+        o = res["offload"]
+        console.print(f"ZeRO-Offload: frees {o['gpu_freed_gib']:.2f} GiB per device; costs {o['cpu_gib_per_node']:.1f} GiB "
+                      f"of CPU memory per node and {o['pcie_gib_per_iteration_per_device']:.2f} GiB over PCIe per device "
+                      f"per iteration" + (f" ({o['pcie_seconds_per_iteration']:.2f} s)" if "pcie_seconds_per_iteration" in o else ""))
+    console.print(("[bold green]" if res["fits"] else "[bold red]") + res["reason"] + "[/]")
+
+
 def _run(body, debug: bool) -> None:
+    from bloomline.secrets import install_log_masking
+
+    install_log_masking()
+    if not debug:
+        from flows import user_errors
+
+        user_errors.install()
     try:
         body()
     except BloomlineError as e:
         if debug:
             raise
-        console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        from bloomline.secrets import mask_text
+
+        console.print(f"[bold red]error:[/] {mask_text(str(e))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     except KeyboardInterrupt:
         console.print("[bold red]interrupted[/]: rerun the same command to resume")

@@ -23,12 +23,17 @@ from prefect.cache_policies import NONE
 from bloomline.config import from_dict, to_dict
 from bloomline.errors import BloomlineError, ConfigError
 from bloomline.io import sha256_file, write_json_atomic
+from bloomline.secrets import mask_tree
 from data_prep.shards import check_model_fits, load_manifest
+from flows.progress import TrainProgress
 from training.checkpoint import RunDir, read_meta, saved_recipe
 from training.config import TrainRecipe
-from training.launch import EXIT_OK, EXIT_USER_ERROR, launch_command, run_job
+from training.launch import EXIT_OK, EXIT_USER_ERROR, hostfile_slots, launch_command, launch_env, run_job
 from training.layout import layout_of, show
 from training.schedule import schedule_change
+
+
+PROGRESS_EVERY_S = 5.0  # seconds between two progress lines while the ranks run
 
 
 def validate(recipe: TrainRecipe, data_dir: str | Path) -> dict[str, Any]:
@@ -46,11 +51,73 @@ def validate(recipe: TrainRecipe, data_dir: str | Path) -> dict[str, Any]:
     if recipe.train.precision == "fp32" and recipe.parallel.zero_stage == 0:
         raise ConfigError("parallel.zero_stage", "fp32 with zero_stage 0 cannot skip a NaN/inf batch (DeepSpeed's "
                                                  "plain optimizer path has no overflow check); use zero_stage >= 1 or bf16")
+    check_launch(recipe)
     m = load_manifest(data_dir)
     check_model_fits(m, data_dir, recipe.model.vocab_size, recipe.model.seq_len)
     if not any(s["split"] == "train" for s in m["shards"]):
         raise BloomlineError(f"{data_dir} has no training shards")
     return m
+
+
+def check_launch(recipe: TrainRecipe) -> None:
+    """A hostfile must hold exactly the recipe's tp·pp·dp ranks."""
+    launch = recipe.launch
+    if launch.hostfile is None:
+        return
+    try:
+        slots = hostfile_slots(launch.hostfile)
+    except ValueError as e:
+        raise ConfigError("launch.hostfile", str(e)) from None
+    world = recipe.parallel.world_size
+    if sum(slots.values()) != world:
+        raise ConfigError("launch.hostfile", f"{launch.hostfile} has {sum(slots.values())} slots on {len(slots)} node(s), "
+                                             f"the layout needs tp·pp·dp = {world} ranks")
+    if launch.no_ssh and launch.node_rank >= len(slots):
+        raise ConfigError("launch.node_rank", f"{launch.node_rank}, but {launch.hostfile} lists {len(slots)} node(s)")
+
+
+def job_env(recipe: TrainRecipe, logs: Path) -> dict[str, str]:
+    """The launcher's environment: CPU accelerator where there is no GPU, the recipe's NCCL settings."""
+    env = dict(os.environ)
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            env.setdefault("DS_ACCELERATOR", "cpu")
+    except ImportError:
+        pass
+    return launch_env(recipe.launch, env, logs / "launch.env")
+
+
+def is_worker_node(recipe: TrainRecipe) -> bool:
+    """A node other than the first, started on its own (launch.no_ssh): it hosts ranks, nothing else."""
+    return recipe.launch.no_ssh and recipe.launch.node_rank > 0
+
+
+def run_worker_node(r: TrainRecipe, data: str | Path, out: str | Path, say: Any = print) -> int:
+    """This node's ranks of a job whose first node runs the flow ``train``; restarted like the
+    flow restarts its own (they meet again at the same master address and port). Prefect-free:
+    the job's one flow run, its evaluations and its checkpoints belong to the first node."""
+    validate(r, data)
+    run = Path(out).resolve()
+    folder = RunDir(run)
+    run.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(folder.recipe, mask_tree(to_dict(r)))
+    node = r.launch.node_rank
+    logs = folder.logs / f"node-{node}"
+    env = job_env(r, logs)
+    attempts = r.checkpoint.max_restarts + 1
+    for attempt in range(attempts):
+        log_file = logs / f"attempt-{attempt + 1}.log"
+        say(f"node {node}: attempt {attempt + 1}/{attempts}, log {log_file}")
+        rc = run_job(launch_command(folder.recipe, data, run, r.parallel.world_size, r.launch), log_file, env)
+        if rc == EXIT_OK:
+            return attempt + 1
+        if rc == EXIT_USER_ERROR:
+            raise BloomlineError(f"training stopped: {_error_line(log_file) or f'exit status {rc}, see {log_file}'}")
+        say(f"node {node}: the job failed (exit {rc}); rejoining from the latest checkpoint")
+        time.sleep(1)
+    raise BloomlineError(f"training failed {attempts} times on node {node}; see {logs}")
 
 
 def reshard_if_needed(run: Path, recipe: TrainRecipe, data: str | Path, log_file: Path) -> str | None:
@@ -161,20 +228,13 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
     run.mkdir(parents=True, exist_ok=True)
     folder = RunDir(run)
     recipe_file = folder.recipe
-    write_json_atomic(recipe_file, to_dict(r))
-    env = dict(os.environ)
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            env.setdefault("DS_ACCELERATOR", "cpu")
-    except ImportError:
-        pass
+    write_json_atomic(recipe_file, mask_tree(to_dict(r)))
     world = r.parallel.world_size
     attempts = r.checkpoint.max_restarts + 1
     # One log folder per invocation, so an old run's last lines are never taken for this one's.
     runs = sorted(folder.logs.glob("run-*")) if folder.logs.exists() else []
     logs = folder.logs / f"run-{len(runs) + 1:03d}"
+    env = job_env(r, logs)
     notice = resume_notice(run, r)
     if notice:
         log.warning(notice)
@@ -190,8 +250,11 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
             start = folder.latest_step() or 0
             log.info("attempt %d/%d: %d ranks (tp=%d pp=%d dp=%d), from step %d", attempt + 1, attempts, world,
                      r.parallel.tp, r.parallel.pp, r.parallel.dp, start)
+            progress = TrainProgress(folder.metrics, r.train.steps, log.info, every_s=PROGRESS_EVERY_S)
             rc = task(run_job, name=f"ranks-attempt-{attempt + 1}", cache_policy=NONE, persist_result=False)(
-                launch_command(recipe_file, data, str(run), world), logs / f"attempt-{attempt + 1}.log", env)
+                launch_command(recipe_file, data, str(run), world, r.launch), logs / f"attempt-{attempt + 1}.log", env,
+                poll=progress)
+            progress()  # the last steps, if the job ended between two polls
             if rc == EXIT_OK:
                 break
             attempt_log = logs / f"attempt-{attempt + 1}.log"

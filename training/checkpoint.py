@@ -11,6 +11,8 @@ process, with no distributed setup.
 
 from __future__ import annotations
 
+from bloomline.secrets import mask_tree
+
 import contextlib
 import io
 import re
@@ -153,7 +155,7 @@ def make_meta(step: int, recipe: TrainRecipe, data_dir: str | Path, data_manifes
         "sampler": sampler,
         "tp_rules": tp_rules(list(full_shapes(recipe.model))),
         "trainer": trainer,
-        "recipe": to_dict(recipe),
+        "recipe": mask_tree(to_dict(recipe)),
     }
 
 

@@ -30,10 +30,30 @@ class Mesh:
     pp_rank: int
 
 
+# Ranks started by srun or mpirun directly (DeepSpeed's slurm / openmpi / mpich runners) have no
+# launcher setting torch's variables; each launcher names them its own way.
+LAUNCHER_RANK_ENV = (
+    ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+)
+
+
+def rank_env_from_launcher(env: Any = os.environ) -> None:
+    """Set RANK, WORLD_SIZE and LOCAL_RANK from srun's or mpirun's variables when they are unset."""
+    if "RANK" in env:
+        return
+    for rank, size, local in LAUNCHER_RANK_ENV:
+        if rank in env and size in env:
+            env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"] = env[rank], env[size], env.get(local, "0")
+            return
+
+
 def init_distributed(parallel: ParallelConfig, seed: int) -> Mesh:
     import deepspeed
     from megatron.core import parallel_state, tensor_parallel
 
+    rank_env_from_launcher()
     backend = parallel.backend
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"

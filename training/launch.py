@@ -11,7 +11,9 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any, Callable
 
 from training.shm import release_job_shm
 
@@ -28,26 +30,87 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch_command(recipe_file: str | Path, data_dir: str | Path, out: str | Path, world: int) -> list[str]:
-    """The DeepSpeed launcher starting ``world`` ranks of training/main.py on this node. Run as a
-    module of this interpreter, so it needs no ``deepspeed`` script on PATH."""
+MULTI_NODE_PORT = 29500  # torch.distributed's usual port: every node must agree on one, so no free-port pick
+
+
+def hostfile_slots(hostfile: str | Path) -> dict[str, int]:
+    """``{host: slots}`` of a DeepSpeed hostfile, parsed by DeepSpeed's own parser; ValueError
+    naming the file when it is missing, empty or malformed."""
+    from deepspeed.launcher.runner import fetch_hostfile
+
+    if not Path(hostfile).is_file():
+        raise ValueError(f"hostfile not found: {hostfile}")
+    try:
+        pool = fetch_hostfile(str(hostfile))
+    except ValueError as e:
+        raise ValueError(f"{hostfile}: {e}") from None
+    if not pool:
+        raise ValueError(f"{hostfile}: no hosts (lines of the form 'host slots=N')")
+    return dict(pool)
+
+
+def launch_command(recipe_file: str | Path, data_dir: str | Path, out: str | Path, world: int,
+                   launch: Any = None) -> list[str]:
+    """The DeepSpeed launcher starting ``world`` ranks of training/main.py: on this node, or on
+    the hostfile's nodes (``launch``: a training.config.LaunchConfig). Run as a module of this
+    interpreter, so it needs no ``deepspeed`` script on PATH."""
     main = Path(__file__).resolve().parent / "main.py"
-    return [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(world), "--master_port",
-            str(free_port()), str(main), "--recipe", str(recipe_file), "--data", str(data_dir), "--out", str(out)]
+    cmd = [sys.executable, "-m", "deepspeed.launcher.runner"]
+    if launch is None or launch.hostfile is None:
+        port = launch.master_port if launch is not None and launch.master_port else free_port()
+        cmd += ["--num_gpus", str(world), "--master_port", str(port)]
+    else:
+        cmd += ["--hostfile", str(Path(launch.hostfile).resolve()), "--launcher", launch.launcher,
+                "--master_port", str(launch.master_port or MULTI_NODE_PORT)]
+        if launch.master_addr:
+            cmd += ["--master_addr", launch.master_addr]
+        if launch.launcher_args:
+            cmd += [f"--launcher_args={launch.launcher_args}"]  # one token: its value may start with "--"
+        if launch.no_ssh:
+            cmd += ["--no_ssh", "--node_rank", str(launch.node_rank)]
+    return cmd + [str(main), "--recipe", str(recipe_file), "--data", str(data_dir), "--out", str(out)]
+
+
+def launch_env(launch: Any, env: dict[str, str], env_file: Path) -> dict[str, str]:
+    """The launcher's environment: the recipe's NCCL_* settings, and for several nodes a
+    DeepSpeed environment file (``DS_ENV_FILE``) with them and the rendezvous address, which
+    DeepSpeed's pdsh/mpirun/srun runners export to every rank on every node."""
+    env = {**env, **launch.nccl}
+    if launch.hostfile is None:
+        return env
+    lines = dict(launch.nccl)
+    if launch.master_addr:
+        lines["MASTER_ADDR"] = launch.master_addr  # srun / mpirun start ranks with no launcher to set it
+    lines["MASTER_PORT"] = str(launch.master_port or MULTI_NODE_PORT)
+    env_file.parent.mkdir(parents=True, exist_ok=True)
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+    env["DS_ENV_FILE"] = str(env_file.resolve())  # an absolute name: DeepSpeed joins it to ~ and . and gets it back
+    return env
 
 
 def run_job(cmd: list[str], log_file: Path, env: dict[str, str], timeout: float | None = None,
-            cwd: str | Path | None = None) -> int:
+            cwd: str | Path | None = None, poll: Callable[[], None] | None = None, poll_s: float = 2.0) -> int:
     """Run ``cmd`` in its own session, output appended to ``log_file``; its exit status, or
-    TIMED_OUT. However it ends (exit, timeout, our interruption), the whole process group is
-    killed — a dead rank's peers would hang in a collective — and its shared memory released."""
+    TIMED_OUT. ``poll()`` is called every ``poll_s`` seconds while it runs (progress reports).
+    However it ends (exit, timeout, our interruption), the whole process group is killed — a
+    dead rank's peers would hang in a collective — and its shared memory released."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
+    deadline = None if timeout is None else time.monotonic() + timeout
     with open(log_file, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
         try:
-            return proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return TIMED_OUT
+            while True:
+                wait = poll_s if poll else None
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return TIMED_OUT
+                    wait = left if wait is None else min(wait, left)
+                try:
+                    return proc.wait(timeout=wait)
+                except subprocess.TimeoutExpired:
+                    if poll:
+                        poll()
         finally:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)

@@ -155,10 +155,17 @@ def _project(embedding: nn.Module, x: Any) -> torch.Tensor:
     return embedding(x, project=True)
 
 
+# The layers balanced over pipeline stages: blocks and both copies of the tied embedding, as
+# BLOOM's `--pp-partition-method 'type:transformer|embedding'` (tr11-176B-ml): the first and last
+# stages, which hold the embedding and its optimizer states, get a block fewer. At 176B on 12
+# stages that is 72 units, 6 per stage. training/planner.py partitions the same way.
+PARTITION_TYPES = "^(Block|Embedding)$"
+
+
 def pipeline(model: Bloom, parallel: ParallelConfig, loss_fn: Callable, build: Callable[[str, nn.Module], nn.Module]) -> nn.Module:
     """``Bloom.layers()`` and the tied output projection as a DeepSpeed ``PipelineModule``,
-    partitioned so every stage gets the same number of blocks; ``build(name, module)``
-    materialises a layer on the stage that owns it."""
+    partitioned by PARTITION_TYPES; ``build(name, module)`` materialises a layer on the stage
+    that owns it."""
     from deepspeed.pipe import PipelineModule
     from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
 
@@ -170,7 +177,7 @@ def pipeline(model: Bloom, parallel: ParallelConfig, loss_fn: Callable, build: C
     specs.append(_existing_spec(model.embedding, lambda: build("embedding", model.embedding), tied=True,
                                 forward_fn=_project, tied_weight_attr=["word_embeddings.weight"]))
     topo = PipeModelDataParallelTopology(num_pp=parallel.pp, num_mp=parallel.tp, num_dp=parallel.dp)
-    return PipelineModule(layers=specs, topology=topo, loss_fn=loss_fn, partition_method=f"type:^{Block.__name__}$",
+    return PipelineModule(layers=specs, topology=topo, loss_fn=loss_fn, partition_method=f"type:{PARTITION_TYPES}",
                           activation_checkpoint_interval=0,  # done by apply_ac, the same at every layout
                           dynamic_shape=True)  # the bucket (sequence length) changes from step to step
 

@@ -269,3 +269,88 @@ def test_every_checkpoint_is_evaluated_while_training_runs(demo_data, tmp_path):
     assert (out / "dashboard" / "index.html").is_file()
     log = next(out.glob("logs/run-*/evaluation.log")).read_text()
     assert [int(x) for x in re.findall(r"evaluated step (\d+)", log)] == sorted(evaluated_at)
+
+
+@pytest.mark.slow
+def test_two_nodes_on_loopback_train_checkpoint_and_resume_like_one_node(demo_data, tmp_path):
+    """Two DeepSpeed launchers on this machine, --node_rank 0 and 1, 2 local ranks each, master on
+    127.0.0.1, no ssh: the 4-rank job trains, checkpoints and resumes, step for step as the same
+    4 ranks on one node."""
+    from training.launch import free_port
+
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("node0 slots=2\nnode1 slots=2\n")
+    common = ["-o", "parallel.dp=4", "-o", "checkpoint.interval=2", "-o", "optim.decay_steps=30",
+              "-o", "evaluation.enabled=false"]
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+
+    def two_nodes(out, steps):
+        port = str(free_port())
+        base = [*BLOOMLINE, "train", "--data", str(demo_data), "--out", str(out), "--hostfile", str(hostfile), "--no-ssh",
+                "--master-addr", "127.0.0.1", "--master-port", port, *common, "-o", f"train.steps={steps}"]
+        procs = [subprocess.Popen([*base, "--node-rank", str(n)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, start_new_session=True) for n in (1, 0)]
+        try:
+            outs = [p.communicate(timeout=600)[0] for p in procs]
+        finally:
+            for p in procs:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        assert [p.returncode for p in procs] == [0, 0], "\n---\n".join(o[-2500:] for o in outs)
+        return outs
+
+    two = tmp_path / "two-nodes"
+    node1, node0 = two_nodes(two, 4)
+    assert "node 1's ranks finished" in node1 and f"done: step 4/4" in node0
+    assert json.loads((two / "checkpoints" / "step_4" / "bloomline.json").read_text())["layout"]["dp"] == 4
+    node1, node0 = two_nodes(two, 6)  # resumes from step 4 on both nodes
+    assert "from step 4" in node0 and "done: step 6/6" in node0
+
+    one = tmp_path / "one-node"
+    res = cli("train", "--data", demo_data, "--out", one, *common, "-o", "train.steps=6")
+    assert res.returncode == 0, res.stderr[-3000:]
+    loss = lambda run: [(r["step"], r["loss"]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]  # noqa: E731
+    split, whole = loss(two), loss(one)
+    assert [s for s, _ in split] == [s for s, _ in whole] == [1, 2, 3, 4, 5, 6]
+    for (s, a), (_, b) in zip(split, whole):
+        assert a == pytest.approx(b, rel=1e-3), (s, a, b)
+
+
+@pytest.mark.slow
+def test_prepare_on_an_existing_dask_cluster_is_byte_identical_to_the_local_run(demo_data, tmp_path):
+    """A real cluster — `dask scheduler` and two `dask worker` processes on loopback — runs the
+    data preparation given --dask-address; the output is byte for byte the local run's."""
+    from distributed import Client
+
+    dask = str(Path(sys.executable).parent / "dask")
+    sched_file = tmp_path / "scheduler.json"
+    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                               "--scheduler-file", str(sched_file)], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)]
+    try:
+        deadline = time.time() + 120
+        while not sched_file.exists() and time.time() < deadline:
+            time.sleep(0.2)
+        procs += [subprocess.Popen([dask, "worker", "--scheduler-file", str(sched_file), "--nthreads", "1",
+                                    "--no-dashboard", "--host", "127.0.0.1"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, start_new_session=True) for _ in range(2)]
+        with Client(scheduler_file=str(sched_file), timeout=60) as client:
+            client.wait_for_workers(2, timeout=120)
+            address = client.scheduler.address
+            assert address.startswith("tcp://127.0.0.1:")
+            out = tmp_path / "out"
+            res = cli("prepare", "--out", out, "--dask-address", address)
+            assert res.returncode == 0, res.stderr[-3000:]
+            assert tree_bytes(out) == tree_bytes(demo_data)
+            # the chunks were processed by the cluster's workers, not a local cluster
+            prefixes = client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.task_prefixes))
+            assert any("process_chunk" in p for p in prefixes), prefixes
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()

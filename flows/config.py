@@ -1,0 +1,76 @@
+"""The main job's recipe (configs/pipeline/): which data, training and export recipes it chains.
+
+A pipeline recipe names a data recipe and a training recipe and may change any of their values
+in place, so one file says what the whole job does::
+
+    data:
+      recipe: ../data/demo.yaml     # configs/data/, relative to this file
+      dask: {n_workers: 2}          # any PrepareConfig value, over the recipe's
+    train:
+      recipe: ../train/bloom-tiny.yaml
+      parallel: {dp: 2}
+
+``-o train.parallel.dp=2`` on the command line reaches the same value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bloomline.config import check, load_config, to_dict
+from data_prep.config import PrepareConfig
+from training.config import TrainRecipe
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class ExportStageConfig:
+    enabled: bool = True
+    """Export the final checkpoint as a Hugging Face BloomForCausalLM (RUN_DIR/hf)."""
+    dtype: str = "fp32"
+    """fp32 or bf16 weights in the export."""
+
+    def validate(self) -> None:
+        check(self.dtype in ("fp32", "bf16"), "dtype", f"'{self.dtype}': use fp32 or bf16")
+
+
+@dataclass
+class PipelineConfig:
+    data: PrepareConfig = field(default_factory=PrepareConfig)
+    """Data preparation: ``recipe:`` (a file in configs/data/) and values over it."""
+    train: TrainRecipe = field(default_factory=TrainRecipe)
+    """Training, with the evaluation of every checkpoint: ``recipe:`` (configs/train/) and values over it."""
+    export: ExportStageConfig = field(default_factory=ExportStageConfig)
+    """The Hugging Face export of the final checkpoint."""
+
+    @classmethod
+    def expand_raw(cls, raw: dict[str, Any], base: Path) -> dict[str, Any]:
+        """Replace each section's ``recipe: FILE`` by that recipe, loaded (its paths resolved
+        against its own folder), with the section's other keys laid over it."""
+        raw = dict(raw)
+        for key, schema in (("data", PrepareConfig), ("train", TrainRecipe)):
+            section = raw.get(key) or {}
+            if not isinstance(section, dict):
+                continue  # from_dict names the key and the expected type
+            section = dict(section)
+            recipe = section.pop("recipe", None)
+            if recipe is not None:
+                path = Path(recipe) if Path(recipe).is_absolute() else base / recipe
+                loaded = to_dict(load_config(schema, path))
+                section = _merge(loaded, section)
+            raw[key] = section
+        return raw
+
+    def resolve_paths(self, base: Path) -> None:
+        self.data.resolve_paths(base)
+        self.train.resolve_paths(base)
+
+
+def _merge(under: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(under)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out

@@ -1,0 +1,205 @@
+"""The Prefect flow ``pipeline``, the main job: prepare → train (every checkpoint evaluated while
+training runs) → evaluation of what is left → dashboard → Hugging Face export of the final checkpoint.
+
+Each stage runs as its own flow (``prepare``, ``train``, ``evaluate``) or task, nested in this one,
+so the Prefect UI shows one timeline. A stage is skipped when a complete output for its key
+exists (flows/stages.py): a rerun reuses what is done, says which stages it reused and why the
+others run, and after a failure starts again at the stage that failed (which itself resumes: the
+data preparation from its finished chunks, training from its latest checkpoint).
+
+RUN_DIR layout::
+
+    pipeline.json                 what the last run did: each stage's key, folder, reused or why it ran
+    prepare/<key>/                prepared data (contract 1: manifest.json, shards/, tokenizer/)
+    train/<key>/                  the training run (contract 2: checkpoints/, metrics.jsonl, tensorboard/)
+        eval/                     its evaluations (contract 3), dashboard/index.html
+    export/<key>/                 the final checkpoint as a Hugging Face BloomForCausalLM
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NONE
+
+from bloomline.config import from_dict, to_dict
+from bloomline.errors import BloomlineError
+from bloomline.io import read_json, sha256_file, write_json_atomic
+from bloomline.secrets import mask_tree
+from flows.config import PipelineConfig
+from flows.stages import MARKER, StageKey, code_digest, completed, content_digest, mark_complete, why_rerun
+
+RECORD = "pipeline.json"
+
+
+class StageError(BloomlineError):
+    """A stage failed; the message leads with the stage's name and its own error."""
+
+    def __init__(self, stage: str, error: BaseException):
+        self.stage = stage
+        super().__init__(f"stage '{stage}' failed: {error}")
+
+
+def prepare_key(cfg: Any) -> StageKey:
+    """Data: the config (less where the work runs) and the bytes of every input file."""
+    c = to_dict(cfg)
+    c.pop("dask", None)
+    c.pop("keep_work", None)
+    sources = c.pop("sources", [])
+    inputs, _, _ = content_digest([s["path"] for s in sources])
+    # a source's path names no content; its reading options do
+    c["sources"] = [{k: v for k, v in s.items() if k != "path"} for s in sources]
+    return StageKey("prepare", {"inputs": inputs, "code": code_digest("prepare")}, c)
+
+
+def train_key(recipe: Any, data_dir: Path) -> StageKey:
+    """Training: the recipe (less the evaluation, its own stage, and where the ranks run) and the
+    prepared data's manifest, which holds every shard's sha256: a content hash of the whole dataset."""
+    c = to_dict(recipe)
+    c.pop("evaluation", None)
+    c.pop("launch", None)
+    return StageKey("train", {"data": sha256_file(data_dir / "manifest.json"), "code": code_digest("train")}, c)
+
+
+def evaluate_key(recipe: Any, train: StageKey) -> StageKey:
+    return StageKey("evaluate", {"train": train.key, "code": code_digest("evaluate")}, to_dict(recipe.evaluation.settings))
+
+
+def export_key(cfg: Any, ckpt: Path) -> StageKey:
+    return StageKey("export", {"checkpoint": sha256_file(ckpt / "bloomline.json"), "code": code_digest("export")},
+                    to_dict(cfg.export))
+
+
+class Stages:
+    """Runs or reuses each stage and keeps the record (``RUN_DIR/pipeline.json``)."""
+
+    def __init__(self, run: Path, log: Any):
+        self.run, self.log = run, log
+        previous = read_json(run / RECORD) if (run / RECORD).is_file() else {}
+        self.previous: dict[str, Any] = previous.get("stages", {})
+        self.record: dict[str, Any] = {}
+
+    def run_stage(self, key: StageKey, folder: Path, body: Callable[[], dict[str, Any]],
+                  intact: Callable[[dict[str, Any]], str | None] = lambda outputs: None) -> tuple[dict[str, Any], bool]:
+        """(outputs, reused): ``body()`` runs unless ``folder`` holds a complete output for ``key``
+        that ``intact(outputs)`` finds whole (it returns what is wrong, or None); ``body`` returns
+        the outputs to record, or raises. Its errors are re-raised as StageError."""
+        name = key.stage
+        done = completed(folder, key)
+        damage = intact(done["outputs"]) if done is not None else None
+        t0 = time.monotonic()
+        if done is not None and damage is None:
+            why = f"same config, inputs and code as the run that made it ({done.get('finished', '?')})"
+            self.log.info("%s: reused %s — %s", name, folder, why)
+            outputs, reused = done["outputs"], True
+        else:
+            why = (f"its output changed since it was made: {damage}" if damage
+                   else why_rerun(key, self.previous.get(name)))
+            self.log.info("%s: running (%s) → %s", name, why, folder)
+            try:
+                outputs = body()
+            except StageError:
+                raise
+            except BloomlineError as e:
+                raise StageError(name, e) from None
+            mark_complete(folder, key, outputs)
+            reused = False
+        self.record[name] = {"key": key.key, "folder": str(folder), "reused": reused, "why": why, "parts": key.parts,
+                             "config": mask_tree(key.config), "outputs": outputs, "seconds": round(time.monotonic() - t0, 1)}
+        write_json_atomic(self.run / RECORD, {"stages": {**self.previous, **self.record}})
+        return outputs, reused
+
+
+@flow(name="pipeline", persist_result=False)
+def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
+    """The main job (see the module docstring); returns the record of every stage and where the outputs are."""
+    from data_prep.shards import load_manifest
+    from eval.dashboard import build
+    from eval.export import export
+    from eval.results import evaluated_steps, skipped_steps
+    from flows.evaluate import evaluate_flow
+    from flows.prepare import prepare
+    from flows.train import train, validate
+    from training.checkpoint import RunDir
+
+    log = get_run_logger()
+    cfg = from_dict(PipelineConfig, config)
+    run = Path(out).resolve()
+    run.mkdir(parents=True, exist_ok=True)
+    stages = Stages(run, log)
+
+    # 1. data
+    pk = prepare_key(cfg.data)
+    data_dir = pk.folder(run)
+
+    def do_prepare() -> dict[str, Any]:
+        m = prepare(to_dict(cfg.data), str(data_dir))
+        return {"data": str(data_dir), "manifest_sha256": sha256_file(data_dir / "manifest.json"),
+                "languages": len(m.get("languages", {})), "train_tokens": m.get("totals", {}).get("train_tokens")}
+
+    def data_intact(outputs: dict[str, Any]) -> str | None:
+        manifest = data_dir / "manifest.json"
+        if not manifest.is_file() or sha256_file(manifest) != outputs["manifest_sha256"]:
+            return f"{manifest} is missing or was rewritten"
+        return None
+
+    stages.run_stage(pk, data_dir, do_prepare, data_intact)
+    load_manifest(data_dir)  # a reused folder is still checked against contract 1
+
+    # 2. training, each checkpoint evaluated alongside by the train flow's watcher
+    recipe = cfg.train
+    tk = train_key(recipe, data_dir)
+    train_dir = tk.folder(run)
+
+    def do_train() -> dict[str, Any]:
+        validate(recipe, data_dir)
+        res = train(to_dict(recipe), str(data_dir), str(train_dir))
+        if res["stopped_by_kill_switch"]:
+            raise BloomlineError(f"stopped by the kill switch at step {res['step']}/{res['steps']}: remove "
+                                 f"{train_dir / 'STOP'} and rerun to continue")
+        return {"run": str(train_dir), "step": res["step"], "loss": res["last"].get("loss"), "attempts": res["attempts"]}
+
+    folder = RunDir(train_dir)
+
+    def train_intact(outputs: dict[str, Any]) -> str | None:
+        step = folder.latest_step()
+        return None if step == outputs["step"] else f"its latest checkpoint is step {step}, not {outputs['step']}"
+
+    stages.run_stage(tk, train_dir, do_train, train_intact)
+
+    # 3. evaluation of every kept checkpoint not evaluated yet (all of them when its settings changed)
+    ek = evaluate_key(recipe, tk)
+    eval_dir = train_dir / "eval"
+
+    def do_evaluate() -> dict[str, Any]:
+        settings = to_dict(recipe.evaluation.settings)
+        fresh = (eval_dir / MARKER).exists()  # an evaluation with other settings or of another run: redo all
+        todo = [s for s in folder.complete_steps() if fresh or s not in evaluated_steps(train_dir)]
+        for step in todo:
+            evaluate_flow(str(folder.step_dir(step)), str(data_dir), settings, str(train_dir))
+        return {"evaluated": evaluated_steps(train_dir), "skipped": {str(k): v for k, v in skipped_steps(train_dir).items()},
+                "evaluated_now": todo}
+
+    stages.run_stage(ek, eval_dir, do_evaluate)
+    dashboard = task(build, name="dashboard", cache_policy=NONE, persist_result=False)(train_dir)
+
+    # 4. the final checkpoint as a Hugging Face model
+    result: dict[str, Any] = {"run": str(run), "data": str(data_dir), "train": str(train_dir), "dashboard": str(dashboard),
+                              "tensorboard": str(folder.tensorboard), "checkpoints": str(folder.checkpoints)}
+    if cfg.export.enabled:
+        final = folder.latest_dir()
+        if final is None:
+            raise StageError("export", BloomlineError(f"{train_dir} has no checkpoint to export"))
+        xk = export_key(cfg, final)
+        export_dir = xk.folder(run)
+        stages.run_stage(xk, export_dir, lambda: {
+            "export": str(task(export, name="export-hf", cache_policy=NONE, persist_result=False)(
+                final, export_dir, data_dir, cfg.export.dtype)), "step": read_json(final / "bloomline.json")["step"]},
+            lambda outputs: None if (export_dir / "model.safetensors").is_file() else "model.safetensors is missing")
+        result["export"] = str(export_dir)
+    result["stages"] = stages.record
+    write_json_atomic(run / RECORD, {"stages": {**stages.previous, **stages.record}, "outputs": result})
+    return result

@@ -1,0 +1,99 @@
+"""Training progress while the ranks run: step/steps, loss, tokens/s and ETA, in the terminal (the
+flow's log) and as a Prefect progress artifact.
+
+The ranks already append one JSON line per step to ``RUN_DIR/metrics.jsonl`` (training/trainer.py);
+the flow reads what is new every few seconds while it waits on the job (``run_job``'s ``poll``),
+so the report costs the ranks nothing and needs no channel of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable
+
+# Steps of the ETA's moving window: long enough to smooth the dynamic batches' varying
+# bucket sizes, short enough to follow a change of speed (a resumed run, a busy machine).
+ETA_WINDOW = 20
+
+
+class TrainProgress:
+    """Tails ``metrics.jsonl`` from a byte offset and reports at most every ``every_s`` seconds
+    (and at the last step). Reporting never fails the run: a report that cannot be made is dropped."""
+
+    def __init__(self, metrics: Path, steps: int, log: Callable[[str], None], every_s: float = 10.0,
+                 artifact_key: str | None = "train-progress"):
+        self.metrics, self.steps, self.log, self.every_s = Path(metrics), steps, log, every_s
+        self.offset = self.metrics.stat().st_size if self.metrics.exists() else 0  # this attempt's lines only
+        self.recent: list[dict[str, Any]] = []
+        self.last_report = 0.0
+        self.reported_step = -1
+        self.artifact_key = artifact_key
+        self.artifact_id: Any = None
+
+    def read_new(self) -> list[dict[str, Any]]:
+        if not self.metrics.exists():
+            return []
+        with open(self.metrics, "rb") as f:
+            f.seek(self.offset)
+            blob = f.read()
+        end = blob.rfind(b"\n") + 1  # a line being written is read next time
+        self.offset += end
+        out = []
+        for line in blob[:end].splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+    def eta_seconds(self) -> float | None:
+        """Seconds left at the recent pace: mean wall time per step over the window."""
+        if len(self.recent) < 2:
+            return None
+        a, b = self.recent[0], self.recent[-1]
+        if "time" not in a or "time" not in b or b["step"] <= a["step"]:
+            return None
+        per_step = (b["time"] - a["time"]) / (b["step"] - a["step"])
+        return max(self.steps - b["step"], 0) * per_step
+
+    def line(self) -> str:
+        r = self.recent[-1]
+        loss = "-" if r.get("loss") is None else f"{r['loss']:.4f}"
+        tps = [x["tokens_per_s"] for x in self.recent[-5:] if x.get("tokens_per_s")]
+        rate = f"{sum(tps) / len(tps):,.0f} tokens/s" if tps else "- tokens/s"
+        eta = self.eta_seconds()
+        eta_s = "-" if eta is None else str(timedelta(seconds=round(eta)))
+        return f"step {r['step']}/{self.steps} ({100 * r['step'] / self.steps:.0f}%) | loss {loss} | {rate} | ETA {eta_s}"
+
+    def __call__(self) -> None:
+        try:
+            new = self.read_new()
+            if not new:
+                return
+            self.recent = (self.recent + new)[-ETA_WINDOW:]
+            step = self.recent[-1]["step"]
+            now = time.monotonic()
+            if step == self.reported_step or (now - self.last_report < self.every_s and step < self.steps):
+                return
+            self.last_report, self.reported_step = now, step
+            text = self.line()
+            self.log(text)
+            self._artifact(100.0 * step / self.steps, text)
+        except Exception:  # noqa: BLE001 - a progress report must never stop training
+            return
+
+    def _artifact(self, percent: float, text: str) -> None:
+        if self.artifact_key is None:
+            return
+        try:
+            from prefect.artifacts import create_progress_artifact, update_progress_artifact
+
+            if self.artifact_id is None:
+                self.artifact_id = create_progress_artifact(progress=percent, key=self.artifact_key, description=text)
+            else:
+                update_progress_artifact(self.artifact_id, progress=percent, description=text)
+        except Exception:  # noqa: BLE001 - no Prefect run context (a plain call), or the server is gone
+            self.artifact_key = None

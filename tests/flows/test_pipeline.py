@@ -1,0 +1,116 @@
+"""The main job, `bloomline pipeline`, end to end on the bundled sample corpus: every stage,
+reuse on a rerun, a failed stage's own error, a rerun after one changed training value; and
+the stage keys, which hash contents, not paths."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BLOOMLINE = [sys.executable, "-m", "flows.cli"]
+
+
+SECRET = "hf_bloomline_not_a_real_token_4242"
+
+
+def pipeline(out, *overrides, timeout=900):
+    # a token in the environment, as on a real machine: it must not reach any log, artifact or file
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "HF_TOKEN": SECRET}
+    args = [a for o in overrides for a in ("-o", o)]
+    return subprocess.run([*BLOOMLINE, "pipeline", "--out", str(out), *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env=env)
+
+
+def record(out):
+    return json.loads((out / "pipeline.json").read_text())
+
+
+@pytest.mark.slow
+def test_demo_pipeline_end_to_end_reuse_failure_and_rerun(tmp_path):
+    out = tmp_path / "run"
+    # 1. the README's first command: every stage runs
+    res = pipeline(out)
+    assert res.returncode == 0, res.stderr[-4000:]
+    rec = record(out)
+    stages = rec["stages"]
+    assert set(stages) == {"prepare", "train", "evaluate", "export"}
+    assert not any(s["reused"] for s in stages.values()) and stages["train"]["why"] == "first run"
+    o = rec["outputs"]
+    assert Path(o["dashboard"]).is_file() and Path(o["tensorboard"]).is_dir()
+    assert (Path(o["checkpoints"]) / "latest").exists()
+    # training showed its progress while it ran: step/steps, loss, tokens/s, ETA
+    assert any(l for l in res.stderr.splitlines() if "step " in l and "/30" in l and "tokens/s" in l and "ETA" in l), \
+        res.stderr[-3000:]
+    # every kept checkpoint evaluated, per language
+    evaluated = stages["evaluate"]["outputs"]["evaluated"]
+    assert evaluated and evaluated[-1] == 30
+    # the export loads in transformers, offline
+    from transformers import AutoConfig
+
+    assert AutoConfig.from_pretrained(o["export"], local_files_only=True).model_type == "bloom"
+    assert f"tensorboard --logdir {o['tensorboard']}" in res.stderr and o["dashboard"] in res.stderr
+    first_train = stages["train"]["folder"]
+    assert SECRET not in res.stdout + res.stderr
+    leaked = [p for p in out.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert not leaked, leaked
+
+    # 2. the same command again: everything reused, nothing recomputed
+    res = pipeline(out)
+    assert res.returncode == 0, res.stderr[-3000:]
+    stages = record(out)["stages"]
+    assert all(s["reused"] for s in stages.values()), {k: s["why"] for k, s in stages.items()}
+    assert "reused" in res.stderr
+
+    # 3. a stage that fails stops the flow with its own error, on one line, no traceback
+    res = pipeline(out, "train.model.vocab_size=5000")
+    assert res.returncode == 2
+    errors = [l for l in res.stderr.splitlines() if l.startswith("error:")]
+    assert len(errors) == 1 and "stage 'train' failed" in errors[0] and "4000-piece tokenizer" in errors[0], res.stderr[-3000:]
+    assert "Traceback" not in res.stderr, res.stderr[-3000:]
+
+    # 4. one training value changed: data reused, training, evaluation and export rerun; the old run is kept
+    res = pipeline(out, "train.optim.lr=0.002")
+    assert res.returncode == 0, res.stderr[-3000:]
+    stages = record(out)["stages"]
+    assert stages["prepare"]["reused"] and not stages["train"]["reused"]
+    assert not stages["evaluate"]["reused"] and not stages["export"]["reused"]
+    assert "optim.lr: 0.001 → 0.002" in stages["train"]["why"]
+    assert stages["train"]["folder"] != first_train and (Path(first_train) / "checkpoints" / "latest").exists()
+
+
+def test_stage_keys_hash_contents_not_paths(tmp_path):
+    from bloomline.config import load_config
+    from flows.config import PipelineConfig
+    from flows.pipeline import prepare_key
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(REPO / "data_prep/sample_corpus", corpus)
+    cfg = load_config(PipelineConfig, REPO / "configs/pipeline/demo.yaml", [f"data.sources=[{{path: {corpus}}}]"])
+    key = prepare_key(cfg.data)
+    # the same files elsewhere: the same key
+    moved = tmp_path / "moved"
+    shutil.copytree(corpus, moved)
+    cfg_moved = load_config(PipelineConfig, REPO / "configs/pipeline/demo.yaml", [f"data.sources=[{{path: {moved}}}]"])
+    assert prepare_key(cfg_moved.data).key == key.key
+    # one byte edited in place, same name, same size, same mtime: another key
+    victim = sorted(corpus.rglob("*.jsonl"))[0]
+    st = victim.stat()
+    blob = bytearray(victim.read_bytes())
+    i = blob.index(b"a")
+    blob[i:i + 1] = b"b"
+    victim.write_bytes(bytes(blob))
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert prepare_key(cfg.data).key != key.key
+    # a data value changed: another key, and the reason names it; where the work runs is not part of it
+    other = load_config(PipelineConfig, REPO / "configs/pipeline/demo.yaml",
+                        [f"data.sources=[{{path: {moved}}}]", "data.tokenizer.vocab_size=3000", "data.dask.n_workers=1"])
+    from flows.stages import why_rerun
+
+    k2 = prepare_key(other.data)
+    assert k2.key != key.key
+    assert why_rerun(k2, {"parts": key.parts, "config": key.config}) == "config changed (tokenizer.vocab_size: 4000 → 3000)"
