@@ -367,6 +367,42 @@ def print_plan(res: dict) -> None:
     console.print(("[bold green]" if res["fits"] else "[bold red]") + res["reason"] + "[/]")
 
 
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", "--host", help="Where the started Prefect server listens (loopback by default)."),
+    port: int = typer.Option(4200, "--port", help="Its port."),
+    api_url: str = typer.Option(None, "--api-url", help="Use this running Prefect server (http://host:4200/api) instead of starting one."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Start (or use) a Prefect server and serve pipeline, prepare, train and evaluate as deployments."""
+
+    def body() -> None:
+        from flows.serve import DEPLOYMENT, LOOPBACK, serve_deployments, start_server, stop, wait_healthy
+
+        server = None
+        url = api_url
+        if url is None:
+            if host not in LOOPBACK:
+                console.print(f"[yellow]warning[/]: the Prefect server listens on {host}, reachable beyond this machine; "
+                              f"it has no authentication unless PREFECT_SERVER_API_AUTH_STRING is set")
+            home = Path(os.environ.get("PREFECT_HOME", Path.home() / ".prefect"))
+            server = start_server(host, port, home / "bloomline-server.log")
+            url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/api"
+        try:
+            wait_healthy(url)
+            os.environ["PREFECT_API_URL"] = url
+            ui = url.removesuffix("/api")
+            console.print(f"Prefect server {ui} (UI); deployments: " +
+                          ", ".join(f"{f}/{DEPLOYMENT}" for f in ("pipeline", "prepare", "train", "evaluate")))
+            console.print(f"run one: PREFECT_API_URL={url} prefect deployment run 'pipeline/{DEPLOYMENT}' -p out=/path/to/run")
+            serve_deployments()
+        finally:
+            if server is not None:
+                stop(server)
+
+    _run(body, debug)
+
+
 def _run(body, debug: bool) -> None:
     from bloomline.secrets import install_log_masking
 

@@ -348,9 +348,14 @@ def test_prepare_on_an_existing_dask_cluster_is_byte_identical_to_the_local_run(
             prefixes = client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.task_prefixes))
             assert any("process_chunk" in p for p in prefixes), prefixes
     finally:
-        for p in procs:
+        for p in procs:  # SIGTERM first: Dask's processes then release their semaphores in /dev/shm
             try:
-                os.killpg(p.pid, signal.SIGKILL)
+                os.killpg(p.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-            p.wait()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
