@@ -27,3 +27,11 @@ def test_readme_test_command_is_what_ci_runs():
     test_cmd = [l for l in readme.splitlines() if "pytest" in l and l.startswith("python3 -m venv")]
     assert len(test_cmd) == 1
     assert test_cmd[0] in ci.splitlines()
+
+
+def test_readme_first_command_runs_the_main_job():
+    """The README's first run command, after the install, is `bloomline pipeline` (tested end to
+    end in tests/flows/test_pipeline.py)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    first = next(l for l in readme.splitlines() if l.startswith("python3 -m venv"))
+    assert first.endswith("pip install -e . && bloomline pipeline --out out/demo")

@@ -9,9 +9,10 @@ Every figure is a formula over the recipe; the sources:
   embedding sits on the first *and* the last stage, with its gradients and optimizer states.
 * **Model states** (bytes per parameter; Rajbhandari et al. 2020, ZeRO, §3 with K = 12 for
   Adam's fp32 master weights, momentum and variance), P parameters on this GPU, D = DP:
-    - bf16 with ZeRO-1: DeepSpeed's BF16_Optimizer (what BLOOM ran, and what DeepSpeed picks for
-      bf16 + ZeRO-1): bf16 weights 2 + bf16 gradients 2 + fp32 gradient accumulation 4, then the
-      12 optimizer bytes partitioned: 8 + 12/D;
+    - bf16 with ZeRO-1: DeepSpeed's BF16_Optimizer, what DeepSpeed picks for bf16 + ZeRO-1 today
+      and what BLOOM ran (its DeepSpeed config said stage 0: "bf16 must use z0! it implements its
+      own zero stage 1 equivalent"): bf16 weights 2 + bf16 gradients 2 + fp32 gradient
+      accumulation 4, then the 12 optimizer bytes partitioned: 8 + 12/D;
     - ZeRO-0: 16 (weights 2, gradients 2, optimizer 12, nothing partitioned);
     - ZeRO-2: 2 + (2 + 4 + 12)/D, as DeepSpeed's ``estimate_zero2_model_states_mem_needs`` counts;
     - ZeRO-3: (2 + 2 + 4 + 12)/D plus the largest layer gathered (4 bytes per parameter of it);
@@ -47,10 +48,13 @@ from typing import Any, Optional
 GIB = 1024 ** 3
 
 # CUDA context (~0.5 GiB), NCCL's communicators and buffers for the TP, PP and DP groups, and
-# the PyTorch caching allocator's reserved-but-free memory. Calibrated on BLOOM-176B: nvidia-smi
-# showed about 59 GB at MBS 2 and 73 GB at MBS 4 on the first node (tr11-176B-ml chronicles);
-# the modelled terms give 49.2 and 58.9 GiB there, and 5 GiB of overhead brings both within
-# the ±25% the check allows (-8% and -13%), without fitting the activation terms to them.
+# the PyTorch caching allocator's reserved-but-free memory: one constant, calibrated on
+# BLOOM-176B. nvidia-smi showed about 59 GB at MBS 2 and 73 GB at MBS 4 on the first node
+# (tr11-176B-ml chronicles); the modelled terms give 45.1 and 54.9 GiB for stage 0 there, and
+# 5 GiB brings them to 50.1 and 59.9 GiB (-15% and -18%, read as GiB; -9% and -12% if nvidia-smi's
+# figures were GB), inside the ±25% asked, without fitting any activation term to them. That the
+# gap grows with the micro-batch says activations carry more than Korthikanti's count
+# (allocator slack on the recomputed layer's temporaries); the plan errs on the low side there.
 OVERHEAD_GIB = 5.0
 
 
