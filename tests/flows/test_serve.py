@@ -3,10 +3,8 @@ started through Prefect's client API completes, and its state and artifacts read
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -66,13 +64,7 @@ asyncio.run(main())
         assert "prepare-summary" in got["artifacts"]
         assert (out / "manifest.json").is_file()
     finally:
+        from flows.serve import stop
+
         for p in procs[::-1]:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-                p.wait(timeout=20)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait()
+            stop(p)
