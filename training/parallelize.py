@@ -31,7 +31,7 @@ from torch import nn
 from training.config import ParallelConfig
 from training.distributed import DeepSpeedMPU, tp_rank_and_size
 from training.layout import EMBEDDING, TIED_KEY, layout_of, tp_dim, tp_slice
-from training.model import Block, Bloom, full_shapes, initial_value
+from training.model import Bloom, full_shapes, initial_value
 
 
 def megatron_config(parallel: ParallelConfig, dtype: torch.dtype) -> Any:

@@ -303,7 +303,7 @@ def test_two_nodes_on_loopback_train_checkpoint_and_resume_like_one_node(demo_da
 
     two = tmp_path / "two-nodes"
     node1, node0 = two_nodes(two, 4)
-    assert "node 1's ranks finished" in node1 and f"done: step 4/4" in node0
+    assert "node 1's ranks finished" in node1 and "done: step 4/4" in node0
     assert json.loads((two / "checkpoints" / "step_4" / "bloomline.json").read_text())["layout"]["dp"] == 4
     node1, node0 = two_nodes(two, 6)  # resumes from step 4 on both nodes
     assert "from step 4" in node0 and "done: step 6/6" in node0
