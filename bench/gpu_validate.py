@@ -140,6 +140,9 @@ def main() -> None:
     # run folders (checkpoints included) outside OUT: only small files go back from the device
     work = Path(tempfile.mkdtemp(prefix="bloomline-gpu-"))
     runs = [("bf16_ckpt", ["train.precision=bf16", "train.activation_checkpointing=true"]),
+            # FlexAttention (block-sparse over documents) has no CPU backward: GPU only
+            *([("bf16_ckpt_flex", ["train.precision=bf16", "train.activation_checkpointing=true",
+                                   "model.attention=flex"])] if cuda else []),
             ("bf16_nockpt", ["train.precision=bf16", "train.activation_checkpointing=false"]),
             ("fp16_dynamic_scale", ["train.precision=fp16", "train.activation_checkpointing=false",
                                     *([] if cuda else ["train.cpu_fp16=true"])])]

@@ -48,6 +48,12 @@ def validate(recipe: TrainRecipe, data_dir: str | Path) -> dict[str, Any]:
             raise ConfigError("train.precision", "fp16 needs GPUs: DeepSpeed's CPU accelerator has no fp16 support on "
                                                  "this CPU; use bf16 (BLOOM's choice) or fp32 here, or "
                                                  "-o train.cpu_fp16=true to run fp16 slowly with torch's reference kernels")
+    if recipe.model.attention == "flex":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("model.attention", f"flex cannot train on CPU: FlexAttention has no CPU backward in torch "
+                                                 f"{torch.__version__}; use sdpa here (flex serves evaluation on CPU)")
     if recipe.train.precision == "fp32" and recipe.parallel.zero_stage == 0:
         raise ConfigError("parallel.zero_stage", "fp32 with zero_stage 0 cannot skip a NaN/inf batch (DeepSpeed's "
                                                  "plain optimizer path has no overflow check); use zero_stage >= 1 or bf16")

@@ -35,6 +35,10 @@ class ModelConfig:
     """LayerNorm epsilon."""
     init_std: float = 0.0048
     """Std of the normal weight init (BLOOM-176B: 0.0048, ≈ sqrt(1/(3·hidden)) for hidden 14336)."""
+    attention: Literal["sdpa", "flex"] = "sdpa"
+    """Attention kernel: ``sdpa`` (dense ALiBi + document bias, the reference; trains everywhere) or
+    ``flex`` (FlexAttention, block-sparse over documents, training/attention.py; no CPU backward in
+    torch 2.13, so CPU training needs sdpa). The same function either way."""
     make_vocab_divisible_by: int = 128
     """Without pad_vocab_to, the embedding is padded to a multiple of this × TP (Megatron's rule)."""
     pad_vocab_to: Optional[int] = None

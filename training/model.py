@@ -178,6 +178,7 @@ class Attention(nn.Module):
         self.head_dim = cfg.head_dim
         self.total_heads = cfg.num_heads
         self.first_head = 0
+        self.kernel = cfg.attention
         self.qkv = nn.Linear(h, 3 * h)  # output rows: [heads, 3 (q, k, v), head_dim]
         self.dense = nn.Linear(h, h)
 
@@ -191,8 +192,13 @@ class Attention(nn.Module):
         qkv = self.qkv(x).view(B, T, self.num_heads, 3, self.head_dim)
         q, k, v = (qkv[..., i, :].transpose(1, 2) for i in range(3))  # each [B, heads, T, head_dim]
         slopes = alibi_slopes(self.total_heads)[self.first_head:self.first_head + self.num_heads].to(x.device)
-        bias = attention_bias(segment_ids, slopes, q.dtype)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # scale 1/sqrt(head_dim)
+        if self.kernel == "flex":
+            from training.attention import flex_document_attention
+
+            out = flex_document_attention(q, k, v, segment_ids, slopes)
+        else:
+            bias = attention_bias(segment_ids, slopes, q.dtype)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # scale 1/sqrt(head_dim)
         return self.dense(out.transpose(1, 2).reshape(B, T, -1))
 
 
