@@ -12,7 +12,8 @@ PLAT=(--only-binary=:all: --python-version 3.12 --implementation cp --platform m
 pip wheel -q --no-deps --no-build-isolation -w .gpu/whl "deepspeed==$(python -c 'import importlib.metadata as m; print(m.version("deepspeed"))')"
 pip download -q --no-deps "${PLAT[@]}" -d .gpu/whl \
     "megatron-core==$(python -c 'import importlib.metadata as m; print(m.version("megatron-core"))')" \
-    "pydantic==$(python -c 'import pydantic; print(pydantic.VERSION)')" hjson annotated-types typing-inspection
+    "pydantic==$(python -c 'import pydantic; print(pydantic.VERSION)')" hjson annotated-types typing-inspection \
+    pytest pluggy iniconfig packaging pygments  # run.sh runs the attention tests there too
 # pydantic pins its core exactly
 CORE=$(unzip -p .gpu/whl/pydantic-*.whl '*/METADATA' | sed -n 's/^Requires-Dist: pydantic-core==\([0-9.]*\).*/\1/p')
 pip download -q --no-deps "${PLAT[@]}" -d .gpu/whl "pydantic-core==$CORE"
