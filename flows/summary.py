@@ -1,4 +1,5 @@
-"""The per-language summary shown at the end of ``prepare`` (terminal table and Prefect artifact)."""
+"""What the commands print at the end: the per-language summary of ``prepare`` (terminal table and
+Prefect artifact), the stage table of ``pipeline``, and the plan of ``plan``."""
 
 from __future__ import annotations
 
@@ -48,3 +49,61 @@ def print_summary(manifest: dict[str, Any], console: Any) -> None:
     examples = [(lang, r, loc) for lang, e in manifest["languages"].items() for r, loc in e.get("error_examples", {}).items()]
     for lang, reason, loc in examples[:20]:
         console.print(f"[yellow]error[/] {lang} {reason}: e.g. {loc}")
+
+
+def print_pipeline(res: dict, console: Any) -> None:
+    """The stage table of `bloomline pipeline` and where its outputs are."""
+    from rich.table import Table
+
+    t = Table(title="stages", title_justify="left")
+    for col in ("stage", "", "why", "seconds", "folder"):
+        t.add_column(col)
+    for name, s in res["stages"].items():
+        t.add_row(name, "[cyan]reused[/]" if s["reused"] else "[green]ran[/]", s["why"], f"{s['seconds']:.1f}",
+                  s["folder"])
+    console.print(t)
+    console.print(f"[bold green]done[/]: {res['run']}")
+    console.print(f"  dashboard    {res['dashboard']}")
+    console.print(f"  TensorBoard  {res['tensorboard']}")
+    console.print(f"  checkpoints  {res['checkpoints']}")
+    if res.get("export"):
+        console.print(f"  HF export    {res['export']}")
+    console.print(f"  data         {res['data']}")
+    console.print(f"open TensorBoard: tensorboard --logdir {res['tensorboard']} --host 127.0.0.1")
+
+
+def print_plan(res: dict, console: Any) -> None:
+    """`bloomline plan`'s table: GiB per device by stage, then FLOPs, bubble, offload and the verdict."""
+    from rich.table import Table
+
+    if not res["stages"]:
+        console.print(f"[bold red]does not fit[/]: {res['reason']}")
+        return
+    lay, m = res["layout"], res["model"]
+    console.print(f"{m['params'] / 1e9:.2f} B parameters on TP {lay['tp']} × PP {lay['pp']} × DP {lay['dp']} = "
+                  f"{lay['world']} × {res['device']['name']} ({lay['nodes']} node(s) of {lay['per_node']}), ZeRO-"
+                  f"{lay['zero_stage']}, {res['precision']}, micro-batch {res['micro_batch_size']}, global batch "
+                  f"{res['global_batch_size']}, activation checkpointing {'on' if res['activation_checkpointing'] else 'off'}")
+    t = Table(title="GiB per device, by pipeline stage", title_justify="left")
+    keys = list(res["stages"][0]["parts_gib"])
+    for col in ("stage", "blocks", "params", *(k.replace("pipeline_buffers", "pp buffers") for k in keys), "total", "act. no ckpt"):
+        t.add_column(col, justify="right")
+    for st in res["stages"]:
+        t.add_row(f"{st['stage']}{' (emb)' if st['embedding'] else ''}", str(st["blocks"]), f"{st['params'] / 1e6:,.0f} M",
+                  *(f"{st['parts_gib'][k]:.2f}" for k in keys), f"[bold]{st['memory_gib']:.2f}[/]",
+                  f"{st['activations_without_checkpointing_gib']:.2f}")
+    console.print(t)
+    console.print(f"FLOPs per iteration {res['flops_per_iteration']:.4g}; pipeline bubble (p-1)/m = "
+                  f"{res['bubble']:.4f} ({res['micro_batches']} micro-batches per pipeline)")
+    if "tflops_per_gpu" in res:
+        console.print(f"at {res['iteration_seconds']:g} s per iteration: {res['tflops_per_gpu']:.2f} TFLOP/s per device"
+                      + (f" ({res['mfu']:.1%} of peak)" if "mfu" in res else ""))
+    ds = res["deepspeed_estimate"]
+    console.print(f"model states of stage {ds['stage']}, DeepSpeed's estimators vs ours: ZeRO-2 {ds['zero2_gib']:.2f} vs "
+                  f"{ds['zero2_ours_gib']:.2f} GiB, ZeRO-3 {ds['zero3_gib']:.2f} vs {ds['zero3_ours_gib']:.2f} GiB")
+    if "offload" in res:
+        o = res["offload"]
+        console.print(f"ZeRO-Offload: frees {o['gpu_freed_gib']:.2f} GiB per device; costs {o['cpu_gib_per_node']:.1f} GiB "
+                      f"of CPU memory per node and {o['pcie_gib_per_iteration_per_device']:.2f} GiB over PCIe per device "
+                      f"per iteration" + (f" ({o['pcie_seconds_per_iteration']:.2f} s)" if "pcie_seconds_per_iteration" in o else ""))
+    console.print(("[bold green]" if res["fits"] else "[bold red]") + res["reason"] + "[/]")
