@@ -49,3 +49,16 @@ def write_bad_inputs(path: Path) -> dict[str, str]:
 @pytest.fixture
 def bad_inputs():
     return write_bad_inputs
+
+
+@pytest.fixture(scope="session")
+def demo_data(tmp_path_factory) -> Path:
+    """The sample corpus prepared with configs/data/demo.yaml, once per session, in process (no
+    Prefect: the flows are tested in tests/flows). Tests read it; one that alters data copies it first."""
+    from bloomline.config import load_config
+    from data_prep.config import PrepareConfig
+    from data_prep.pipeline import run_all
+
+    out = tmp_path_factory.mktemp("demo-data")
+    run_all(load_config(PrepareConfig, REPO / "configs/data/demo.yaml"), out)
+    return out

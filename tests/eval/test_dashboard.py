@@ -23,14 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    from data_prep.config import PrepareConfig
-    from data_prep.pipeline import run_all
-
-    out = tmp_path_factory.mktemp("demo")
-    run_all(load_config(PrepareConfig, REPO / "configs/data/demo.yaml"), out)
-    return out
+@pytest.fixture
+def demo(demo_data):
+    return demo_data  # prepared once per session (tests/conftest.py)
 
 
 def chromium() -> str:

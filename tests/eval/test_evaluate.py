@@ -21,14 +21,9 @@ from training.model import Bloom
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    from data_prep.config import PrepareConfig
-    from data_prep.pipeline import run_all
-
-    out = tmp_path_factory.mktemp("demo")
-    run_all(load_config(PrepareConfig, REPO / "configs/data/demo.yaml"), out)
-    return out
+@pytest.fixture
+def demo(demo_data):
+    return demo_data  # prepared once per session (tests/conftest.py)
 
 
 def test_bits_per_byte_of_a_uniform_model_is_log2_vocab_over_bytes_per_token(demo):

@@ -116,17 +116,6 @@ def test_strict_fails_fast(tmp_path, bad_inputs):
     assert "bad.jsonl:2: malformed_json" in res.stderr
 
 
-@pytest.fixture(scope="module")
-def demo_data(tmp_path_factory):
-    from bloomline.config import load_config
-    from data_prep.config import PrepareConfig
-    from data_prep.pipeline import run_all
-
-    out = tmp_path_factory.mktemp("demo-data")
-    run_all(load_config(PrepareConfig, REPO / "configs/data/demo.yaml"), out)
-    return out
-
-
 def test_train_refuses_bad_configuration_before_any_rank_starts(demo_data, tmp_path):
     t0 = time.time()
     one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "model.vocab_size=5000"),

@@ -23,15 +23,9 @@ pytestmark = pytest.mark.slow
 BASE = ["train.steps=4", "checkpoint.interval=2", "optim.decay_steps=30"]
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    """The demo corpus prepared with the demo recipe (no Prefect: the pipeline is tested elsewhere)."""
-    from data_prep.config import PrepareConfig
-    from data_prep.pipeline import run_all
-
-    out = tmp_path_factory.mktemp("data")
-    run_all(load_config(PrepareConfig, REPO / "configs/data/demo.yaml"), out)
-    return out
+@pytest.fixture
+def data(demo_data):
+    return demo_data  # prepared once per session (tests/conftest.py)
 
 
 def command(data: Path, out: Path, overrides: list[str]) -> list[str]:
