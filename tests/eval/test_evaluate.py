@@ -21,7 +21,7 @@ from training.model import Bloom
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def demo(demo_data):
     return demo_data  # prepared once per session (tests/conftest.py)
 

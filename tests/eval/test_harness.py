@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def demo(demo_data):
     return demo_data  # prepared once per session (tests/conftest.py)
 

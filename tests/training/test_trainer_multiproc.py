@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 BASE = ["train.steps=4", "checkpoint.interval=2", "optim.decay_steps=30"]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def data(demo_data):
     return demo_data  # prepared once per session (tests/conftest.py)
 
