@@ -35,10 +35,12 @@ class ModelConfig:
     """LayerNorm epsilon."""
     init_std: float = 0.0048
     """Std of the normal weight init (BLOOM-176B: 0.0048, ≈ sqrt(1/(3·hidden)) for hidden 14336)."""
-    attention: Literal["sdpa", "flex"] = "sdpa"
-    """Attention kernel: ``sdpa`` (dense ALiBi + document bias, the reference; trains everywhere) or
+    attention: Literal["auto", "sdpa", "flex"] = "auto"
+    """Attention kernel: ``sdpa`` (dense ALiBi + document bias, the reference; trains everywhere),
     ``flex`` (FlexAttention, block-sparse over documents, training/attention.py; no CPU backward in
-    torch 2.13, so CPU training needs sdpa). The same function either way."""
+    torch 2.13, so CPU training needs sdpa), or ``auto``: the trainer times one block's step with
+    each kernel that can train here on a micro-batch of the data and takes the faster (on CPU:
+    sdpa, the only one); evaluation and export read ``auto`` as sdpa. The same function either way."""
     make_vocab_divisible_by: int = 128
     """Without pad_vocab_to, the embedding is padded to a multiple of this × TP (Megatron's rule)."""
     pad_vocab_to: Optional[int] = None
@@ -139,10 +141,12 @@ class BatchConfig:
     lr_scaling: Literal["none", "linear", "sqrt"] = "linear"
     """Scale the LR by the step's actual batch tokens / tokens_per_step (DeepSpeed's
     variable-batch-size-and-LR): linear, square root, or not at all."""
-    attn_weight: float = 1.0
-    """Weight of the attention term in a sample's estimated compute: len + attn_weight·len²/seq_len."""
+    attn_weight: Optional[float] = None
+    """Cost of one attended (query, key) pair, in padded positions, in the cost the sampler
+    balances ranks by: padded length + attn_weight·Σ dᵢ(dᵢ+1)/2 over the sample's documents.
+    None: the model's FLOPs ratio 12·L·H / 6·N (training/work.py; bloom-560m 8.8e-5)."""
     balance_tolerance: float = 0.02
-    """Data-parallel ranks' estimated compute must be within this of the step's mean."""
+    """Data-parallel ranks' cost (above) must be within this of the step's mean."""
 
     def validate(self) -> None:
         check(self.tokens_per_step >= 1, "tokens_per_step", "must be >= 1")
@@ -151,7 +155,7 @@ class BatchConfig:
               "rampup_start_tokens", "must be between 1 and tokens_per_step")
         check(self.rampup_increment_tokens >= 1, "rampup_increment_tokens", "must be >= 1")
         check(self.rampup_tokens >= 0, "rampup_tokens", "must be >= 0")
-        check(self.attn_weight >= 0, "attn_weight", "must be >= 0")
+        check(self.attn_weight is None or self.attn_weight >= 0, "attn_weight", "must be >= 0")
         check(0 < self.balance_tolerance < 1, "balance_tolerance", "must be in (0, 1)")
 
 
@@ -209,6 +213,10 @@ class TrainLoopConfig:
     """The scale never drops below this; an overflow at the minimum stops the job."""
     activation_checkpointing: bool = True
     """Recompute each block's activations in the backward pass (memory for compute)."""
+    compile: bool = False
+    """``torch.compile`` each transformer block (after TP and activation checkpointing, as
+    torchtitan does). Off by default: measured slower on this CPU (bench/compile.py); the GPU check
+    measures it on a GPU."""
     seed: int = 1234
     """Seed of initialisation, dropout-free training and the sampler."""
     skip_spike_factor: float = 0.0

@@ -33,6 +33,7 @@ from bloomline.errors import DataError
 from bloomline.io import sha256_file, write_json_atomic
 from data_prep.shards import CorruptShardError, checksum_error, load_manifest, pad_id
 from training.model import IGNORE_INDEX
+from training.work import document_pairs
 
 SampleRef = tuple[int, int]
 """``(shard_id, row)``: shard_id indexes :attr:`ShardIndex.shards`."""
@@ -88,6 +89,14 @@ class ShardRows:
             r = rows[sel] - self._starts[k]
             io = cols[k][0]
             out[sel] = io[r + 1] - io[r]
+        return out
+
+    def pairs(self, rows: np.ndarray) -> np.ndarray:
+        """(query, key) pairs the document-causal mask admits (training.work.document_pairs), per row."""
+        out = np.empty(len(rows), dtype=np.int64)
+        for i, row in enumerate(rows.tolist()):
+            toks, offsets = self.fetch(row)
+            out[i] = document_pairs(offsets, len(toks))
         return out
 
 
@@ -161,6 +170,14 @@ class ShardIndex:
         for sid in np.unique(shard_ids):
             sel = shard_ids == sid
             out[sel] = self.rows[int(sid)].lengths(rows[sel])
+        return out
+
+    def pairs(self, shard_ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Admitted attention pairs Σ dᵢ(dᵢ+1)/2 (int64) of samples ``(shard_ids[i], rows[i])``."""
+        out = np.empty(len(rows), dtype=np.int64)
+        for sid in np.unique(shard_ids):
+            sel = shard_ids == sid
+            out[sel] = self.rows[int(sid)].pairs(rows[sel])
         return out
 
 

@@ -178,7 +178,7 @@ class Attention(nn.Module):
         self.head_dim = cfg.head_dim
         self.total_heads = cfg.num_heads
         self.first_head = 0
-        self.kernel = cfg.attention
+        self.kernel = "flex" if cfg.attention == "flex" else "sdpa"  # auto: the trainer measures, then sets it
         self.qkv = nn.Linear(h, 3 * h)  # output rows: [heads, 3 (q, k, v), head_dim]
         self.dense = nn.Linear(h, h)
 

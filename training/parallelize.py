@@ -7,7 +7,8 @@ ever allocates the modules it does not run) and this rank's place in the grid, a
    ``ColumnParallelLinear`` (whole heads / MLP columns per rank), ``dense``/``fc2``
    ``RowParallelLinear``; the word embedding becomes ``VocabParallelEmbedding`` and its tied
    output projection yields vocabulary-parallel logits. Swapped in place: names do not change.
-2. **Activation checkpointing** (:func:`apply_ac`): each block's forward recomputed in backward.
+2. **Activation checkpointing** (:func:`apply_ac`): each block's forward recomputed in backward;
+   then, with ``train.compile``, each block compiled (:func:`apply_compile`), as torchtitan does.
 3. **Pipeline parallelism** (:func:`pipeline`): ``Bloom.layers()`` — the model's own modules —
    become a DeepSpeed ``PipelineModule``, cut at block boundaries, the embedding tied across the
    first and the last stage. Only this stage's layers are ever materialised.
@@ -111,6 +112,15 @@ def apply_ac(model: Bloom) -> None:
         block.forward = forward  # type: ignore[method-assign]
 
 
+def apply_compile(model: Bloom) -> None:
+    """``torch.compile`` each block in place (``nn.Module.compile``: names, hooks and state_dict keys
+    unchanged). Per block rather than the whole model, as torchtitan: the blocks are identical, so
+    one compiled graph serves all of them, and pipeline stages hold whole blocks. Graph breaks are
+    allowed (megatron-core's TP layers call collectives inside custom autograd functions)."""
+    for block in model.blocks:
+        block.compile()
+
+
 # ------------------------------------------------------------------------------- materialisation
 
 def build_on_device(module: nn.Module, prefix: str, source: Callable[[str], torch.Tensor], device: torch.device) -> nn.Module:
@@ -186,7 +196,7 @@ def pipeline(model: Bloom, parallel: ParallelConfig, loss_fn: Callable, build: C
 
 def parallelize(model: Bloom, parallel: ParallelConfig, *, seed: int, dtype: torch.dtype, activation_checkpointing: bool,
                 loss_fn: Callable, make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
-                ds_config: dict[str, Any], device: torch.device) -> Any:
+                ds_config: dict[str, Any], device: torch.device, compile: bool = False) -> Any:
     """Apply TP, activation checkpointing, PP and ZeRO to ``model`` at this rank's place in the
     (already initialised, ``training.distributed``) grid; returns the DeepSpeed engine.
 
@@ -203,6 +213,8 @@ def parallelize(model: Bloom, parallel: ParallelConfig, *, seed: int, dtype: tor
     apply_tp(model, megatron_config(parallel, dtype))                        # 1
     if activation_checkpointing:
         apply_ac(model)                                                      # 2
+    if compile:
+        apply_compile(model)
     build = lambda name, module: build_on_device(module, name + ".", source, device)  # noqa: E731
     if parallel.pp > 1:
         module = pipeline(model, parallel, loss_fn, build)                   # 3

@@ -10,8 +10,11 @@ inside one bucket.
 Why load balancing: data-parallel ranks wait for each other at every gradient all-reduce, so a
 step is as slow as its slowest rank. All ranks run the same number of micro-batches of the same
 shape (DeepSpeed's pipeline and ZeRO need that); within that constraint the drawn samples are
-dealt so that every rank's estimated compute ``Σ len + attn_weight·len²/seq_len`` (the MLP
-part is linear in the real length, attention quadratic) is as equal as possible.
+dealt so that every rank's cost (training/work.py: padded length + w·Σ dᵢ(dᵢ+1)/2 over the
+sample's documents, w the model's FLOPs of one attended pair over one position's linear FLOPs)
+is as equal as possible. With the ``flex`` kernel that is what the ranks compute (tiles across
+documents are skipped); with ``sdpa`` every sample of a bucket costs the same dense work, and the
+dealing changes nothing. The trainer reports the balance of the work really computed.
 
 Determinism: everything a step draws is a pure function of ``(seed, state)``. The state
 (:meth:`DynamicBatchSampler.state_dict`) is plain JSON — the step count, the tokens consumed
@@ -36,6 +39,7 @@ import numpy as np
 from bloomline.errors import ConfigError, DataError
 from training.config import BatchConfig
 from training.data import SampleRef, ShardIndex, Stream
+from training.work import sample_cost
 
 STATE_VERSION = 2  # 2: permutations by permutation_at (1 drew numpy permutations)
 
@@ -100,19 +104,14 @@ class StepPlan:
     padded_tokens: int
     """Σ padded lengths (what is computed)."""
     padding_fraction: float
-    dp_balance: float
-    """max / mean estimated compute over ranks (1.0 = perfect)."""
+    cost_balance: float
+    """max / mean over ranks of the cost model the samples were dealt by (1.0 = perfect); the
+    trainer's ``dp_balance`` is the same ratio of the work the kernels computed."""
     lr_scale: float
     lang_tokens: dict[str, int]
     budget: int = 0
     """The step's token budget (after ramp-up); 0 for the fixed baseline."""
     pad_lengths: list[list[int]] = field(default_factory=list)
-
-
-def cost_estimate(lengths: np.ndarray, attn_weight: float, seq_len: int) -> np.ndarray:
-    """Estimated compute of samples: linear (MLP, projections) + attention (quadratic)."""
-    ln = lengths.astype(np.float64)
-    return ln + attn_weight * ln * ln / seq_len
 
 
 def build_plan(step: int, refs: list[SampleRef], lengths: np.ndarray, langs: Sequence[str],
@@ -129,7 +128,7 @@ def build_plan(step: int, refs: list[SampleRef], lengths: np.ndarray, langs: Seq
         step=step, bucket=max(max(p) for p in pad_lengths), micro_batch_size=len(assignment[0][0]),
         gas=len(assignment[0]), ranks=[[[refs[i] for i in mb] for mb in rank] for rank in assignment],
         tokens=tokens, padded_tokens=padded, padding_fraction=1.0 - tokens / padded,
-        dp_balance=float(loads.max() / loads.mean()), lr_scale=lr_scale,
+        cost_balance=float(loads.max() / loads.mean()), lr_scale=lr_scale,
         lang_tokens=dict(sorted(lang_tokens.items())), budget=budget, pad_lengths=pad_lengths)
 
 
@@ -244,10 +243,20 @@ class DynamicBatchSampler:
     """
 
     def __init__(self, index: ShardIndex, batch: BatchConfig, dp_size: int, seq_len: int, seed: int,
-                 blend: Optional[dict[str, float]] = None):
+                 blend: Optional[dict[str, float]] = None, pair_weight: Optional[float] = None,
+                 dealing: str = "balanced"):
+        """``pair_weight``: the cost of one attended pair in padded positions (training.work.model_pair_weight
+        of the model); ``batch.attn_weight`` overrides it, and without either it is 2/seq_len (a full
+        sample's attention costs as much as its linear part). ``dealing="round_robin"`` deals the
+        drawn samples by position (sample i to rank i mod dp) instead, the baseline of bench/balance.py."""
         if dp_size < 1:
             raise ConfigError("parallel.dp", "must be >= 1")
+        if dealing not in ("balanced", "round_robin"):
+            raise ValueError(f"dealing must be balanced or round_robin, not {dealing!r}")
         self.index, self.batch, self.dp, self.seq_len, self.seed = index, batch, int(dp_size), int(seq_len), int(seed)
+        self.dealing = dealing
+        self.pair_weight = (batch.attn_weight if batch.attn_weight is not None
+                            else pair_weight if pair_weight is not None else 2.0 / self.seq_len)
         self.weights = self._resolve_blend(index.manifest["blend"] if blend is None else blend)
         self.streams = [s for s in index.streams.values() if self.weights.get(s.lang, 0.0) > 0 and s.size]
         lang_tok = {lg: index.lang_tokens(lg) for lg in self.weights}
@@ -321,15 +330,19 @@ class DynamicBatchSampler:
         streams, w = self._by_bucket[bucket]
         counts = rng.multinomial(self.dp * gas * m, w / w.sum())
         refs: list[SampleRef] = []
-        lengths, langs = [], []
+        lengths, pairs, langs = [], [], []
         for s, c in zip(streams, counts):
             sids, rows = s.locate(self._take(s, int(c)))
             refs.extend(zip(sids.tolist(), rows.tolist()))
             lengths.append(self.index.lengths(sids, rows))
+            pairs.append(self.index.pairs(sids, rows))
             langs.extend([s.lang] * len(rows))
         lengths = np.concatenate(lengths)
-        cost = cost_estimate(lengths, self.batch.attn_weight, self.seq_len)
-        members = balance(cost, self.dp, gas * m, self.batch.balance_tolerance)
+        cost = sample_cost(np.full(len(lengths), bucket), np.concatenate(pairs), self.pair_weight)
+        if self.dealing == "balanced":
+            members = balance(cost, self.dp, gas * m, self.batch.balance_tolerance)
+        else:
+            members = [list(range(r, len(cost), self.dp)) for r in range(self.dp)]
         assignment = [split_micro_batches(mem, cost, gas) for mem in members]
         self.step += 1
         tokens = int(lengths.sum())

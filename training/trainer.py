@@ -34,6 +34,7 @@ from training.model import IGNORE_INDEX, Bloom
 from training.parallelize import parallelize
 from training.reshard import is_ready, reshard_command
 from training.sampler import DynamicBatchSampler
+from training.work import ForwardTimer, balance_over_dp, model_pair_weight, model_params, step_flops
 from training.schedule import lr_at, schedule_change
 
 
@@ -85,13 +86,15 @@ class Trainer:
         seed = recipe.train.seed
         self.mesh: Mesh = init_distributed(recipe.parallel, seed)
         self.dtype = PRECISIONS[recipe.train.precision]
+        self.num_params = model_params(cfg)
         self.device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
         self.index = ShardIndex(self.data_dir, "train")
         check_model_fits(self.index.manifest, self.data_dir, cfg.vocab_size, cfg.seq_len)
         verify_once(self.index, self.run.data_stamp, self.mesh.rank, self.mesh.world, *torch_collectives())
         self.manifest_sha = sha256_file(self.data_dir / "manifest.json")
-        self.sampler = DynamicBatchSampler(self.index, recipe.batch, recipe.parallel.dp, cfg.seq_len, seed)
+        self.sampler = DynamicBatchSampler(self.index, recipe.batch, recipe.parallel.dp, cfg.seq_len, seed,
+                                           pair_weight=model_pair_weight(cfg))
 
         if recipe.train.precision == "fp16" and self.device.type == "cpu" and recipe.train.cpu_fp16:
             allow_cpu_fp16()
@@ -103,9 +106,13 @@ class Trainer:
         self.engine = parallelize(
             model, recipe.parallel, seed=seed, dtype=self.dtype, activation_checkpointing=recipe.train.activation_checkpointing,
             loss_fn=self.loss, ds_config=deepspeed_config(recipe, universal), device=self.device,
+            compile=recipe.train.compile,
             make_optimizer=lambda m: torch.optim.AdamW(param_groups(m, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2),
                                                        eps=o.eps))
         self.optimizer = self.engine.optimizer
+        self.kernel = self._choose_kernel()
+        self.forward_timer = ForwardTimer(self.engine.module)
+        self._flops = 0.0  # FLOPs this rank's replica computed in the current step (training/work.py)
         self.step = 0
         self.skipped = 0
         self.saved_step = -1
@@ -176,12 +183,54 @@ class Trainer:
                 else:
                     self.overflows += 1
             dt = time.perf_counter() - t0
-            self._log(plan, loss, lr, grad_norm, dt, skip)
+            self._log(plan, loss, lr, grad_norm, dt, skip, self._work_balance())
             if (self.step % r.checkpoint.interval == 0 or self.step == r.train.steps) and self.saved_step != self.step:
                 self.save()
 
     def _to_device(self, b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return {k: v.to(self.device) for k, v in b.items()}
+        b = {k: v.to(self.device) for k, v in b.items()}
+        # counted on the tensor the model gets, so flex's block mask is built once and shared
+        m = self.recipe.model
+        self._flops += sum(step_flops([b], self.kernel, m.num_layers, m.hidden_size, self.num_params))
+        return b
+
+    def _choose_kernel(self) -> str:
+        """``model.attention``, with ``auto`` resolved by timing both kernels here (rank 0's
+        choice, so every rank runs the same kernel)."""
+        cfg = self.recipe.model
+        if cfg.attention != "auto":
+            return cfg.attention
+        from training.attention import choose_kernel, measure_kernels, set_kernel
+
+        # a real micro-batch of the largest bucket, read without advancing the sampler
+        stream = max(self.sampler.streams, key=lambda s: (s.bucket, s.size))
+        m = min(max(1, self.recipe.batch.micro_batch_tokens // stream.bucket), stream.size)
+        sids, rows = stream.locate(np.arange(m))
+        seg = materialize(self.index, list(zip(sids.tolist(), rows.tolist())), stream.bucket,
+                          self.index.pad_id)["segment_ids"]
+        timings = measure_kernels(cfg, seg, self.dtype, self.device, heads=cfg.num_heads // self.mesh.tp)
+        box = [(choose_kernel(timings), timings)]
+        torch.distributed.broadcast_object_list(box, src=0)
+        kernel, timings = box[0]
+        set_kernel(self.engine.module, kernel)
+        if self.mesh.rank == 0:
+            how = ("FlexAttention has no CPU backward" if self.device.type == "cpu" else
+                   ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in timings.items()) + " per block step")
+            print(f"model.attention=auto: {kernel} ({how})", flush=True)
+        return kernel
+
+    def _work_balance(self) -> dict[str, Any]:
+        """The step's FLOPs (all replicas) and the DP balance of computed FLOPs and of measured
+        forward time, all-gathered from every rank (one small collective per step)."""
+        me = torch.tensor([self.mesh.dp_rank, self.mesh.tp_rank, self.mesh.pp_rank, self._flops,
+                           self.forward_timer.take()], dtype=torch.float64, device=self.device)
+        self._flops = 0.0
+        rows = [torch.zeros_like(me) for _ in range(self.mesh.world)]
+        torch.distributed.all_gather(rows, me)
+        a = torch.stack(rows).cpu().numpy()
+        first = a[(a[:, 1] == 0) & (a[:, 2] == 0)]  # one rank per replica: each counts its replica's whole work
+        return {"flops": float(first[:, 3].sum()), "dp_balance": balance_over_dp(a[:, [0, 1, 2, 3]]),
+                "dp_time_balance": balance_over_dp(a[:, [0, 1, 2, 4]])}
 
     def _run(self, batches: list[dict[str, torch.Tensor]], gas: int) -> float:
         dp = self.mesh.dp
@@ -212,13 +261,16 @@ class Trainer:
         return float(t.item()) / self.mesh.world
 
     # ---------------------------------------------------------------------------- metrics
-    def _log(self, plan: Any, loss: float, lr: float, grad_norm: Any, dt: float, skip: str | None) -> None:
+    def _log(self, plan: Any, loss: float, lr: float, grad_norm: Any, dt: float, skip: str | None,
+             work: dict[str, Any]) -> None:
         if self.mesh.rank != 0:
             return
         rec = {
             "step": self.step, "loss": loss if math.isfinite(loss) else None, "lr": lr, "global_batch_tokens": int(plan.tokens),
             "padded_tokens": int(plan.padded_tokens), "padding_fraction": float(plan.padding_fraction),
-            "dp_balance": float(plan.dp_balance), "tokens_per_s": plan.tokens / dt if dt > 0 else None,
+            "dp_balance": work["dp_balance"], "dp_time_balance": work["dp_time_balance"],
+            "dp_cost_balance": float(plan.cost_balance), "flops": work["flops"], "attention": self.kernel,
+            "tokens_per_s": plan.tokens / dt if dt > 0 else None,
             "grad_norm": float(grad_norm) if grad_norm is not None and math.isfinite(float(grad_norm)) else None, "bucket": int(plan.bucket),
             "micro_batches": int(plan.gas), "micro_batch_size": int(plan.micro_batch_size),
             "skipped": skip is not None, "skip_reason": skip, "skipped_batches": self.skipped,
@@ -236,7 +288,8 @@ class Trainer:
         tb = {"lm-loss-training/lm loss": rec["loss"], "learning-rate/learning-rate": lr,
               "batch-size/batch-size": plan.tokens, "grad-norm/grad-norm": rec["grad_norm"],
               "iteration-time/tokens-per-second": rec["tokens_per_s"], "bloomline/padding_fraction": rec["padding_fraction"],
-              "bloomline/dp_balance": rec["dp_balance"], "bloomline/skipped_batches": self.skipped,
+              "bloomline/dp_balance": rec["dp_balance"], "bloomline/dp_time_balance": rec["dp_time_balance"],
+              "bloomline/skipped_batches": self.skipped,
               "loss-scale/loss-scale": rec["loss_scale"], "bloomline/fp16_overflows": self.overflows}
         for k, v in tb.items():
             if v is not None:

@@ -95,3 +95,29 @@ def test_the_model_computes_the_same_function_with_either_kernel():
     ids = torch.randint(0, cfg.vocab_size, seg.shape)
     with torch.no_grad():
         assert (flex(ids, seg) - sdpa(ids, seg)).abs().max().item() < 1e-4
+
+
+def test_auto_resolves_to_the_kernel_that_can_train_and_is_faster():
+    from training.attention import choose_kernel, measure_kernels, set_kernel
+    from training.config import ModelConfig
+    from training.model import Bloom
+
+    cfg = ModelConfig(vocab_size=300, hidden_size=64, num_layers=2, num_heads=4, seq_len=256)
+    assert cfg.attention == "auto"
+    cpu = measure_kernels(cfg, batch(), torch.bfloat16, torch.device("cpu"))
+    assert list(cpu) == ["sdpa"] and choose_kernel(cpu) == "sdpa"  # no FlexAttention backward on CPU
+    assert choose_kernel({"sdpa": 2.0, "flex": 1.0}) == "flex" and choose_kernel({"sdpa": 1.0, "flex": 2.0}) == "sdpa"
+    model = Bloom(cfg)
+    assert {b.attn.kernel for b in model.blocks} == {"sdpa"}  # auto runs sdpa until the trainer chose
+    set_kernel(model, "flex")
+    assert {b.attn.kernel for b in model.blocks} == {"flex"}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention trains on GPU only")
+def test_auto_times_both_kernels_on_gpu():
+    from training.attention import measure_kernels
+    from training.config import ModelConfig
+
+    cfg = ModelConfig(vocab_size=300, hidden_size=256, num_layers=2, num_heads=4, seq_len=256)
+    t = measure_kernels(cfg, batch(), torch.bfloat16, torch.device("cuda"))
+    assert set(t) == {"sdpa", "flex"} and all(v > 0 for v in t.values())

@@ -126,12 +126,19 @@ def test_token_budget_and_shapes(index, dp):
 @pytest.mark.parametrize("dp", [2, 4])
 def test_ranks_are_balanced(index, dp):
     plans = run(sampler(index, dp=dp), 200)
-    balances = np.array([p.dp_balance for p in plans])
-    # recompute the balance from the plan itself: Σ len + len²/seq_len per rank
+    balances = np.array([p.cost_balance for p in plans])
+    # recompute the balance from the plan and the shard files: Σ bucket + w·Σ d(d+1)/2 per rank,
+    # w = 2/seq_len when no model is given
     lengths = stream_lengths(index)
-    loads = [sum(lengths[r] + lengths[r] ** 2 / 512 for mb in rank for r in mb) for rank in plans[-1].ranks]
-    assert plans[-1].dp_balance == pytest.approx(max(loads) / np.mean(loads))
-    print(f"dp={dp}: max dp_balance {balances.max():.4f}, mean {balances.mean():.4f}")
+
+    def pairs(ref):
+        offsets = list(index.fetch(*ref)[1]) + [lengths[ref]]
+        return sum((b - a) * (b - a + 1) // 2 for a, b in zip(offsets, offsets[1:]))
+
+    for plan in plans[-3:]:
+        loads = [sum(plan.bucket + 2 / 512 * pairs(r) for mb in rank for r in mb) for rank in plan.ranks]
+        assert plan.cost_balance == pytest.approx(max(loads) / np.mean(loads))
+    print(f"dp={dp}: max cost balance {balances.max():.4f}, mean {balances.mean():.4f}")
     assert np.mean(balances <= 1.02) >= 0.99, balances.max()
 
 
