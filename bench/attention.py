@@ -6,13 +6,14 @@ One transformer block (``training.model.Block``) at bloom-tiny's width (64, 4 he
 bloom-560m's (1024, 16 heads), on micro-batches of 4096 tokens drawn from shards packed from
 ../shared/corpus at seq 512 and 2048: once as bloomline packs them and once packed loosely
 (``pack.max_open_samples=1``: fewer, longer documents per sample; measured: 1.9 and 5.0 documents
-per sample at 512 and 2048, against 1.4 and 8.5), to show where each kernel wins. A strict
-one-document-per-sample packing is not offered by ``prepare`` and is not measured here.
+per sample at 512 and 2048, against 1.4 and 8.5), to show where each kernel wins; and packed one
+document per sample (``1-doc``: documents longer than half the sequence, each alone in its row
+and padded, as a one-document-per-sample packer would bucket them).
 
 For each: the block's forward time with ``sdpa`` (dense ALiBi + document bias) and with ``flex``
 (FlexAttention, block-sparse; compiled, the compile excluded and reported), the share of
-attention tiles the block mask skips, and the dense bias's size (what ``sdpa`` materialises per
-layer). The training step (forward + backward) is timed for ``sdpa`` only: torch 2.13 has no
+attention tiles the block mask skips, the dense bias's size (what ``sdpa`` materialises per
+layer), and the peak memory of one forward of each (bench's ``peak_mib``). The training step (forward + backward) is timed for ``sdpa`` only: torch 2.13 has no
 FlexAttention backward on CPU. Ratios are from one run, same batches.
 """
 
@@ -52,6 +53,67 @@ def micro_batches(data: Path, seq: int, n: int) -> list[torch.Tensor]:
     return [materialize(index, picked[i * b:(i + 1) * b], seq, index.pad_id)["segment_ids"] for i in range(n)]
 
 
+def peak_mib(fn) -> float:
+    """Memory ``fn`` needs beyond what is allocated when it starts, MiB: on GPU torch's peak
+    allocation; on CPU the high-water RSS of a forked child running it (its RSS at the fork is
+    the baseline; torch's CPU allocator returns large blocks to the OS, so the peak is real)."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - base) / 2**20
+    import os
+    import resource
+
+    import psutil
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        base = psutil.Process().memory_info().rss
+        fn()
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+        os.write(w, str(max(peak - base, 0)).encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        got = f.read()
+    os.waitpid(pid, 0)
+    return int(got) / 2**20
+
+
+def one_doc_batches(data: Path, seq: int, n: int) -> list[torch.Tensor]:
+    """segment_ids of ``n`` micro-batches packed one document per sample: documents of the shards
+    that fill more than half of ``seq`` (a one-document packer would put them in this bucket),
+    each alone in its row, padded to ``seq``."""
+    from training.data import ShardIndex
+
+    index = ShardIndex(data, "train")
+    b = max(TOKENS // seq, 1)
+    docs = []
+    for sid, s in enumerate(index.shards):
+        for row in range(int(s["rows"])):
+            toks, offsets = index.fetch(sid, row)
+            bounds = [*offsets.tolist(), len(toks)]
+            docs += [e - a for a, e in zip(bounds, bounds[1:]) if seq // 2 < e - a <= seq]
+            if len(docs) >= n * b:
+                break
+        if len(docs) >= n * b:
+            break
+    if len(docs) < n * b:
+        raise SystemExit(f"{data}: only {len(docs)} documents of {seq // 2 + 1}..{seq} tokens")
+    out = []
+    for i in range(n):
+        seg = torch.zeros(b, seq, dtype=torch.long)
+        for r, d in enumerate(docs[i * b:(i + 1) * b]):
+            seg[r, :d] = 1
+        out.append(seg)
+    return out
+
+
 def timed(fn, repeats: int) -> float:
     fn()
     times = []
@@ -79,8 +141,8 @@ def main() -> None:
     loose = prepare(args.workdir, "loose", ["pack.buckets=[256,512,1024,2048]", "pack.max_open_samples=1",
                                             f"tokenizer.model={tok}"])
     for seq in (512, 2048):
-        for packing, data in (("packed", packed), ("loose", loose)):
-            segs = micro_batches(data, seq, 3)
+        for packing, data in (("packed", packed), ("loose", loose), ("1-doc", loose)):
+            segs = one_doc_batches(data, seq, 3) if packing == "1-doc" else micro_batches(data, seq, 3)
             docs = [float((s.max(dim=1).values.float()).mean()) for s in segs]
             skipped = statistics.mean(float(document_block_mask(s).sparsity()) for s in segs)
             for width, dims in WIDTHS.items():
@@ -99,10 +161,13 @@ def main() -> None:
                 train_sdpa = timed(lambda: [blocks["sdpa"]((x, s))[0].float().square().mean().backward()
                                             for x, s in zip(x_train, segs)], max(args.repeats // 2, 1)) / len(segs)
                 bias_mib = segs[0].shape[0] * cfg.num_heads * seq * seq * 2 / 2**20
+                with torch.no_grad():
+                    mem = {k: peak_mib(lambda b=b: b((xs[0], segs[0]))) for k, b in blocks.items()}
                 print(f"seq {seq:4d} {packing:6s} ({docs[0]:.1f} docs/sample, {skipped:.0f}% tiles skipped) {width:9s}: "
                       f"forward sdpa {fwd['sdpa'] * 1e3:7.1f} ms, flex {fwd['flex'] * 1e3:7.1f} ms "
                       f"(×{fwd['sdpa'] / fwd['flex']:.2f}; compile {compile_s:.0f} s); "
-                      f"train step sdpa {train_sdpa * 1e3:7.1f} ms; dense bias {bias_mib:,.0f} MiB per layer")
+                      f"train step sdpa {train_sdpa * 1e3:7.1f} ms; dense bias {bias_mib:,.0f} MiB per layer; "
+                      f"forward peak memory sdpa {mem['sdpa']:,.0f} MiB, flex {mem['flex']:,.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -1,56 +1,99 @@
-"""The benchmarks' baseline sampler: a fixed number of samples per rank per step, as
-Megatron-style trainers draw them (bench/train_throughput.py compares bloomline's dynamic
-batches with it)."""
+"""The benchmarks' fixed-batch baseline, as Megatron-LM draws batches (bench/train_throughput.py
+compares bloomline's dynamic batches with it)."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
+import torch
 
 from training.data import ShardIndex
-from training.sampler import StepPlan, seed_words, build_plan, cost_estimate, permutation_at, take_epochs
+from training.sampler import permutation_at, seed_words
 
 
-class FixedBatchSampler:
-    """A fixed number of samples per rank per step, no blend, no balancing.
+class MegatronBatches:
+    """Megatron-LM's GPT dataset over the same prepared data: no buckets, no padding, a constant
+    number of samples per step.
 
-    All samples of all buckets and languages are read in one seeded permutation per epoch; each
-    step takes the next ``samples_per_rank·dp`` and deals them round-robin (sample ``i`` to rank
-    ``i mod dp``); each rank runs them as one micro-batch padded to the longest bucket among its
-    samples. Same :class:`~training.sampler.StepPlan` statistics as the dynamic sampler
-    (``lr_scale`` is always 1, ``budget`` 0).
+    Every document of the split (the ``doc_offsets`` pieces of every shard row) is read in one
+    seeded permutation per epoch; their tokens are concatenated into one stream, and each sample
+    is the next ``seq_len + 1`` tokens (inputs and labels shifted by one; consecutive samples share
+    one token, as in Megatron's ``GPTDataset``). Attention is causal over the whole sample, across
+    document boundaries, as Megatron's default (``--reset-attention-mask`` off) computes it: the
+    model gets one segment per row. A step deals ``samples_per_rank`` samples to each of ``dp``
+    ranks, in micro-batches of ``micro_batch_size``.
     """
 
-    def __init__(self, index: ShardIndex, samples_per_rank: int, dp_size: int, seed: int,
-                 seq_len: Optional[int] = None, attn_weight: float = 1.0):
-        self.index, self.per_rank, self.dp, self.seed = index, int(samples_per_rank), int(dp_size), int(seed)
-        self.seq_len = int(seq_len or max(index.buckets))
-        self.attn_weight = attn_weight
-        streams = list(index.streams.values())
-        located = [s.locate(np.arange(s.size)) for s in streams]
-        self.sids = np.concatenate([a for a, _ in located])
-        self.rows = np.concatenate([b for _, b in located])
-        self.lengths = index.lengths(self.sids, self.rows)
-        self.buckets = np.concatenate([np.full(s.size, s.bucket) for s in streams])
-        self.langs = np.concatenate([np.full(s.size, s.lang, dtype=object) for s in streams])
-        self.step, self.epoch, self.pos = 0, 0, 0
+    def __init__(self, index: ShardIndex, samples_per_rank: int, dp_size: int, seq_len: int, seed: int,
+                 micro_batch_size: int = 1):
+        if samples_per_rank % micro_batch_size:
+            raise ValueError("samples_per_rank must be a multiple of micro_batch_size")
+        self.index, self.per_rank, self.dp, self.seq_len = index, int(samples_per_rank), int(dp_size), int(seq_len)
+        self.seed, self.mbs = int(seed), int(micro_batch_size)
+        docs = []  # (shard id, row, start, end) of every document
+        for sid, shard in enumerate(index.shards):
+            for row in range(int(shard["rows"])):
+                toks, offsets = index.fetch(sid, row)
+                bounds = [*offsets.tolist(), len(toks)]
+                docs += [(sid, row, a, b) for a, b in zip(bounds, bounds[1:])]
+        self.docs = docs
+        self.epoch, self.pos, self.offset, self.step = 0, 0, 0, 0
+        self.carry: int | None = None
 
-    def next_step(self) -> StepPlan:
-        n = len(self.lengths)
-        key = lambda e: int(np.random.SeedSequence([seed_words(self.seed), 2, e]).generate_state(1, np.uint64)[0])  # noqa: E731
-        idx, self.epoch, self.pos = take_epochs(n, self.epoch, self.pos, self.per_rank * self.dp,
-                                                lambda e, at: permutation_at(at, n, key(e)))
-        lengths = self.lengths[idx]
-        cost = cost_estimate(lengths, self.attn_weight, self.seq_len)
-        assignment = [[list(range(r, len(idx), self.dp))] for r in range(self.dp)]
-        pad = [[int(self.buckets[idx[mb]].max()) for mb in rank] for rank in assignment]
-        refs = [(int(a), int(b)) for a, b in zip(self.sids[idx], self.rows[idx])]
+    def _doc(self, k: int) -> np.ndarray:
+        key = int(np.random.SeedSequence([seed_words(self.seed), 3, self.epoch]).generate_state(1, np.uint64)[0])
+        sid, row, a, b = self.docs[int(permutation_at(np.array([k]), len(self.docs), key)[0])]
+        return self.index.fetch(sid, row)[0][a:b]
+
+    def _read(self, n: int) -> list[tuple[np.ndarray, bool]]:
+        """The next ``n`` tokens of the stream, epoch after epoch, as (piece, whether it starts a document)."""
+        out = []
+        while n:
+            doc = self._doc(self.pos)
+            piece = doc[self.offset:self.offset + n]
+            out.append((piece, self.offset == 0))
+            n -= len(piece)
+            self.offset += len(piece)
+            if self.offset == len(doc):
+                self.pos, self.offset = self.pos + 1, 0
+                if self.pos == len(self.docs):
+                    self.epoch, self.pos = self.epoch + 1, 0
+        return out
+
+    def _sample(self) -> tuple[np.ndarray, np.ndarray]:
+        """``seq_len + 1`` tokens (the previous sample's last token, then ``seq_len`` new ones) and
+        the document each belongs to (1, 2, … within the sample)."""
+        pieces = [] if self.carry is None else [(np.array([self.carry]), True)]
+        pieces += self._read(self.seq_len + 1 - len(pieces))
+        toks = np.concatenate([p for p, _ in pieces]).astype(np.int64)
+        doc = np.concatenate([np.eye(1, len(p), dtype=np.int64)[0] * int(new) for p, new in pieces])  # 1 at a start
+        doc[0] = 1
+        self.carry = int(toks[-1])
+        return toks, np.cumsum(doc)
+
+    def next_step(self) -> list[list[dict[str, torch.Tensor]]]:
+        """``[rank][micro-batch]`` of tensors as training.data.materialize gives them."""
         self.step += 1
-        return build_plan(self.step, refs, lengths, list(self.langs[idx]), assignment, pad, cost, 1.0, 0)
+        ranks = []
+        for _ in range(self.dp):
+            mbs = []
+            for _ in range(self.per_rank // self.mbs):
+                toks, docs = zip(*(self._sample() for _ in range(self.mbs)))
+                rows = np.stack(toks)
+                ids = torch.from_numpy(rows[:, :-1].copy())
+                # segment_ids: one per row, what Megatron's causal mask attends over; doc_ids: the
+                # documents really there (for counting what crosses them)
+                mbs.append({"input_ids": ids, "labels": torch.from_numpy(rows[:, 1:].copy()),
+                            "segment_ids": torch.ones_like(ids), "lengths": torch.full((self.mbs,), self.seq_len),
+                            "doc_ids": torch.from_numpy(np.stack(docs)[:, :-1].copy())})
+            ranks.append(mbs)
+        return ranks
 
     def state_dict(self) -> dict[str, Any]:
-        return {"seed": self.seed, "step": self.step, "epoch": self.epoch, "pos": self.pos}
+        return {"seed": self.seed, "step": self.step, "epoch": self.epoch, "pos": self.pos, "offset": self.offset,
+                "carry": self.carry}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.step, self.epoch, self.pos = int(state["step"]), int(state["epoch"]), int(state["pos"])
+        self.step, self.epoch, self.pos, self.offset = (int(state[k]) for k in ("step", "epoch", "pos", "offset"))
+        self.carry = state["carry"]

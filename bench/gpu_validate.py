@@ -16,7 +16,9 @@ Runs, each through the DeepSpeed launcher with the NCCL backend, on bloom-560m-s
 1. bf16 with activation checkpointing (BLOOM's setting), 2. bf16 without it — tokens/s and MFU
    (model FLOPs 6N + 12·L·H·T per token, recomputation not counted) against the measured bf16
    matmul peak (8192³) and H200's nominal dense bf16 peak;
-3. fp16 with DeepSpeed's dynamic loss scaling — the loss-scale trajectory, overflows, loss.
+3. fp16 with DeepSpeed's dynamic loss scaling — the loss-scale trajectory, overflows, loss;
+on GPU also bf16 with ``model.attention=flex``, and with ``auto`` + ``train.compile`` (the
+trainer's timing of both kernels is in its log).
 
 Writes ``OUT/gpu_summary.json`` and each run's ``metrics.jsonl``.
 """
@@ -139,10 +141,14 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     # run folders (checkpoints included) outside OUT: only small files go back from the device
     work = Path(tempfile.mkdtemp(prefix="bloomline-gpu-"))
-    runs = [("bf16_ckpt", ["train.precision=bf16", "train.activation_checkpointing=true"]),
-            # FlexAttention (block-sparse over documents) has no CPU backward: GPU only
+    runs = [("bf16_ckpt", ["train.precision=bf16", "train.activation_checkpointing=true", "model.attention=sdpa"]),
+            # FlexAttention (block-sparse over documents) has no CPU backward: GPU only; then the
+            # default (auto: the trainer times both kernels and prints its choice) with every block
+            # compiled (train.compile)
             *([("bf16_ckpt_flex", ["train.precision=bf16", "train.activation_checkpointing=true",
-                                   "model.attention=flex"])] if cuda else []),
+                                   "model.attention=flex"]),
+               ("bf16_ckpt_auto_compile", ["train.precision=bf16", "train.activation_checkpointing=true",
+                                           "model.attention=auto", "train.compile=true"])] if cuda else []),
             ("bf16_nockpt", ["train.precision=bf16", "train.activation_checkpointing=false"]),
             ("fp16_dynamic_scale", ["train.precision=fp16", "train.activation_checkpointing=false",
                                     *([] if cuda else ["train.cpu_fp16=true"])])]

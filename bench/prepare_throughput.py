@@ -18,6 +18,15 @@ What it measures, all in one run so the ratios compare like with like:
    Both produce the same number of tokens (checked; PII redaction is off for this run, since the
    others do not redact).
 3. Padding waste of the packed train shards: Σ(bucket − length) / Σ bucket — target < 3%.
+4. The whole run, JSONL in → shards out, on the corpus ×1 (``--whole-only`` runs just this):
+   ``bloomline prepare`` (wall time of the CLI, its temporary Prefect server included; quality
+   filters, exact + MinHash dedup, tokenization with a given tokenizer, packing; PII and langid
+   off, which the others lack) against a **datatrove** pipeline of the same steps with the same
+   number of workers (bench/datatrove_baseline.py: JsonlReader, GopherQualityFilter, MinHash
+   dedup with 128 hashes, DocumentTokenizer with the same tokenizer in its ``tokenizers`` form,
+   checked to give SentencePiece's ids on every document), the Megatron-style baseline (reads,
+   parses, encodes, writes: the same span) and the SentencePiece limit (encode only). docs/s and
+   MB/s are of the input, tokens/s of the tokens written.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ from bloomline.host import available_cpus
 from data_prep.normalize import normalize_text
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 SHARED = REPO.parent / "shared" / "corpus"
 CORES = available_cpus()
 
@@ -158,12 +168,57 @@ def baseline_tokens_per_s(model: str, folder: Path, out: Path) -> tuple[float, i
     return n / (time.perf_counter() - t0), n
 
 
+def whole_run(x1: Path, nbytes: int, wd: Path, model: str) -> None:
+    """Section 4: four ways from the same JSONL files to tokens, the whole span timed."""
+    from importlib.metadata import version
+
+    from bench.datatrove_baseline import spm_to_tokenizers
+
+    import sentencepiece as spm
+    from tokenizers import Tokenizer
+
+    tok_json = spm_to_tokenizers(model, wd / "tokenizer.json")
+    sp, fast = spm.SentencePieceProcessor(model_file=model), Tokenizer.from_file(str(tok_json))
+    texts = load_texts(x1)
+    differ = sum(sp.encode(t) != fast.encode(t, add_special_tokens=False).ids for t in texts)
+    if differ:
+        raise SystemExit(f"the tokenizers form differs from SentencePiece on {differ} of {len(texts)} documents")
+    rows = []
+    _, secs, _ = run_prepare(x1, wd / "out-whole", ["pii.enabled=false", "langid.enabled=false", f"tokenizer.model={model}"])
+    tot = json.loads((wd / "out-whole" / "manifest.json").read_text())["totals"]
+    tokens = json.loads((wd / "out-whole" / "run_stats.json").read_text())["pack"]["tokens"]
+    rows.append(("bloomline prepare (whole CLI run)", secs, tot["docs_in"], tot["docs_kept"], tokens))
+    shutil.rmtree(wd / "datatrove", ignore_errors=True)
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, str(REPO / "bench" / "datatrove_baseline.py"), str(x1), str(wd / "datatrove"),
+                          str(tok_json), str(CORES)], cwd=REPO, capture_output=True, text=True)
+    if res.returncode:
+        raise SystemExit(res.stderr[-3000:])
+    dt = json.loads(res.stdout.strip().splitlines()[-1])
+    rows.append((f"datatrove {version('datatrove')} ({CORES} workers)", time.perf_counter() - t0,
+                 dt["documents"], dt["kept"], dt["tokens"]))
+    t0 = time.perf_counter()
+    _, n = baseline_tokens_per_s(model, x1, wd)
+    rows.append(("Megatron-style preprocess_data (read+parse+encode+write)", time.perf_counter() - t0, len(texts),
+                 len(texts), n))
+    t0 = time.perf_counter()
+    _, n = limit_tokens_per_s(model, texts)
+    rows.append((f"SentencePiece encode(num_threads={CORES}), no I/O", time.perf_counter() - t0, len(texts), len(texts), n))
+    print(f"whole run on the corpus ×1 ({len(texts):,} documents, {nbytes / 1e6:.1f} MB):")
+    for name, sec, docs, kept, toks in rows:
+        print(f"  {name:58s} {sec:6.1f} s  {docs / sec:8,.0f} docs/s  {nbytes / 1e6 / sec:6.2f} MB/s  "
+              f"{toks / sec:10,.0f} tokens/s  (kept {kept:,} docs, {toks:,} tokens)")
+    print(f"  bloomline / datatrove wall time: {rows[1][1] / rows[0][1]:.2f}× faster")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", type=int, default=17, help="replication for the throughput run (17 × 12.1 MB ≥ 200 MB)")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/bloomline-bench"))
     ap.add_argument("--skip-rss", action="store_true")
+    ap.add_argument("--whole-only", action="store_true", help="only section 4")
     args = ap.parse_args()
+    args.skip_rss = args.skip_rss or args.whole_only
     if not SHARED.is_dir():
         raise SystemExit(f"{SHARED} not found")
     wd = args.workdir
@@ -188,6 +243,10 @@ def main() -> None:
         r4, t4n, _ = run_prepare(x4, wd / "out-x4-nodedup", nodedup)
         print(f"prepare, dedup off, tokenizer reused: ×1 {r1:,.0f} MiB ({t1n:.0f} s), ×4 {r4:,.0f} MiB ({t4n:.0f} s)"
               f"   ratio = {r4 / r1:.2f}")
+
+    whole_run(x1, b1, wd, str(model))
+    if args.whole_only:
+        return
 
     # 2. throughput of tokenize+pack+write on ≥200 MB ----------------------------------------
     big = wd / f"x{args.scale}"

@@ -10,13 +10,19 @@ bloom-tiny architecture:
    clipping) on the same batches — target ≥ 0.9×: like for like with bf16 weights and an fp32
    master copy (what DeepSpeed's BF16_Optimizer holds), and beside it the fp32-weights + bf16
    autocast loop. Activation checkpointing is off in all (it trades compute for memory).
-2. padding fraction of the dynamic batches and DP balance (max/mean estimated compute) over 200
-   steps at DP=2, next to a fixed-sample-count baseline on the same data — targets < 1% and
-   ≤ 1.02 — on the shards as bloomline packs them (nearly every sample full) and on loosely
-   packed shards whose sample lengths vary (the case the balancer is for).
-3. MFU over this machine's measured bf16 matmul peak, each step counted at its own bucket
-   (6N + 12·L·H·T with T the step's bucket), over the padded tokens the kernels computed and over
-   the real tokens (the dense-equivalent figure published runs report), beside the old count.
+   Beside them, the same plain bf16 loop on Megatron-LM's batches (bench/fixed_sampler.py: the
+   documents concatenated and cut into full ``seq_len`` samples, a constant number per step,
+   causal attention across documents), the fixed-batch alternative as Megatron runs it.
+2. Batching over 200 steps at DP=2, dynamic vs Megatron-style: padding, the DP balance of the
+   FLOPs the ``flex`` kernel computes for each rank (block masks; with ``sdpa`` all ranks compute
+   the same dense work), and the share of causal (query, key) pairs that cross a document
+   boundary (Megatron's batches attend them; bloomline's document mask leaves them out) — on the shards
+   as bloomline packs them and on loosely packed shards (``pack.max_open_samples=1``).
+3. MFU over this machine's measured bf16 matmul peak: the FLOPs the trainer's kernels computed
+   (metrics.jsonl ``flops``: 6N per padded position + 12·L·H per computed attention pair,
+   each step at its own bucket), and the dense-equivalent figure published runs report
+   (6N + 12·L·H·T per real token, T the step's bucket), beside the old count (every step at
+   seq_len).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "corpus"
 sys.path.insert(0, str(REPO))
 
+from bench.fixed_sampler import MegatronBatches  # noqa: E402
 from bloomline.config import load_config, to_dict  # noqa: E402
 from training.config import TrainRecipe  # noqa: E402
 
@@ -59,9 +66,9 @@ def recipe(data: Path, steps: int, extra: list[str] = ()) -> TrainRecipe:
                         "batch.micro_batch_tokens=4096", *extra])
 
 
-def trainer_tokens_per_s(data: Path, wd: Path, steps: int) -> float:
-    r = recipe(data, steps)
-    run = wd / "run"
+def trainer_tokens_per_s(data: Path, wd: Path, steps: int, extra: list[str] = (), run_name: str = "run") -> float:
+    r = recipe(data, steps, extra)
+    run = wd / run_name
     import shutil
 
     shutil.rmtree(run, ignore_errors=True)
@@ -81,13 +88,15 @@ def trainer_tokens_per_s(data: Path, wd: Path, steps: int) -> float:
     return sum(x["global_batch_tokens"] for x in m) / sum(x["step_seconds"] for x in m)
 
 
-def plain_tokens_per_s(data: Path, steps: int, weights: str = "bf16") -> float:
+def plain_tokens_per_s(data: Path, steps: int, weights: str = "bf16", megatron: bool = False) -> float:
     """The same model, batches and optimizer in a plain PyTorch loop (no DeepSpeed).
 
     ``weights="bf16"`` is the like-for-like baseline: bf16 weights and gradients for compute and
     an fp32 master copy that AdamW updates, as DeepSpeed's BF16_Optimizer does (the trainer's
     setting). ``"autocast"`` keeps fp32 weights and runs the matmuls in bf16 under autocast,
-    the common plain-PyTorch way, shown beside it."""
+    the common plain-PyTorch way, shown beside it. ``megatron``: Megatron-style batches of
+    ``seq_len`` tokens (as many samples per step as the token budget holds, in micro-batches of
+    ``micro_batch_tokens``) instead of bloomline's dynamic ones."""
     from training.data import ShardIndex, materialize
     from training.model import IGNORE_INDEX, Bloom
     from training.sampler import DynamicBatchSampler
@@ -106,12 +115,19 @@ def plain_tokens_per_s(data: Path, steps: int, weights: str = "bf16") -> float:
         opt = torch.optim.AdamW(param_groups(model, r.optim.weight_decay), lr=r.optim.lr, betas=(r.optim.beta1, r.optim.beta2))
     index = ShardIndex(data, "train")
     sampler = DynamicBatchSampler(index, r.batch, 1, r.model.seq_len, r.train.seed)
+    seq, mbs = r.model.seq_len, max(1, r.batch.micro_batch_tokens // r.model.seq_len)
+    mega = MegatronBatches(index, r.batch.tokens_per_step // seq, 1, seq, r.train.seed, mbs) if megatron else None
     pad = index.pad_id
     tokens = seconds = 0.0
     for step in range(1, steps + 1):
         t0 = time.perf_counter()
-        plan = sampler.next_step()
-        batches = [materialize(index, mb, plan.bucket, pad) for mb in plan.ranks[0]]
+        if mega is not None:
+            batches = [{k: v for k, v in b.items() if k != "doc_ids"} for b in mega.next_step()[0]]
+            step_tokens = sum(b["input_ids"].numel() for b in batches)
+        else:
+            plan = sampler.next_step()
+            batches = [materialize(index, mb, plan.bucket, pad) for mb in plan.ranks[0]]
+            step_tokens = plan.tokens
         n = sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in batches)
         for b in batches:
             if weights == "bf16":
@@ -137,40 +153,55 @@ def plain_tokens_per_s(data: Path, steps: int, weights: str = "bf16") -> float:
             opt.step()
             opt.zero_grad(set_to_none=True)
         if step > 2:
-            tokens += plan.tokens
+            tokens += step_tokens
             seconds += time.perf_counter() - t0
     return tokens / seconds
 
 
-def step_flops(run: Path, model: object) -> tuple[float, float]:
+def run_flops(run: Path, model: object) -> tuple[float, float]:
     """(FLOPs the kernels computed, dense-equivalent FLOPs of the real tokens) over the timed
-    steps of the trainer's run, each step at its own bucket T: 6N + 12·L·H·T per token (PaLM's
-    count, as published MFU figures use it), over the padded tokens and over the real ones."""
+    steps of the trainer's run: the first is the trainer's own count (metrics.jsonl ``flops``),
+    the second 6N + 12·L·H·T per real token with T the step's bucket (PaLM's count, as
+    published MFU figures use it)."""
     m = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()][2:]
-    computed = sum(x["padded_tokens"] * model.flops_per_token(x["bucket"]) for x in m)  # type: ignore[attr-defined]
+    computed = sum(x["flops"] for x in m)
     real = sum(x["global_batch_tokens"] * model.flops_per_token(x["bucket"]) for x in m)  # type: ignore[attr-defined]
     return computed, real
 
 
 def batching(data: Path, steps: int = 200, dp: int = 2) -> None:
-    from bench.fixed_sampler import FixedBatchSampler
-    from training.data import ShardIndex
+    from training.data import ShardIndex, materialize
     from training.sampler import DynamicBatchSampler
+    from training.work import document_pairs, model_pair_weight, model_params, step_flops
 
     r = recipe(data, steps)
+    m = r.model
+    n_params = model_params(m)
     index = ShardIndex(data, "train")
-    dyn = DynamicBatchSampler(index, r.batch, dp, r.model.seq_len, r.train.seed)
-    plans = [dyn.next_step() for _ in range(steps)]
-    per_rank = int(np.mean([p.gas * p.micro_batch_size for p in plans]))
-    fixed = FixedBatchSampler(index, per_rank, dp, r.train.seed, seq_len=r.model.seq_len,
-                              attn_weight=r.batch.attn_weight)
-    fplans = [fixed.next_step() for _ in range(steps)]
-    for name, ps in (("dynamic (token budget, one bucket, balanced)", plans),
-                     (f"fixed baseline ({per_rank} samples/rank, padded to longest)", fplans)):
-        pad = 1 - sum(p.tokens for p in ps) / sum(p.padded_tokens for p in ps)
-        bal = [p.dp_balance for p in ps]
-        print(f"{name:58s} padding {100 * pad:6.2f}%   DP balance max/mean: mean {np.mean(bal):.4f}, "
-              f"max {np.max(bal):.4f}, steps ≤1.02: {np.mean(np.array(bal) <= 1.02) * 100:.0f}%")
+    dyn = DynamicBatchSampler(index, r.batch, dp, m.seq_len, r.train.seed, pair_weight=model_pair_weight(m))
+    mbs = max(1, r.batch.micro_batch_tokens // m.seq_len)
+    mega = MegatronBatches(index, r.batch.tokens_per_step // (m.seq_len * dp), dp, m.seq_len, r.train.seed, mbs)
+
+    def judge(ranks: list[list[dict]]) -> tuple[float, int, int, int, int]:
+        flops = [sum(step_flops(rank, "flex", m.num_layers, m.hidden_size, n_params)) for rank in ranks]
+        real = sum(int(b["lengths"].sum()) for rank in ranks for b in rank)
+        padded = sum(b["input_ids"].numel() for rank in ranks for b in rank)
+        causal = sum(int(n) * (int(n) + 1) // 2 for rank in ranks for b in rank for n in b["lengths"])
+        inside = sum(document_pairs(np.flatnonzero(np.diff(d[:n].numpy(), prepend=0)), int(n))
+                     for rank in ranks for b in rank for d, n in zip(b.get("doc_ids", b["segment_ids"]), b["lengths"]))
+        return max(flops) / np.mean(flops), real, padded, causal, inside
+
+    for name, make in (("dynamic (token budget, one bucket, balanced)",
+                        lambda: (lambda p: [[materialize(index, mb, p.bucket, index.pad_id) for mb in rank]
+                                            for rank in p.ranks])(dyn.next_step())),
+                       (f"Megatron-style ({mega.per_rank} x {m.seq_len} tokens/rank, docs concatenated)", mega.next_step)):
+        rows = [judge(make()) for _ in range(steps)]
+        bal = np.array([x[0] for x in rows])
+        real, padded, causal, inside = (sum(x[i] for x in rows) for i in range(1, 5))
+        print(f"{name:62s} padding {100 * (1 - real / padded):5.2f}%   DP balance of computed FLOPs (flex): mean "
+              f"{bal.mean():.4f}, max {bal.max():.4f}, steps ≤1.02: {np.mean(bal <= 1.02) * 100:.0f}%   "
+              f"causal pairs across documents: {100 * (1 - inside / causal):.1f}% "
+              f"({'attended' if 'Megatron' in name else 'masked out'})")
 
 
 def bf16_peak() -> float:
@@ -204,6 +235,9 @@ def main() -> None:
     print(f"plain PyTorch loop, bf16 weights + fp32 master (like for like): {plain:,.0f} tokens/s   "
           f"ratio {ours / plain:.2f} (target ≥ 0.9)")
     print(f"plain PyTorch loop, fp32 weights + bf16 autocast:             {auto:,.0f} tokens/s   ratio {ours / auto:.2f}")
+    mega = plain_tokens_per_s(data, args.steps, "bf16", megatron=True)
+    print(f"plain PyTorch loop, bf16, Megatron-style batches (full seq_len, docs concatenated): {mega:,.0f} tokens/s   "
+          f"ratio {ours / mega:.2f}")
     print("batching on the shards as bloomline packs them:")
     batching(data)
     # A harder case for the balancer: shards packed with one open sample at a time, so samples
@@ -218,14 +252,14 @@ def main() -> None:
     with torch.device("meta"):
         model = Bloom(r.model)
     fpt_max = model.flops_per_token(r.model.seq_len)
-    computed, real = step_flops(args.workdir / "run", model)
+    computed, real = run_flops(args.workdir / "run", model)
     m = [json.loads(l) for l in (args.workdir / "run" / "metrics.jsonl").read_text().splitlines()][2:]
     secs = sum(x["step_seconds"] for x in m)
     peak = bf16_peak()
     print(f"bf16 matmul peak (2048³): {peak / 1e9:,.1f} GFLOP/s; model {fpt_max / 1e6:.1f} MFLOP/token at seq {r.model.seq_len}")
-    print(f"MFU of the trainer, each step at its own bucket: {computed / secs / peak * 100:.1f}% counting the padded "
-          f"tokens the kernels computed, {real / secs / peak * 100:.1f}% counting real tokens (dense-equivalent, as "
-          f"published MFU is counted)")
+    print(f"MFU of the trainer: {computed / secs / peak * 100:.1f}% counting the FLOPs its kernels computed (each "
+          f"step at its own bucket, attention pairs as computed), {real / secs / peak * 100:.1f}% dense-equivalent "
+          f"(real tokens x (6N + 12·L·H·bucket), as published MFU is counted)")
     print(f"(the old figure, every step counted at seq {r.model.seq_len}: {fpt_max * ours / peak * 100:.1f}%; "
           f"trainer wall {ours_s:.0f} s)")
 

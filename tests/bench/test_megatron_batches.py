@@ -1,4 +1,4 @@
-"""The benchmarks' fixed-batch baseline (bench/fixed_sampler.py) on the sampler tests' data."""
+"""The benchmarks' Megatron-style baseline (bench/fixed_sampler.py) on the sampler tests' data."""
 
 import json
 import sys
@@ -6,16 +6,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from bench.fixed_sampler import FixedBatchSampler  # noqa: E402
+from bench.fixed_sampler import MegatronBatches  # noqa: E402
 from training.data import ShardIndex  # noqa: E402
-from training.sampler import DynamicBatchSampler  # noqa: E402
 
 sys.path.insert(0, str(REPO / "tests" / "training"))
-from test_sampler import BATCH, write_prepared  # noqa: E402
+from test_sampler import write_prepared  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -27,26 +27,53 @@ def run(s, n):
     return [s.next_step() for _ in range(n)]
 
 
-def test_fixed_baseline_pads_more_and_balances_worse(index):
-    dp = 4
-    dyn = run(DynamicBatchSampler(index, BATCH, dp_size=dp, seq_len=512, seed=7), 100)
-    # the fixed baseline's global batch: about the same tokens per step (16384 / 512 = 32 samples = 8 per rank)
-    fixed = run(FixedBatchSampler(index, samples_per_rank=8, dp_size=dp, seed=7), 100)
-    assert all(len(rank) == 1 and len(rank[0]) == 8 for p in fixed for rank in p.ranks)
-    pad_dyn = 1 - sum(p.tokens for p in dyn) / sum(p.padded_tokens for p in dyn)
-    pad_fixed = 1 - sum(p.tokens for p in fixed) / sum(p.padded_tokens for p in fixed)
-    bal_dyn, bal_fixed = np.mean([p.dp_balance for p in dyn]), np.mean([p.dp_balance for p in fixed])
-    print(f"padding dynamic {pad_dyn:.3f} fixed {pad_fixed:.3f}; mean dp_balance dynamic {bal_dyn:.4f} fixed {bal_fixed:.4f}")
-    assert pad_fixed > pad_dyn + 0.05
-    assert bal_fixed > bal_dyn + 0.02
+def stream(steps):
+    """The token stream the samples cut, rebuilt from the samples (inputs, then the last label)."""
+    rows = [torch.cat([mb["input_ids"], mb["labels"][:, -1:]], 1) for st in steps for rank in st for mb in rank]
+    rows = torch.cat(rows).numpy()
+    return rows
 
 
-def test_fixed_baseline_resumes_and_covers_every_sample_once_per_epoch(index):
-    full = run(FixedBatchSampler(index, samples_per_rank=64, dp_size=4, seed=1), 12)  # 3072 samples: wraps the 1320 rows twice
-    first_epoch = [r for p in full[:5] for rank in p.ranks for mb in rank for r in mb]  # 1280 of the 1320 rows
-    assert len(set(first_epoch)) == 1280
-    s = FixedBatchSampler(index, samples_per_rank=64, dp_size=4, seed=1)
-    run(s, 5)
-    r = FixedBatchSampler(index, samples_per_rank=64, dp_size=4, seed=1)
+def test_samples_are_full_windows_of_the_concatenated_documents(index):
+    s = MegatronBatches(index, samples_per_rank=4, dp_size=2, seq_len=512, seed=3, micro_batch_size=2)
+    steps = run(s, 3)
+    assert all(len(st) == 2 and all(len(rank) == 2 for rank in st) for st in steps)
+    for st in steps:
+        for rank in st:
+            for mb in rank:
+                assert mb["input_ids"].shape == (2, 512) and (mb["segment_ids"] == 1).all()  # no padding, one segment
+                assert torch.equal(mb["input_ids"][:, 1:], mb["labels"][:, :-1])
+    rows = stream(steps)
+    # consecutive samples share one token (Megatron's GPTDataset), and the stream is the documents
+    # in the epoch's order, concatenated
+    assert all(rows[i, -1] == rows[i + 1, 0] for i in range(len(rows) - 1))
+    flat = np.concatenate([rows[0]] + [r[1:] for r in rows[1:]])
+    r = MegatronBatches(index, samples_per_rank=4, dp_size=2, seq_len=512, seed=3)
+    docs = np.concatenate([r._doc(k) for k in range(400)])
+    assert len(docs) > len(flat)
+    assert np.array_equal(flat, docs[:len(flat)])
+
+
+def test_resume_is_exact(index):
+    s = MegatronBatches(index, samples_per_rank=2, dp_size=2, seq_len=512, seed=1)
+    full = run(MegatronBatches(index, samples_per_rank=2, dp_size=2, seq_len=512, seed=1), 6)
+    run(s, 2)
+    r = MegatronBatches(index, samples_per_rank=2, dp_size=2, seq_len=512, seed=1)
     r.load_state_dict(json.loads(json.dumps(s.state_dict())))
-    assert run(r, 7) == full[5:]
+    got = run(r, 4)
+    for a, b in zip(got, full[2:]):
+        for ra, rb in zip(a, b):
+            for x, y in zip(ra, rb):
+                assert all(torch.equal(x[k], y[k]) for k in x)
+
+
+def test_doc_ids_mark_the_documents_in_each_sample(index):
+    s = MegatronBatches(index, samples_per_rank=1, dp_size=1, seq_len=512, seed=5)
+    mb = s.next_step()[0][0]
+    r = MegatronBatches(index, samples_per_rank=1, dp_size=1, seq_len=512, seed=5)
+    lengths, n = [], 0
+    while n < 513:
+        lengths.append(len(r._doc(len(lengths))))
+        n += lengths[-1]
+    want = np.repeat(np.arange(1, len(lengths) + 1), lengths)[:512]
+    assert np.array_equal(mb["doc_ids"][0].numpy(), want)
