@@ -14,6 +14,7 @@ from bloomline.io import read_json, write_json_atomic
 from data_prep.config import PrepareConfig
 from data_prep.dedup import DedupSigner
 from data_prep.document import Document, Ledger
+from data_prep.droplog import DROP_SCHEMA, SCORE_SCHEMA, DropLog, dropped_path, scores_path, write_rows
 from data_prep.filters import QualityFilter
 from data_prep.langid import LanguageIdFilter
 from data_prep.normalize import Normalizer
@@ -21,7 +22,7 @@ from data_prep.readers import Chunk, ChunkReader
 from data_prep.workdir import Paths
 
 CHUNK_SCHEMA = pa.schema([
-    ("pos", pa.int64()), ("id", pa.string()), ("lang", pa.string()), ("text", pa.string()),
+    ("pos", pa.int64()), ("id", pa.string()), ("loc", pa.string()), ("lang", pa.string()), ("text", pa.string()),
     ("exact", pa.uint64()), ("minhash", pa.list_(pa.uint32())),
 ])
 
@@ -33,7 +34,7 @@ def process_chunk(chunk: dict[str, Any], cfg: PrepareConfig, out: str, strict: b
     if done.exists():
         return read_json(done)
     t0 = time.perf_counter()
-    ledger = Ledger()
+    ledger = Ledger(DropLog(cfg.dropped_text_chars))
     reader = ChunkReader(Chunk(**chunk), cfg.read, ledger, strict)
     steps = [Normalizer(ledger, strict)]
     if cfg.langid.enabled:
@@ -42,12 +43,13 @@ def process_chunk(chunk: dict[str, Any], cfg: PrepareConfig, out: str, strict: b
         steps.append(QualityFilter(cfg.filters, ledger, strict))
     signer = DedupSigner(cfg.dedup, ledger)
     steps.append(signer)
+    quality = next((s for s in steps if isinstance(s, QualityFilter)), None)
     docs: Iterable[Document] = reader.run()
     for step in steps:
         docs = step.run(docs)
     kept = sorted(docs, key=lambda d: (d.lang, d.pos))
     cols = {
-        "pos": [d.pos for d in kept], "id": [d.id for d in kept], "lang": [d.lang for d in kept],
+        "pos": [d.pos for d in kept], "id": [d.id for d in kept], "loc": [d.loc for d in kept], "lang": [d.lang for d in kept],
         "text": [d.text for d in kept], "exact": [d.meta["exact"] for d in kept],
         "minhash": [d.meta["minhash"] if "minhash" in d.meta else None for d in kept],
     }
@@ -58,6 +60,9 @@ def process_chunk(chunk: dict[str, Any], cfg: PrepareConfig, out: str, strict: b
     with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, CHUNK_SCHEMA) as w:
         w.write_table(table, max_chunksize=4096)
     tmp.replace(data)
+    # the drop log and the filter scores of this chunk, before its marker (data_prep/droplog.py)
+    write_rows(dropped_path(paths.out, "chunk", chunk["id"]), ledger.log.rows, DROP_SCHEMA)
+    write_rows(scores_path(paths.out, chunk["id"]), quality.scores if quality else [], SCORE_SCHEMA)
     ranges: dict[str, list[int]] = {}
     nbytes: dict[str, int] = {}
     for i, d in enumerate(kept):

@@ -292,9 +292,12 @@ class PrepareConfig:
     """Seed of every random choice (validation hold-out, tokenizer sample)."""
     keep_work: bool = False
     """Keep ``DIR/.work`` (intermediate files) after a successful run."""
+    dropped_text_chars: int = 500
+    """Characters of each dropped document's text kept in the drop log (``DIR/dropped/``); 0
+    keeps none (ids, sources, reasons and scores are always kept)."""
 
     def validate(self) -> None:
-        pass
+        check(self.dropped_text_chars >= 0, "dropped_text_chars", "must be >= 0")
 
     def resolve_paths(self, base: Path) -> None:
         for s in self.sources:

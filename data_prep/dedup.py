@@ -80,31 +80,39 @@ class DedupSigner(PipelineStep):
 
 
 class Deduplicator:
-    """Sequential decision pass. Feed documents in input order; get None (keep) or a kind."""
+    """Sequential decision pass. Feed documents in input order, each with an integer ``ref`` of
+    the caller's choosing (the dedup stage packs chunk and position); get None (keep) or
+    ``(kind, ref of the kept document it duplicates, similarity)``. Refs, not ids, are held, so
+    memory stays one integer per kept document."""
 
     def __init__(self, cfg: DedupConfig, seed: int = 1):
         self.cfg = cfg
         self.seed = seed
-        self.seen: set[int] = set()
+        self.seen: dict[int, int] = {}  # exact hash -> ref of the first document with it
         self.lsh = MinHashLSH(threshold=cfg.threshold, num_perm=cfg.num_perm) if cfg.near else None
-        # Signatures of inserted documents, one row each (4 bytes per permutation).
+        # Signatures of inserted documents, one row each (4 bytes per permutation), and their ids.
         self._sigs = np.empty((1024, cfg.num_perm), dtype=np.uint32)
+        self._refs = np.empty(1024, dtype=np.int64)
         self._n = 0
 
-    def check(self, exact: int, signature: np.ndarray | None) -> str | None:
+    def check(self, exact: int, signature: np.ndarray | None, ref: int = 0) -> tuple[str, int, float] | None:
         if self.cfg.exact and exact in self.seen:
-            return "exact"
+            return "exact", self.seen[exact], 1.0
         if self.lsh is not None and signature is not None:
             m = LeanMinHash(seed=self.seed, hashvalues=signature.astype(np.uint64), scheme="affine32")
-            for key in self.lsh.query(m):
-                # Confirm the candidate: estimated Jaccard = share of equal signature slots.
-                if np.mean(self._sigs[key] == signature) >= self.cfg.threshold:
-                    return "near"
+            # Confirm each candidate: estimated Jaccard = share of equal signature slots; the
+            # earliest kept document that passes is the one reported.
+            for key in sorted(self.lsh.query(m)):
+                similarity = float(np.mean(self._sigs[key] == signature))
+                if similarity >= self.cfg.threshold:
+                    return "near", int(self._refs[key]), similarity
             if self._n == len(self._sigs):
                 self._sigs = np.concatenate([self._sigs, np.empty_like(self._sigs)])
+                self._refs = np.concatenate([self._refs, np.empty_like(self._refs)])
             self._sigs[self._n] = signature
+            self._refs[self._n] = ref
             self.lsh.insert(self._n, m, check_duplication=False)
             self._n += 1
         if self.cfg.exact:
-            self.seen.add(exact)
+            self.seen.setdefault(exact, ref)
         return None

@@ -23,6 +23,7 @@ from data_prep.chunks import chunk_table
 from data_prep.config import PrepareConfig
 from data_prep.dedup import Deduplicator
 from data_prep.document import uniform_draw
+from data_prep.droplog import DROP_SCHEMA, dropped_path, write_rows
 from data_prep.workdir import Paths
 
 
@@ -60,30 +61,58 @@ def dedup_pass(cfg: PrepareConfig, paths: Paths, chunk_ids: list[int]) -> DedupR
     """Decide duplicates over all chunks in input order; write each chunk's drops."""
     dd = Deduplicator(cfg.dedup)
     res = DedupResult({}, {}, {})
+    logged: dict[int, list[dict[str, Any]]] = {}  # chunk -> drop-log rows, duplicate_of still a ref
     for cid in chunk_ids:
-        t = chunk_table(paths, cid, ["pos", "id", "lang", "text", "exact", "minhash"])
+        t = chunk_table(paths, cid, ["pos", "id", "loc", "lang", "text", "exact", "minhash"])
         pos = t.column("pos").to_numpy()
         order = np.argsort(pos, kind="stable")
         ids = t.column("id").to_pylist()
         langs = t.column("lang").to_pylist()
         exact = t.column("exact").to_numpy()
-        sizes = [len(s.encode("utf-8")) for s in t.column("text").to_pylist()] if t.num_rows else []
+        texts = t.column("text").to_pylist()
+        sizes = [len(s.encode("utf-8")) for s in texts]
         mh = t.column("minhash")
         drops = []
         for i in order:
             sig = mh[int(i)].values.to_numpy() if cfg.dedup.near and mh[int(i)].is_valid else None
-            kind = dd.check(int(exact[i]), sig) if (cfg.dedup.exact or cfg.dedup.near) else None
+            # ref: chunk and input position, resolved to the kept document's id after the pass
+            found = dd.check(int(exact[i]), sig, ref=(cid << 32) | int(pos[i])) if (cfg.dedup.exact or cfg.dedup.near) else None
             lang = langs[i]
-            if kind:
+            if found:
+                kind, of, similarity = found
                 drops.append([int(pos[i]), kind])
                 c = res.duplicates.setdefault(lang, {})
                 c[kind] = c.get(kind, 0) + 1
+                logged.setdefault(cid, []).append(
+                    {"id": ids[i], "source": t.column("loc")[int(i)].as_py(), "lang": lang, "stage": "dedup",
+                     "outcome": "duplicates", "reason": kind, "score": similarity,
+                     "threshold": 1.0 if kind == "exact" else cfg.dedup.threshold, "duplicate_of": of,
+                     "text": texts[i][:cfg.dropped_text_chars] if cfg.dropped_text_chars else None})
                 continue
             res.kept_bytes[(cid, lang)] = res.kept_bytes.get((cid, lang), 0) + sizes[i]
             u = uniform_draw(cfg.seed, "valid", ids[i], int(exact[i]))
             res.draws.setdefault(lang, SplitDraws()).add(u, cfg.pack.valid_fraction, cfg.pack.valid_min_docs)
         write_json_atomic(paths.chunk_drops(cid), drops)
+    write_duplicate_log(paths, logged)
     return res
+
+
+def write_duplicate_log(paths: Paths, logged: dict[int, list[dict[str, Any]]]) -> None:
+    """``DIR/dropped/dedup-cNNNNNN.parquet``: each duplicate with the id of the document it duplicates."""
+    refs: dict[int, set[int]] = {}
+    for rows in logged.values():
+        for r in rows:
+            refs.setdefault(r["duplicate_of"] >> 32, set()).add(r["duplicate_of"] & 0xFFFFFFFF)
+    id_of: dict[int, str] = {}
+    for cid, wanted in refs.items():
+        t = chunk_table(paths, cid, ["pos", "id"])
+        for p, i in zip(t.column("pos").to_pylist(), t.column("id").to_pylist()):
+            if p in wanted:
+                id_of[(cid << 32) | p] = i
+    for cid, rows in logged.items():
+        for r in rows:
+            r["duplicate_of"] = id_of[r["duplicate_of"]]
+        write_rows(dropped_path(paths.out, "dedup", cid), rows, DROP_SCHEMA)
 
 
 def validation_rules(draws: dict[str, SplitDraws], fraction: float, min_docs: int) -> dict[str, list]:

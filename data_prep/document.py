@@ -55,8 +55,10 @@ class Ledger:
     so examples are the first in input order and the result is deterministic.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, log: Any = None) -> None:
         self.langs: dict[str, dict[str, Any]] = {}
+        self.log = log
+        """The unit of work's ``data_prep.droplog.DropLog`` (rows of dropped documents), or None."""
 
     def _entry(self, lang: str) -> dict[str, Any]:
         e = self.langs.get(lang)

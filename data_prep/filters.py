@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from typing import Any
 
 from bloomline import languages
 from data_prep.config import FilterConfig, QualityThresholds
@@ -74,22 +75,52 @@ def flagged_ratio(ws: list[str], flagged: set[str]) -> float:
     return min(1.0, sum(1 for w in ws if w.lower() in flagged) / len(ws))
 
 
+# Each check: (reason, score name, threshold field, whether the document fails *below* the
+# threshold). In ROOTS' order; a document is dropped by the first check it fails.
+CHECKS = (
+    ("too_few_words", "words", "min_words", True),
+    ("too_many_words", "words", "max_words", False),
+    ("char_repetition", "char_rep", "max_char_rep", False),
+    ("word_repetition", "word_rep", "max_word_rep", False),
+    ("special_characters", "special", "max_special", False),
+    ("flagged_words", "flagged", "max_flagged", False),
+)
+CODE_CHECKS = (
+    ("too_short", "chars", "min_chars", True),
+    ("long_lines", "max_line", "max_line_chars", False),
+)
+SCORES = ("words", "char_rep", "word_rep", "special", "flagged", "chars", "max_line")
+"""Every score a document can have (the columns of ``DIR/scores/``)."""
+
+
+def quality_scores(text: str, t: QualityThresholds, han_chars: bool = False) -> dict[str, float | None]:
+    """Every natural-language check's score of ``text`` (``flagged`` None when the language has no
+    list). All are computed, not only up to the first failure, so a report can say what another
+    threshold would do without running the filter again."""
+    ws = words(text, han_chars)
+    return {"words": float(len(ws)), "char_rep": char_repetition_ratio(text, t.char_rep_n),
+            "word_rep": word_repetition_ratio(ws, t.word_rep_n), "special": special_ratio(text),
+            "flagged": flagged_ratio(ws, set(t.flagged_words)) if t.flagged_words else None}
+
+
+def code_scores(text: str) -> dict[str, float | None]:
+    return {"chars": float(len(text)), "max_line": float(max(len(line) for line in text.split("\n")))}
+
+
+def first_failure(scores: dict[str, float | None], thresholds: Any, checks: tuple = CHECKS
+                  ) -> tuple[str, float, float] | None:
+    """``(reason, score, threshold)`` of the first check the scores fail, or None (kept)."""
+    for reason, score, field_, below in checks:
+        v, limit = scores.get(score), getattr(thresholds, field_)
+        if v is not None and (v < limit if below else v > limit):
+            return reason, v, float(limit)
+    return None
+
+
 def quality_reason(text: str, t: QualityThresholds, han_chars: bool = False) -> str | None:
     """The first ROOTS check ``text`` fails under thresholds ``t``, or None if it passes."""
-    ws = words(text, han_chars)
-    if len(ws) < t.min_words:
-        return "too_few_words"
-    if len(ws) > t.max_words:
-        return "too_many_words"
-    if char_repetition_ratio(text, t.char_rep_n) > t.max_char_rep:
-        return "char_repetition"
-    if word_repetition_ratio(ws, t.word_rep_n) > t.max_word_rep:
-        return "word_repetition"
-    if special_ratio(text) > t.max_special:
-        return "special_characters"
-    if t.flagged_words and flagged_ratio(ws, set(t.flagged_words)) > t.max_flagged:
-        return "flagged_words"
-    return None
+    failed = first_failure(quality_scores(text, t, han_chars), t)
+    return failed[0] if failed else None
 
 
 class QualityFilter(PipelineStep):
@@ -99,6 +130,7 @@ class QualityFilter(PipelineStep):
         super().__init__(ledger, strict)
         self.cfg = cfg
         self._thresholds: dict[str, QualityThresholds] = {}
+        self.scores: list[dict[str, Any]] = []  # one row per document checked, in input order
 
     def thresholds(self, lang: str) -> QualityThresholds:
         t = self._thresholds.get(lang)
@@ -109,18 +141,15 @@ class QualityFilter(PipelineStep):
     def process(self, doc: Document) -> Document | None:
         lang = languages.BY_CODE[doc.lang]
         if lang.kind == "code":
-            reason = self.code_reason(doc.text)
+            scores, failed = code_scores(doc.text), None
+            failed = first_failure(scores, self.cfg.code, CODE_CHECKS)
         else:
-            reason = quality_reason(doc.text, self.thresholds(doc.lang), han_chars=lang.script in ("Hans", "Hant"))
-        if reason:
-            self.drop(doc, "filtered", reason)
+            t = self.thresholds(doc.lang)
+            scores = quality_scores(doc.text, t, han_chars=lang.script in ("Hans", "Hant"))
+            failed = first_failure(scores, t)
+        self.scores.append({"lang": doc.lang, "reason": failed[0] if failed else None,
+                            **{k: scores.get(k) for k in SCORES}})
+        if failed:
+            self.drop(doc, "filtered", failed[0], score=failed[1], threshold=failed[2])
             return None
         return doc
-
-    def code_reason(self, text: str) -> str | None:
-        c = self.cfg.code
-        if len(text) < c.min_chars:
-            return "too_short"
-        if max(len(line) for line in text.split("\n")) > c.max_line_chars:
-            return "long_lines"
-        return None

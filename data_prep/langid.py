@@ -61,7 +61,8 @@ class LanguageIdFilter(PipelineStep):
         label, score = predict(doc.text)
         doc.meta["langid"] = (label, score)
         if label != lang.fasttext_label and score >= self.cfg.min_confidence:
-            self.drop(doc, "filtered", "lang_mismatch")
+            # the score: the model's confidence in the other label it found
+            self.drop(doc, "filtered", "lang_mismatch", score=float(score), threshold=float(self.cfg.min_confidence))
             return None
         self.stats["verified"] += 1
         return doc

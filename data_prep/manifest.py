@@ -14,7 +14,9 @@ from bloomline.config import to_dict
 from bloomline.errors import DataError
 from bloomline.io import write_json_atomic
 from data_prep.config import PrepareConfig
-from data_prep.document import Ledger
+from data_prep.document import OUTCOMES, Ledger
+from data_prep.droplog import DROPPED_DIR, SCORES_DIR, check_dropped
+from data_prep.filter_report import kept_stats
 from data_prep.shards import FORMAT_VERSION
 from data_prep.step import merge_reports
 from data_prep.tokenizer import alpha_weights, processor
@@ -70,7 +72,12 @@ def write_manifest(cfg: PrepareConfig, paths: Paths, plan_: dict[str, Any], chun
         e["train_tokens"] = train_tokens.get(lang, 0)
         if lang in languages.BY_CODE:
             e["name"] = languages.BY_CODE[lang].name
+    bad = check_dropped(paths.out, langs)
+    if bad:
+        raise RuntimeError("the drop log does not match the ledger (a bug): " + "; ".join(bad[:5]))
     steps = merge_reports(s["steps"] for s in chunk_summaries)
+    if cfg.filters.enabled:
+        steps.setdefault("quality", {})["kept_scores"] = kept_stats(paths.out, cfg.filters)
     steps["dedup"] = {"duplicates": merge_reports(dedup["duplicates"].values()), "docs_out": sum(dedup["kept_docs"].values())}
     steps["pii"] = merge_reports(r["pii"] for r in part_results)
     sp_vocab = tok["vocab_size"]
@@ -90,6 +97,9 @@ def write_manifest(cfg: PrepareConfig, paths: Paths, plan_: dict[str, Any], chun
         "stages": steps,
         "inputs": sorted({c["path"] for c in plan_["chunks"]}),
         "seed": cfg.seed,
+        "dropped": {"path": DROPPED_DIR, "rows": sum(n for e in langs.values() for k in OUTCOMES for n in e[k].values()),
+                    "text_chars": cfg.dropped_text_chars},
+        "scores": {"path": SCORES_DIR},
         "config": mask_tree(to_dict(cfg)),  # no URL password or token in a file people share
     }
     if tok.get("trained"):

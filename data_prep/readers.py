@@ -191,6 +191,8 @@ class ChunkReader:
             raise StrictModeError(f"{loc}: {reason} (--strict stops at the first bad record)")
         self.ledger.record_in(lang)
         self.ledger.drop(lang, "errors", reason, loc)
+        if self.ledger.log is not None:  # the record could not be read: no id or text to log
+            self.ledger.log.add(id=None, source=loc, lang=lang, stage="read", outcome="errors", reason=reason)
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
 
     def run(self) -> Iterator[Document]:

@@ -40,11 +40,17 @@ class PipelineStep:
                 self.stats["docs_out"] += 1
                 yield out
 
-    def drop(self, doc: Document, outcome: str, reason: str) -> None:
+    def drop(self, doc: Document, outcome: str, reason: str, score: float | None = None,
+             threshold: float | None = None) -> None:
+        """Book ``doc`` as dropped: the ledger's count, and a row of the drop log with the score
+        that decided and its threshold (when the rule has them)."""
         if outcome == "errors" and self.strict:
             raise StrictModeError(f"{doc.loc}: {reason} (--strict stops at the first bad record)")
         self.dropped[reason] += 1
         self.ledger.drop(doc.lang, outcome, reason, doc.loc)
+        if self.ledger.log is not None:
+            self.ledger.log.add(id=doc.id, source=doc.loc, lang=doc.lang, stage=self.name, outcome=outcome,
+                                reason=reason, score=score, threshold=threshold, text=doc.text)
 
     def report(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(sorted(self.stats.items()))

@@ -272,6 +272,27 @@ def dashboard(
 
 
 @app.command()
+def filters(
+    data: Path = typer.Argument(..., help="A prepared data folder (bloomline prepare --out)."),
+    lang: str = typer.Option(None, "--lang", help="Only this language."),
+    reason: str = typer.Option(None, "--reason", help="Only this drop reason (e.g. char_repetition)."),
+    examples: int = typer.Option(3, "--examples", help="Example texts per language and reason."),
+    set_: List[str] = typer.Option([], "--set", help="What if: LANG.FIELD=VALUE (or defaults./code.), repeatable."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Why documents were dropped, per language and reason, with examples; how close kept documents
+    sit to each threshold; and what proposed thresholds would keep or lose (from the recorded
+    scores, without preparing again). Prints Markdown."""
+
+    def body() -> None:
+        from flows.data_report import filter_report
+
+        print(filter_report(data, lang, reason, examples, set_), end="")
+
+    _run(body, debug)
+
+
+@app.command()
 def plan(
     config: Path = typer.Option(DEFAULT_TRAIN_CONFIG, "--config", help="Training recipe (configs/train/) or pipeline recipe (configs/pipeline/)."),
     gpu: str = typer.Option("a100-80gb", "--gpu", help="a100-80gb, h100-80gb, h200, or cpu (this machine)."),

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_table_artifact
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 
 from bloomline.config import from_dict, to_dict
@@ -83,6 +83,11 @@ def prepare(config: dict[str, Any], out: str, strict: bool = False) -> dict[str,
     rows = summary_rows(manifest)
     create_table_artifact(key="prepare-summary", table=rows,
                           description=f"Per-language summary of `bloomline prepare` → {Path(out).resolve()}")
+    from flows.data_report import filter_report
+
+    create_markdown_artifact(filter_report(out, examples=3), key="filter-report",
+                             description=f"Drops by language and reason, and kept documents near a threshold → "
+                                         f"{Path(out).resolve()}")
     return manifest
 
 

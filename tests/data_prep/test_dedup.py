@@ -1,6 +1,7 @@
 import random
 
 import numpy as np
+import pytest
 
 from data_prep.config import DedupConfig
 from data_prep.dedup import Deduplicator, exact_key, minhash, shingles
@@ -32,10 +33,11 @@ def test_near_duplicates_at_the_threshold():
     assert j_above >= 0.85 and j_below <= 0.65
     d = Deduplicator(cfg)
     sig = lambda t: minhash(t, cfg, han=False)
-    assert d.check(exact_key(" ".join(base)), sig(" ".join(base))) is None
-    assert d.check(exact_key(above), sig(above)) == "near"
-    assert d.check(exact_key(below), sig(below)) is None
-    assert d.check(exact_key(" ".join(base)), sig(" ".join(base))) == "exact"
+    assert d.check(exact_key(" ".join(base)), sig(" ".join(base)), ref=10) is None
+    kind, ref, similarity = d.check(exact_key(above), sig(above), ref=11)
+    assert (kind, ref) == ("near", 10) and similarity == pytest.approx(j_above, abs=0.06) and similarity >= 0.8
+    assert d.check(exact_key(below), sig(below), ref=12) is None
+    assert d.check(exact_key(" ".join(base)), sig(" ".join(base)), ref=13) == ("exact", 10, 1.0)
 
 
 def test_switches():
@@ -44,7 +46,7 @@ def test_switches():
     assert d.check(1, None) is None and d.check(1, None) is None
     cfg = DedupConfig(near=False)
     d = Deduplicator(cfg)
-    assert d.check(1, None) is None and d.check(1, None) == "exact"
+    assert d.check(1, None, ref=5) is None and d.check(1, None, ref=6) == ("exact", 5, 1.0)
 
 
 def test_han_shingles_are_characters():

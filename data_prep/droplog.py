@@ -1,0 +1,112 @@
+"""The drop log: one row per document that did not reach the shards (``DIR/dropped/``), and the
+filter scores of every document the quality filter checked (``DIR/scores/``).
+
+Both are Parquet datasets (a folder of Parquet files of one schema; ``pyarrow.dataset`` and
+``datasets.load_dataset("parquet", ...)`` read them), written one file per unit of work and
+before that unit's completion marker, in input order, so they are byte-identical between an
+uninterrupted run and a killed-and-resumed one, like the shards:
+
+* ``dropped/chunk-cNNNNNN.parquet``: what the chunk stage dropped (read errors, normalisation
+  errors, language-ID and quality filters);
+* ``dropped/dedup-cNNNNNN.parquet``: the duplicates the dedup pass found among chunk N's documents;
+* ``scores/cNNNNNN.parquet``: the quality filter's scores (data_prep/filters.py ``SCORES``) of
+  every document it checked, kept or dropped, and the reason it dropped it (null: kept).
+
+Why keep rows rather than counts: a data team's first question after a run is *which* documents
+a rule dropped and what a threshold costs a language; the rows answer both without running the
+pipeline again (``bloomline filters``). The row counts per (language, outcome, reason) equal the
+ledger's; :func:`check_dropped` enforces it. Documented in ``data_prep/FORMAT.md``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any, Optional
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from data_prep.filters import SCORES
+
+DROPPED_DIR, SCORES_DIR = "dropped", "scores"
+
+DROP_SCHEMA = pa.schema([
+    ("id", pa.string()), ("source", pa.string()), ("lang", pa.string()), ("stage", pa.string()),
+    ("outcome", pa.string()), ("reason", pa.string()), ("score", pa.float64()), ("threshold", pa.float64()),
+    ("duplicate_of", pa.string()), ("text", pa.string()),
+])
+SCORE_SCHEMA = pa.schema([("lang", pa.string()), ("reason", pa.string()), *((k, pa.float64()) for k in SCORES)])
+
+
+class DropLog:
+    """Rows of dropped documents of one unit of work, in the order they were dropped."""
+
+    def __init__(self, text_chars: int):
+        self.text_chars = text_chars
+        self.rows: list[dict[str, Any]] = []
+
+    def add(self, *, id: Optional[str], source: str, lang: str, stage: str, outcome: str, reason: str,
+            score: Optional[float] = None, threshold: Optional[float] = None, duplicate_of: Optional[str] = None,
+            text: Optional[str] = None) -> None:
+        self.rows.append({"id": _utf8(id), "source": _utf8(source), "lang": lang, "stage": stage, "outcome": outcome,
+                          "reason": reason, "score": score, "threshold": threshold, "duplicate_of": duplicate_of,
+                          "text": _utf8(text[:self.text_chars]) if (text is not None and self.text_chars) else None})
+
+
+def _utf8(s: Optional[str]) -> Optional[str]:
+    """``s`` with lone surrogates (a record dropped as ``invalid_unicode`` has them) as U+FFFD."""
+    return None if s is None else s.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
+def write_rows(path: Path, rows: list[dict[str, Any]], schema: pa.Schema) -> None:
+    """Write ``rows`` as one Parquet file, atomically; nothing when there are none."""
+    if not rows:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp-write")
+    table = pa.Table.from_pylist(rows, schema=schema)
+    # no statistics or page index that could vary: the same rows give the same bytes
+    pq.write_table(table, tmp, compression="zstd", write_statistics=False)
+    tmp.replace(path)
+
+
+def dropped_path(out: Path, unit: str, cid: int) -> Path:
+    return out / DROPPED_DIR / f"{unit}-c{cid:06d}.parquet"
+
+
+def scores_path(out: Path, cid: int) -> Path:
+    return out / SCORES_DIR / f"c{cid:06d}.parquet"
+
+
+def read_dataset(folder: Path, schema: pa.Schema, columns: Optional[list[str]] = None) -> pa.Table:
+    """All files of one of the two datasets, in file-name order (empty table when none)."""
+    files = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
+    tables = [pq.read_table(f, columns=columns) for f in files]
+    if not tables:
+        return (schema if columns is None else pa.schema([schema.field(c) for c in columns])).empty_table()
+    return pa.concat_tables(tables)
+
+
+def dropped_counts(out: Path) -> dict[str, dict[str, dict[str, int]]]:
+    """Rows of ``DIR/dropped/`` per language, outcome and reason."""
+    t = read_dataset(out / DROPPED_DIR, DROP_SCHEMA, ["lang", "outcome", "reason"])
+    c = Counter(zip(*(t.column(k).to_pylist() for k in ("lang", "outcome", "reason"))))
+    res: dict[str, dict[str, dict[str, int]]] = {}
+    for (lang, outcome, reason), n in sorted(c.items()):
+        res.setdefault(lang, {}).setdefault(outcome, {})[reason] = n
+    return res
+
+
+def check_dropped(out: Path, languages: dict[str, Any]) -> list[str]:
+    """Where the drop log and the ledger (the manifest's ``languages``) disagree (empty: they agree)."""
+    from data_prep.document import OUTCOMES
+
+    got, bad = dropped_counts(out), []
+    for lang in sorted(set(got) | set(languages)):
+        for outcome in OUTCOMES:
+            want = {k: v for k, v in languages.get(lang, {}).get(outcome, {}).items() if v}
+            have = got.get(lang, {}).get(outcome, {})
+            if want != have:
+                bad.append(f"{lang} {outcome}: the ledger has {want}, {out / DROPPED_DIR} has {have}")
+    return bad

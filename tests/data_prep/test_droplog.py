@@ -1,0 +1,171 @@
+"""The drop log (DIR/dropped/), the recorded scores (DIR/scores/) and the filter report, on a real
+run over the sample corpus with one document for every reason the ledger knows."""
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from bloomline.config import load_config
+from bloomline.errors import DataError
+from data_prep.config import PrepareConfig, SourceConfig
+from data_prep.droplog import DROP_SCHEMA, check_dropped, dropped_counts, read_dataset
+from data_prep.filter_report import kept_stats, what_if, parse_set
+from data_prep.pipeline import run_all
+from data_prep.shards import load_manifest
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO / "data_prep" / "sample_corpus"
+
+GOOD = ("Every morning the baker opens her shop before sunrise. She kneads the dough, lights the oven and "
+        "arranges fresh loaves on wooden shelves while the street slowly wakes up around her.")
+
+
+def junk_records():
+    """(id, text, lang) of documents each dropped for one reason (under the run's overrides)."""
+    rng = random.Random(0)
+    long_text = " ".join("".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9)))
+                         for _ in range(450))
+    en = json.loads((SAMPLE / "text" / "en.jsonl").read_text().splitlines()[0])
+    fr = json.loads((SAMPLE / "text" / "fr.jsonl").read_text().splitlines()[0])["text"]
+    near = en["text"].replace("the", "a", 1)
+    return [
+        ("j-few", "Just three words.", "en"),
+        ("j-many", long_text, "en"),
+        ("j-char", "buy now " * 40, "en"),
+        ("j-word", GOOD + " " + " ".join(["the market opens at dawn on monday and closes late"] * 4), "en"),
+        ("j-special", GOOD + " $$$ ### @@@ %%% &&& *** ((( ))) 1234567890 1234567890 1234567890 1234567890 !!! ??? ;;; :::",
+         "en"),
+        ("j-flagged", GOOD + " viagra viagra porn", "en"),
+        ("j-short", "x = 1\n", "code-python"),
+        ("j-lines", "y = [" + "1, " * 700 + "]\n" + "z = 2\n" * 30, "code-python"),
+        ("j-mismatch", fr, "en"),
+        ("j-exact", en["text"], "en"),
+        ("j-near", near, "en"),
+    ]
+
+
+def run(tmp_path, bad_inputs, name="out", overrides=()):
+    junk = tmp_path / "inputs" / "junk.jsonl"
+    junk.parent.mkdir(parents=True, exist_ok=True)
+    junk.write_text("".join(json.dumps({"id": i, "text": t, "lang": lg}) + "\n" for i, t, lg in junk_records()))
+    bad_inputs(tmp_path / "inputs" / "bad.jsonl")
+    cfg = load_config(PrepareConfig, REPO / "configs/data/demo.yaml",
+                      ["filters.languages.en.max_words=400", "filters.languages.en.max_char_rep=0.2",
+                       "dropped_text_chars=120", *overrides])
+    cfg.sources += [SourceConfig(path=str(junk)), SourceConfig(path=str(tmp_path / "inputs" / "bad.jsonl"))]
+    out = tmp_path / name
+    run_all(cfg, out)
+    return cfg, out
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    from tests.conftest import write_bad_inputs
+
+    tmp = tmp_path_factory.mktemp("droplog")
+    return run(tmp, write_bad_inputs)
+
+
+def test_every_drop_has_a_row_that_matches_the_ledger(prepared):
+    cfg, out = prepared
+    m = load_manifest(out)
+    langs = m["languages"]
+    assert check_dropped(out, langs) == []
+    got = dropped_counts(out)
+    assert m["dropped"]["rows"] == sum(n for o in got.values() for r in o.values() for n in r.values())
+    reasons = {(o, r) for lg in got.values() for o, rs in lg.items() for r in rs}
+    for want in [("filtered", r) for r in ("too_few_words", "too_many_words", "char_repetition", "word_repetition",
+                                           "special_characters", "flagged_words", "too_short", "long_lines",
+                                           "lang_mismatch")] + [("duplicates", "exact"), ("duplicates", "near"),
+                                                                ("errors", "malformed_json"), ("errors", "invalid_unicode")]:
+        assert want in reasons, want
+    rows = {r["id"]: r for r in read_dataset(out / "dropped", DROP_SCHEMA).to_pylist() if r["id"]}
+    assert rows["j-char"]["reason"] == "char_repetition" and rows["j-char"]["stage"] == "quality"
+    assert rows["j-char"]["score"] > rows["j-char"]["threshold"] == pytest.approx(0.2)
+    assert rows["j-char"]["source"].endswith("junk.jsonl:3") and rows["j-char"]["text"] == ("buy now " * 40)[:120]
+    assert rows["j-few"]["score"] == 3 and rows["j-few"]["threshold"] == 20
+    assert rows["j-mismatch"]["stage"] == "langid" and rows["j-mismatch"]["score"] >= rows["j-mismatch"]["threshold"]
+    # duplicates name the kept document they duplicate (the sample corpus' first English one)
+    assert rows["j-exact"]["duplicate_of"] == "en-sample-0001" and rows["j-exact"]["reason"] == "exact"
+    assert rows["j-near"]["duplicate_of"] == "en-sample-0001" and rows["j-near"]["score"] >= 0.8
+    # a record that could not be read: its place and reason, no text
+    errors = [r for r in read_dataset(out / "dropped", DROP_SCHEMA).to_pylist() if r["reason"] == "malformed_json"]
+    assert errors and errors[0]["source"].endswith("bad.jsonl:2") and errors[0]["text"] is None
+    # a damaged drop log is caught
+    bad = out.parent / "damaged"
+    shutil.copytree(out, bad)
+    f = sorted((bad / "dropped").glob("*.parquet"))[0]
+    t = pq.read_table(f)
+    pq.write_table(t.slice(1), f)
+    assert check_dropped(bad, langs)
+
+
+def test_kept_scores_are_summarised_in_the_manifest(prepared):
+    cfg, out = prepared
+    st = load_manifest(out)["stages"]["quality"]["kept_scores"]
+    en = st["en"]["char_repetition"]
+    assert en["threshold"] == pytest.approx(0.2) and en["fails"] == "above"
+    assert en["p1"] <= en["p50"] <= en["p99"] <= en["max"] <= 0.2
+    assert 0 <= en["near_threshold"] <= en["kept"]
+    assert st["en"]["too_few_words"]["min"] >= 20 and st["code-python"]["too_short"]["min"] >= 100
+    assert st == kept_stats(out, cfg.filters)
+
+
+def test_what_if_agrees_exactly_with_a_rerun(prepared, tmp_path, bad_inputs):
+    cfg, out = prepared
+    # en looser (j-char then fails the next check, word_repetition), fr stricter, code looser
+    change = ["en.max_char_rep=0.3", "fr.max_special=0.2", "code.min_chars=5"]
+    table = what_if(out, cfg.filters, parse_set(change, cfg.filters))
+    assert set(table) >= {"en", "fr", "code-python"}
+    assert table["fr"]["lost"] >= 1 and table["code-python"]["gained"] == 1
+    assert table["en"]["dropped_by_reason"]["word_repetition"] == 2  # j-word and j-char
+    tok = str(out / "tokenizer" / "tokenizer.model")
+    _, again = run(tmp_path, bad_inputs, "again", ["filters.languages.en.max_char_rep=0.3",
+                                                   "filters.languages.fr.max_special=0.2", "filters.code.min_chars=5",
+                                                   f"tokenizer.model={tok}"])
+    ledger = load_manifest(again)["languages"]
+    before = load_manifest(out)["languages"]
+    quality = {"too_few_words", "too_many_words", "char_repetition", "word_repetition", "special_characters",
+               "flagged_words", "too_short", "long_lines"}
+    for lang, e in ledger.items():
+        rerun = {k: v for k, v in e["filtered"].items() if k in quality}
+        if lang in table:
+            assert table[lang]["dropped_by_reason"] == rerun, lang
+        else:
+            assert rerun == {k: v for k, v in before[lang]["filtered"].items() if k in quality}, lang
+
+
+def test_report_and_its_refusals(prepared):
+    from flows.data_report import filter_report
+
+    _, out = prepared
+    text = filter_report(out, lang="en", examples=2, sets=["en.max_char_rep=0.5"])
+    assert "### en (English)" in text and "**filtered:char_repetition**: " in text
+    assert "`j-char`" in text and "score " in text and "## Kept documents near a threshold" in text
+    assert "## What if: en.max_char_rep=0.5" in text and "| en |" in text
+    assert "### fr" not in text  # --lang en
+    with pytest.raises(Exception, match="shapes the recorded scores"):
+        filter_report(out, sets=["en.char_rep_n=5"])
+    with pytest.raises(Exception, match="no field"):
+        filter_report(out, sets=["en.max_nonsense=1"])
+    with pytest.raises(DataError, match="not one of BLOOM's languages"):
+        filter_report(out, lang="klingon")
+
+
+def test_filters_command(prepared):
+    import subprocess
+    import sys
+
+    _, out = prepared
+    cmd = [sys.executable, "-m", "flows.cli", "filters", str(out), "--reason", "char_repetition", "--examples", "1",
+           "--set", "en.max_char_rep=0.3"]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    assert "**filtered:char_repetition**" in res.stdout and "too_few_words" not in res.stdout.split("## Kept")[0]
+    assert "## What if: en.max_char_rep=0.3" in res.stdout
+    bad = subprocess.run(cmd[:5] + ["--set", "en.max_char_rep"], capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 2 and "error:" in bad.stderr and "LANG.FIELD=VALUE" in bad.stderr
