@@ -13,7 +13,7 @@ and padded, as a one-document-per-sample packer would bucket them).
 For each: the block's forward time with ``sdpa`` (dense ALiBi + document bias) and with ``flex``
 (FlexAttention, block-sparse; compiled, the compile excluded and reported), the share of
 attention tiles the block mask skips, the dense bias's size (what ``sdpa`` materialises per
-layer), and the peak memory of one forward of each (bench's ``peak_mib``). The training step (forward + backward) is timed for ``sdpa`` only: torch 2.13 has no
+layer), and the peak memory of one forward of each (``peak_mib``). The training step (forward + backward) is timed for ``sdpa`` only: torch 2.13 has no
 FlexAttention backward on CPU. Ratios are from one run, same batches.
 """
 
@@ -54,9 +54,10 @@ def micro_batches(data: Path, seq: int, n: int) -> list[torch.Tensor]:
 
 
 def peak_mib(fn) -> float:
-    """Memory ``fn`` needs beyond what is allocated when it starts, MiB: on GPU torch's peak
-    allocation; on CPU the high-water RSS of a forked child running it (its RSS at the fork is
-    the baseline; torch's CPU allocator returns large blocks to the OS, so the peak is real)."""
+    """Peak memory ``fn`` allocates beyond what is allocated when it starts, MiB: on GPU torch's
+    peak allocation; on CPU the running sum of the allocations and frees torch's profiler
+    records (``profile_memory``: each op's own allocations, and the frees), at its maximum. An
+    allocator-level figure: RSS would hide memory the allocator reuses from earlier calls."""
     if torch.cuda.is_available():
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -64,25 +65,17 @@ def peak_mib(fn) -> float:
         fn()
         torch.cuda.synchronize()
         return (torch.cuda.max_memory_allocated() - base) / 2**20
-    import os
-    import resource
+    from torch.profiler import ProfilerActivity, profile
 
-    import psutil
-
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        base = psutil.Process().memory_info().rss
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-        os.write(w, str(max(peak - base, 0)).encode())
-        os._exit(0)
-    os.close(w)
-    with os.fdopen(r) as f:
-        got = f.read()
-    os.waitpid(pid, 0)
-    return int(got) / 2**20
+    points = sorted((e.time_range.start, e.cpu_memory_usage if e.name == "[memory]" else e.self_cpu_memory_usage)
+                    for e in prof.events())
+    run = peak = 0
+    for _, v in points:
+        run += v
+        peak = max(peak, run)
+    return peak / 2**20
 
 
 def one_doc_batches(data: Path, seq: int, n: int) -> list[torch.Tensor]:

@@ -94,10 +94,13 @@ class QualityThresholds:
     """Maximum share of words found in ``flagged_words``: ``flagged_words``. (ROOTS default 0.1.)"""
     flagged_words: list[str] = field(default_factory=list)
     """Lower-case flagged (porn/spam) words for this language; empty: the check is skipped."""
+    max_keyboard: float = 0.3
+    """Maximum share of words that are runs of adjacent keys on a keyboard row: ``keyboard_mashing``
+    (not a ROOTS rule, see data_prep/filters.py; clean text of ../shared/corpus reaches 0.13)."""
 
     def validate(self) -> None:
         check(0 <= self.min_words <= self.max_words, "min_words", "must be >= 0 and <= max_words")
-        for name in ("max_char_rep", "max_word_rep", "max_special", "max_flagged"):
+        for name in ("max_char_rep", "max_word_rep", "max_special", "max_flagged", "max_keyboard"):
             check(0.0 <= getattr(self, name) <= 1.0, name, "must be in [0, 1]")
         check(self.char_rep_n >= 1, "char_rep_n", "must be >= 1")
         check(self.word_rep_n >= 1, "word_rep_n", "must be >= 1")

@@ -17,6 +17,12 @@ dropped by the first it fails, with the check's name as reason:
    symbols (Unicode categories P*, S* and Z*, which include emoji — ROOTS used the ``emoji``
    package's list; the categories cover it without another dependency).
 5. ``flagged_words`` — share of lower-cased words in the language's flagged-word list.
+6. ``keyboard_mashing`` — share of words (3+ letters) that are a run of adjacent keys on one
+   row of a QWERTY, QWERTZ or AZERTY keyboard ("asdfg", "yuio", "vbnm"), forwards or backwards.
+   Not a ROOTS rule: ROOTS caught such text with its KenLM perplexity filter, which bloomline
+   does not ship; keyboard runs are the one kind of gibberish that is both common in scraped
+   text and rare in any language's real words (measured on ../shared/corpus: the highest share
+   in clean text is 0.13, Lingala, whose common word "eza" is an AZERTY run; mashing has ~0.9).
 
 Programming-language documents get only the code checks: ``too_short`` and ``long_lines``.
 """
@@ -84,12 +90,13 @@ CHECKS = (
     ("word_repetition", "word_rep", "max_word_rep", False),
     ("special_characters", "special", "max_special", False),
     ("flagged_words", "flagged", "max_flagged", False),
+    ("keyboard_mashing", "keyboard", "max_keyboard", False),
 )
 CODE_CHECKS = (
     ("too_short", "chars", "min_chars", True),
     ("long_lines", "max_line", "max_line_chars", False),
 )
-SCORES = ("words", "char_rep", "word_rep", "special", "flagged", "chars", "max_line")
+SCORES = ("words", "char_rep", "word_rep", "special", "flagged", "keyboard", "chars", "max_line")
 """Every score a document can have (the columns of ``DIR/scores/``)."""
 
 
@@ -100,7 +107,8 @@ def quality_scores(text: str, t: QualityThresholds, han_chars: bool = False) -> 
     ws = words(text, han_chars)
     return {"words": float(len(ws)), "char_rep": char_repetition_ratio(text, t.char_rep_n),
             "word_rep": word_repetition_ratio(ws, t.word_rep_n), "special": special_ratio(text),
-            "flagged": flagged_ratio(ws, set(t.flagged_words)) if t.flagged_words else None}
+            "flagged": flagged_ratio(ws, set(t.flagged_words)) if t.flagged_words else None,
+            "keyboard": keyboard_ratio(ws)}
 
 
 def code_scores(text: str) -> dict[str, float | None]:
@@ -115,6 +123,17 @@ def first_failure(scores: dict[str, float | None], thresholds: Any, checks: tupl
         if v is not None and (v < limit if below else v > limit):
             return reason, v, float(limit)
     return None
+
+
+# Key rows of the common Latin layouts: runs along them are what a hand mashing a keyboard types.
+KEY_ROWS = ("qwertyuiop", "asdfghjkl", "zxcvbnm", "qwertzuiop", "yxcvbnm", "azertyuiop", "qsdfghjklm", "wxcvbn")
+_RUNS = frozenset(r[i:j] for row in KEY_ROWS for r in (row, row[::-1]) for i in range(len(r)) for j in range(i + 3, len(r) + 1))
+
+
+def keyboard_ratio(ws: list[str]) -> float:
+    """Share of words of 3+ letters that are a run of adjacent keys on one keyboard row."""
+    long_ = [w.lower() for w in ws if len(w) >= 3]
+    return sum(w in _RUNS for w in long_) / len(long_) if long_ else 0.0
 
 
 def quality_reason(text: str, t: QualityThresholds, han_chars: bool = False) -> str | None:

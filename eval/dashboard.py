@@ -5,7 +5,9 @@ inlined once (plotly: interactive charts from Python with no native dependency; 
 hides a language, a double click isolates it, which is how one reads ~60 series). Charts: bits
 per byte per language over checkpoints, a language × checkpoint heatmap, the group aggregates,
 bits per byte against training tokens seen per language, the training loss and learning rate
-(``metrics.jsonl``), the flagged regressions, and the data ledger of the run's manifest.
+(``metrics.jsonl``), the flagged regressions, and the data ledger of the run's manifest; and,
+beside it, ``data.html``: the data's filter report (flows/data_report.py: drops by language and
+reason with examples, kept documents near a threshold), linked from the main page.
 """
 
 from __future__ import annotations
@@ -31,14 +33,39 @@ def _metrics(run_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _manifest(run_dir: Path) -> dict[str, Any] | None:
-    from data_prep.shards import load_manifest
+def _data_dir(run_dir: Path) -> Path | None:
     from training.checkpoint import RunDir, read_meta
 
     latest = RunDir(run_dir).latest_dir()
-    if latest is None:
+    return None if latest is None else Path(read_meta(latest)["data_dir"])
+
+
+def _manifest(run_dir: Path) -> dict[str, Any] | None:
+    from data_prep.shards import load_manifest
+
+    data = _data_dir(run_dir)
+    return None if data is None else load_manifest(data)
+
+
+PAGE = ("<!doctype html><html><head><meta charset='utf-8'><title>bloomline: {title}</title>"
+        "<style>body{{font-family:sans-serif;margin:2em;max-width:1400px}}h2{{margin-top:2em}}"
+        "table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 6px;font-size:90%}}</style>"
+        "</head><body>{body}</body></html>")
+
+
+def data_page(run_dir: Path) -> str | None:
+    """The filter report of the run's data as HTML (markdown-it, which rich already brings), or
+    None when the data has no drop log (prepared before it existed) or the run no checkpoint."""
+    from markdown_it import MarkdownIt
+
+    from flows.data_report import filter_report
+
+    data = _data_dir(run_dir)
+    if data is None or "dropped" not in (_manifest(run_dir) or {}):
         return None
-    return load_manifest(read_meta(latest)["data_dir"])
+    body = MarkdownIt("commonmark").enable("table").render(filter_report(data, examples=3))
+    return PAGE.format(title=f"{run_dir.name} data", body=f"<p><a href='index.html'>← evaluation</a> · data: {data}</p>"
+                                                            + body)
 
 
 def all_regressions(rows: list[dict[str, Any]], threshold: float = REGRESSION_THRESHOLD) -> list[dict[str, Any]]:
@@ -136,10 +163,12 @@ def build(run_dir: str | Path) -> Path:
         parts.append(f"<h2>{title}</h2>" + pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0),
                                                        div_id=f"chart-{i}", config={"displaylogo": False}))
     rows = read_results(run_dir).num_rows
-    html = ("<!doctype html><html><head><meta charset='utf-8'><title>bloomline: " + run_dir.name + "</title>"
-            "<style>body{font-family:sans-serif;margin:2em;max-width:1400px}h2{margin-top:2em}</style></head><body>"
-            f"<h1>bloomline run {run_dir.name}</h1><p>{rows} result rows; evaluation contract: eval/RESULTS.md</p>"
-            + "".join(parts) + "</body></html>")
+    data = data_page(run_dir)
+    if data is not None:
+        write_bytes_atomic(run_dir / "dashboard" / "data.html", data.encode("utf-8"))
+    link = " · <a href='data.html'>data: filter report</a>" if data is not None else ""
+    html = PAGE.format(title=run_dir.name, body=f"<h1>bloomline run {run_dir.name}</h1><p>{rows} result rows; "
+                                                 f"evaluation contract: eval/RESULTS.md{link}</p>" + "".join(parts))
     out = run_dir / "dashboard" / "index.html"
     write_bytes_atomic(out, html.encode("utf-8"))
     return out

@@ -90,3 +90,8 @@ def test_dashboard_renders_offline_in_chromium(demo, tmp_path):
     assert not [l for l in console if re.search(r"error|uncaught", l, re.I)], console
     assert shot.stat().st_size > 50_000
     print(f"screenshot: {shot}")
+    # the data page: the data's filter report, linked from the main page, renders offline too
+    assert "href='data.html'" in html
+    data = page.parent / "data.html"
+    ddom = subprocess.run([*base, "--dump-dom", data.resolve().as_uri()], capture_output=True, text=True, timeout=180).stdout
+    assert "<h1>Filter report</h1>" in ddom and "Drops by language and reason" in ddom and "<table>" in ddom
