@@ -166,18 +166,18 @@ class ShardIndex:
 
     def lengths(self, shard_ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Lengths (int64) of samples ``(shard_ids[i], rows[i])``."""
-        out = np.empty(len(rows), dtype=np.int64)
-        for sid in np.unique(shard_ids):
-            sel = shard_ids == sid
-            out[sel] = self.rows[int(sid)].lengths(rows[sel])
-        return out
+        return self._per_shard(shard_ids, rows, ShardRows.lengths)
 
     def pairs(self, shard_ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Admitted attention pairs Σ dᵢ(dᵢ+1)/2 (int64) of samples ``(shard_ids[i], rows[i])``."""
+        return self._per_shard(shard_ids, rows, ShardRows.pairs)
+
+    def _per_shard(self, shard_ids: np.ndarray, rows: np.ndarray,
+                   fn: Callable[[ShardRows, np.ndarray], np.ndarray]) -> np.ndarray:
         out = np.empty(len(rows), dtype=np.int64)
         for sid in np.unique(shard_ids):
             sel = shard_ids == sid
-            out[sel] = self.rows[int(sid)].pairs(rows[sel])
+            out[sel] = fn(self.rows[int(sid)], rows[sel])
         return out
 
 
