@@ -66,6 +66,9 @@ def test_prepare_end_to_end_and_resume_after_kill(tmp_path, bad_inputs):
     with sqlite3.connect(prefect_home / "prefect.db") as db:
         rows = list(db.execute("select type, data from artifact where key = 'prepare-summary'"))
     assert rows and rows[0][0] == "table"
+    with sqlite3.connect(prefect_home / "prefect.db") as db:
+        report = list(db.execute("select type, data from artifact where key = 'filter-report'"))
+    assert report and report[0][0] == "markdown" and "Drops by language and reason" in json.loads(report[0][1])
     table = json.loads(json.loads(rows[0][1]))
     assert {r["lang"] for r in table} >= {"en", "sw", "code-python"}
     assert "per-language summary" in res.stderr and "done" in res.stderr
