@@ -126,3 +126,31 @@ def set_kernel(module: torch.nn.Module, kernel: str) -> None:
     for m in module.modules():
         if isinstance(m, Attention):
             m.kernel = kernel
+
+
+def resolve_attention(recipe: Any, index: Any, sampler: Any, dtype: torch.dtype, device: torch.device, mesh: Any,
+                      module: torch.nn.Module) -> str:
+    """The trainer's kernel: ``model.attention``, with ``auto`` resolved by :func:`measure_kernels`
+    on a real micro-batch of the largest bucket (read without advancing the sampler) and set on
+    every layer of ``module``; rank 0's choice, so every rank runs the same kernel."""
+    import numpy as np
+
+    from training.data import materialize
+
+    cfg = recipe.model
+    if cfg.attention != "auto":
+        return cfg.attention
+    stream = max(sampler.streams, key=lambda s: (s.bucket, s.size))
+    m = min(max(1, recipe.batch.micro_batch_tokens // stream.bucket), stream.size)
+    sids, rows = stream.locate(np.arange(m))
+    seg = materialize(index, list(zip(sids.tolist(), rows.tolist())), stream.bucket, index.pad_id)["segment_ids"]
+    timings = measure_kernels(cfg, seg, dtype, device, heads=cfg.num_heads // mesh.tp)
+    box = [(choose_kernel(timings), timings)]
+    torch.distributed.broadcast_object_list(box, src=0)
+    kernel, timings = box[0]
+    set_kernel(module, kernel)
+    if mesh.rank == 0:
+        how = ("FlexAttention has no CPU backward" if device.type == "cpu" else
+               ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in timings.items()) + " per block step")
+        print(f"model.attention=auto: {kernel} ({how})", flush=True)
+    return kernel

@@ -33,6 +33,7 @@ from training.loss import StepLoss
 from training.model import IGNORE_INDEX, Bloom
 from training.parallelize import parallelize
 from training.reshard import is_ready, reshard_command
+from training.attention import resolve_attention
 from training.sampler import DynamicBatchSampler
 from training.work import ForwardTimer, balance_over_dp, model_pair_weight, model_params, step_flops
 from training.schedule import lr_at, schedule_change
@@ -110,7 +111,8 @@ class Trainer:
             make_optimizer=lambda m: torch.optim.AdamW(param_groups(m, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2),
                                                        eps=o.eps))
         self.optimizer = self.engine.optimizer
-        self.kernel = self._choose_kernel()
+        self.kernel = resolve_attention(recipe, self.index, self.sampler, self.dtype, self.device, self.mesh,
+                                        self.engine.module)
         self.forward_timer = ForwardTimer(self.engine.module)
         self._flops = 0.0  # FLOPs this rank's replica computed in the current step (training/work.py)
         self.step = 0
@@ -193,31 +195,6 @@ class Trainer:
         m = self.recipe.model
         self._flops += sum(step_flops([b], self.kernel, m.num_layers, m.hidden_size, self.num_params))
         return b
-
-    def _choose_kernel(self) -> str:
-        """``model.attention``, with ``auto`` resolved by timing both kernels here (rank 0's
-        choice, so every rank runs the same kernel)."""
-        cfg = self.recipe.model
-        if cfg.attention != "auto":
-            return cfg.attention
-        from training.attention import choose_kernel, measure_kernels, set_kernel
-
-        # a real micro-batch of the largest bucket, read without advancing the sampler
-        stream = max(self.sampler.streams, key=lambda s: (s.bucket, s.size))
-        m = min(max(1, self.recipe.batch.micro_batch_tokens // stream.bucket), stream.size)
-        sids, rows = stream.locate(np.arange(m))
-        seg = materialize(self.index, list(zip(sids.tolist(), rows.tolist())), stream.bucket,
-                          self.index.pad_id)["segment_ids"]
-        timings = measure_kernels(cfg, seg, self.dtype, self.device, heads=cfg.num_heads // self.mesh.tp)
-        box = [(choose_kernel(timings), timings)]
-        torch.distributed.broadcast_object_list(box, src=0)
-        kernel, timings = box[0]
-        set_kernel(self.engine.module, kernel)
-        if self.mesh.rank == 0:
-            how = ("FlexAttention has no CPU backward" if self.device.type == "cpu" else
-                   ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in timings.items()) + " per block step")
-            print(f"model.attention=auto: {kernel} ({how})", flush=True)
-        return kernel
 
     def _work_balance(self) -> dict[str, Any]:
         """The step's FLOPs (all replicas) and the DP balance of computed FLOPs and of measured
