@@ -105,7 +105,10 @@ def parse_set(items: list[str], cfg: FilterConfig) -> FilterConfig:
         target = CodeThresholds if where == "code" else QualityThresholds
         if field_ not in {f.name for f in dataclasses.fields(target)}:
             raise ConfigError("--set", f"{item!r}: {target.__name__} has no field {field_!r}")
-        v: Any = float(value) if "." in value or "e" in value.lower() else int(value)
+        try:
+            v: Any = float(value) if "." in value or "e" in value.lower() else int(value)
+        except ValueError:
+            raise ConfigError("--set", f"{item!r}: {value!r} is not a number") from None
         if where == "code":
             new = dataclasses.replace(new, code=from_dict(CodeThresholds, {**dataclasses.asdict(new.code), field_: v}))
         elif where == "defaults":

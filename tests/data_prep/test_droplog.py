@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bloomline.config import load_config
-from bloomline.errors import DataError
+from bloomline.errors import ConfigError, DataError
 from data_prep.config import PrepareConfig, SourceConfig
 from data_prep.droplog import DROP_SCHEMA, check_dropped, dropped_counts, read_dataset
 from data_prep.filter_report import kept_stats, what_if, parse_set
@@ -150,6 +150,8 @@ def test_report_and_its_refusals(prepared):
     assert "### fr" not in text  # --lang en
     with pytest.raises(Exception, match="shapes the recorded scores"):
         filter_report(out, sets=["en.char_rep_n=5"])
+    with pytest.raises(ConfigError, match="is not a number"):
+        filter_report(out, sets=["en.max_char_rep=abc"])
     with pytest.raises(Exception, match="no field"):
         filter_report(out, sets=["en.max_nonsense=1"])
     with pytest.raises(DataError, match="not one of BLOOM's languages"):
