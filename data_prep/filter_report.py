@@ -146,19 +146,40 @@ def what_if(out: Path, cfg: FilterConfig, proposed: FilterConfig) -> dict[str, d
 
 def drop_examples(out: Path, lang: Optional[str] = None, reason: Optional[str] = None,
                   n: int = 3) -> dict[str, dict[str, dict[str, Any]]]:
-    """Per language and ``outcome:reason``: the count and the first ``n`` rows (input order) of the drop log."""
+    """Per language and ``outcome:reason``: the count and the first ``n`` rows (input order) of the
+    drop log. Streams it: counts come from three columns, examples from record batches read in
+    file order until every group has its ``n`` (memory: one batch, not the log)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
     from data_prep.droplog import DROP_SCHEMA, DROPPED_DIR
 
-    t = read_dataset(Path(out) / DROPPED_DIR, DROP_SCHEMA)
+    folder = Path(out) / DROPPED_DIR
+
+    def selected(t: pa.Table) -> pa.Table:
+        if lang:
+            t = t.filter(pc.equal(t["lang"], lang))
+        if reason:
+            t = t.filter(pc.equal(t["reason"], reason))
+        return t
+
+    keys = selected(read_dataset(folder, DROP_SCHEMA, ["lang", "outcome", "reason"]))
     res: dict[str, dict[str, dict[str, Any]]] = {}
-    for row in t.to_pylist():
-        if (lang and row["lang"] != lang) or (reason and row["reason"] != reason):
-            continue
-        e = res.setdefault(row["lang"], {}).setdefault(f"{row['outcome']}:{row['reason']}", {"count": 0, "examples": []})
-        e["count"] += 1
-        if len(e["examples"]) < n:
-            e["examples"].append(row)
-    return {k: dict(sorted(v.items(), key=lambda kv: -kv[1]["count"])) for k, v in sorted(res.items())}
+    for row in keys.group_by(["lang", "outcome", "reason"]).aggregate([([], "count_all")]).to_pylist():
+        res.setdefault(row["lang"], {})[f"{row['outcome']}:{row['reason']}"] = {"count": row["count_all"], "examples": []}
+    missing = sum(min(n, e["count"]) for r in res.values() for e in r.values())
+    for f in sorted(folder.glob("*.parquet")) if (missing and folder.is_dir()) else []:
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=4096):
+            for row in selected(pa.Table.from_batches([batch])).to_pylist():
+                e = res[row["lang"]][f"{row['outcome']}:{row['reason']}"]
+                if len(e["examples"]) < n:
+                    e["examples"].append(row)
+                    missing -= 1
+            if not missing:
+                break
+        if not missing:
+            break
+    return {k: dict(sorted(v.items(), key=lambda kv: (-kv[1]["count"], kv[0]))) for k, v in sorted(res.items())}
 
 
 def _cell(text: Optional[str], width: int = 160) -> str:

@@ -171,3 +171,20 @@ def test_filters_command(prepared):
     assert "## What if: en.max_char_rep=0.3" in res.stdout
     bad = subprocess.run(cmd[:5] + ["--set", "en.max_char_rep"], capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 2 and "error:" in bad.stderr and "LANG.FIELD=VALUE" in bad.stderr
+
+
+def test_drop_examples_stream_the_first_rows_of_each_group(prepared):
+    from data_prep.filter_report import drop_examples
+
+    _, out = prepared
+    rows = read_dataset(out / "dropped", DROP_SCHEMA).to_pylist()
+    counts = dropped_counts(out)
+    ex = drop_examples(out, n=2)
+    for lang, groups in ex.items():
+        for key, e in groups.items():
+            outcome, reason = key.split(":")
+            assert e["count"] == counts[lang][outcome][reason]
+            want = [r for r in rows if (r["lang"], r["outcome"], r["reason"]) == (lang, outcome, reason)][:2]
+            assert e["examples"] == want
+    only = drop_examples(out, lang="en", reason="exact", n=5)
+    assert list(only) == ["en"] and list(only["en"]) == ["duplicates:exact"]
