@@ -11,7 +11,6 @@ took beyond that bucket's steady step time (compile cost), and the ratio. One ru
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.train_throughput import SHARED, prepare, trainer_tokens_per_s  # noqa: E402
+from bench.train_throughput import setup, trainer_tokens_per_s  # noqa: E402
 
 
 def split(run: Path) -> tuple[float, float]:
@@ -40,14 +39,7 @@ def split(run: Path) -> tuple[float, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--workdir", type=Path, default=Path("/tmp/bloomline-train-bench"))
-    args = ap.parse_args()
-    if not SHARED.is_dir():
-        raise SystemExit(f"{SHARED} not found")
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    data = prepare(args.workdir)
+    args, data = setup(40)
     res = {}
     for name, extra in (("eager", []), ("compiled", ["train.compile=true"])):
         trainer_tokens_per_s(data, args.workdir, args.steps, extra, run_name=f"run-{name}")

@@ -216,15 +216,20 @@ def bf16_peak() -> float:
     return 2 * 2048**3 * n / (time.perf_counter() - t0)
 
 
-def main() -> None:
+def setup(steps: int) -> tuple[argparse.Namespace, Path]:
+    """The trainer benchmarks' command line (--steps, --workdir) and their shards."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--steps", type=int, default=steps)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/bloomline-train-bench"))
     args = ap.parse_args()
     if not SHARED.is_dir():
         raise SystemExit(f"{SHARED} not found")
     args.workdir.mkdir(parents=True, exist_ok=True)
-    data = prepare(args.workdir)
+    return args, prepare(args.workdir)
+
+
+def main() -> None:
+    args, data = setup(30)
     print(f"threads: {torch.get_num_threads()}")
     t0 = time.perf_counter()
     ours = trainer_tokens_per_s(data, args.workdir, args.steps)
