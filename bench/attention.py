@@ -39,6 +39,15 @@ WIDTHS = {"tiny": dict(hidden_size=64, num_heads=4), "560m-wide": dict(hidden_si
 TOKENS = 4096
 
 
+def packed_and_loose(workdir: Path) -> tuple[Path, Path]:
+    """Shards of ../shared/corpus in buckets 256…2048: as bloomline packs them, and loosely
+    (``pack.max_open_samples=1``, the same tokenizer); prepared once per workdir."""
+    packed = prepare(workdir, "packed", ["pack.buckets=[256,512,1024,2048]"])
+    tok = str(packed / "tokenizer" / "tokenizer.model")
+    return packed, prepare(workdir, "loose", ["pack.buckets=[256,512,1024,2048]", "pack.max_open_samples=1",
+                                              f"tokenizer.model={tok}"])
+
+
 def micro_batches(data: Path, seq: int, n: int) -> list[torch.Tensor]:
     """segment_ids of ``n`` micro-batches of TOKENS tokens from the ``seq`` bucket."""
     from training.data import ShardIndex, materialize
@@ -129,10 +138,7 @@ def main() -> None:
 
     args.workdir.mkdir(parents=True, exist_ok=True)
     print(f"threads: {torch.get_num_threads()}; block forward, bf16, micro-batches of {TOKENS} tokens")
-    packed = prepare(args.workdir, "packed", ["pack.buckets=[256,512,1024,2048]"])
-    tok = str(packed / "tokenizer" / "tokenizer.model")
-    loose = prepare(args.workdir, "loose", ["pack.buckets=[256,512,1024,2048]", "pack.max_open_samples=1",
-                                            f"tokenizer.model={tok}"])
+    packed, loose = packed_and_loose(args.workdir)
     for seq in (512, 2048):
         for packing, data in (("packed", packed), ("loose", loose), ("1-doc", loose)):
             segs = one_doc_batches(data, seq, 3) if packing == "1-doc" else micro_batches(data, seq, 3)

@@ -23,7 +23,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.train_throughput import SHARED, prepare  # noqa: E402
+from bench.attention import packed_and_loose  # noqa: E402
+from bench.train_throughput import SHARED  # noqa: E402
 from bloomline.config import load_config  # noqa: E402
 from training.config import BatchConfig, ModelConfig  # noqa: E402
 
@@ -52,10 +53,7 @@ def main() -> None:
     from training.work import model_pair_weight, model_params
 
     args.workdir.mkdir(parents=True, exist_ok=True)
-    packed = prepare(args.workdir, "packed", ["pack.buckets=[256,512,1024,2048]"])
-    tok = str(packed / "tokenizer" / "tokenizer.model")
-    loose = prepare(args.workdir, "loose", ["pack.buckets=[256,512,1024,2048]", "pack.max_open_samples=1",
-                                            f"tokenizer.model={tok}"])
+    packed, loose = packed_and_loose(args.workdir)
     cfg = load_config(ModelConfig, REPO / "configs/model/bloom-560m.yaml")
     n_params, w = model_params(cfg), model_pair_weight(cfg)
     batch = BatchConfig(tokens_per_step=args.dp * 4 * 4096, micro_batch_tokens=4096)

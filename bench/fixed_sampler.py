@@ -40,10 +40,15 @@ class MegatronBatches:
         self.docs = docs
         self.epoch, self.pos, self.offset, self.step = 0, 0, 0, 0
         self.carry: int | None = None
+        self._keyed: tuple[int, int] = (-1, 0)
+
+    def _key(self, epoch: int) -> int:
+        if self._keyed[0] != epoch:  # one key per epoch, derived once
+            self._keyed = (epoch, int(np.random.SeedSequence([seed_words(self.seed), 3, epoch]).generate_state(1, np.uint64)[0]))
+        return self._keyed[1]
 
     def _doc(self, k: int) -> np.ndarray:
-        key = int(np.random.SeedSequence([seed_words(self.seed), 3, self.epoch]).generate_state(1, np.uint64)[0])
-        sid, row, a, b = self.docs[int(permutation_at(np.array([k]), len(self.docs), key)[0])]
+        sid, row, a, b = self.docs[int(permutation_at(np.array([k]), len(self.docs), self._key(self.epoch))[0])]
         return self.index.fetch(sid, row)[0][a:b]
 
     def _read(self, n: int) -> list[tuple[np.ndarray, bool]]:

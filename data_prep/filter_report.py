@@ -124,12 +124,13 @@ def parse_set(items: list[str], cfg: FilterConfig) -> FilterConfig:
     return new
 
 
-def what_if(out: Path, cfg: FilterConfig, proposed: FilterConfig) -> dict[str, dict[str, Any]]:
-    """Per language: documents the filter checked, kept now, kept under ``proposed``, and the drops
-    by reason under ``proposed`` — languages whose decisions change only."""
+def what_if(out: Path, proposed: FilterConfig) -> dict[str, dict[str, Any]]:
+    """Per language: documents the filter checked, kept now (the run's recorded decisions), kept under
+    ``proposed``, and the drops by reason under ``proposed`` — languages whose
+    decisions change only."""
     res: dict[str, dict[str, Any]] = {}
     for lang, s in load_scores(out).items():
-        now = decide(s, *checks_of(lang, cfg))
+        now = s["reason"]  # what the run decided, recorded with the scores
         then = decide(s, *checks_of(lang, proposed))
         if np.array_equal(now, then):
             continue
@@ -222,7 +223,7 @@ def render(out: Path, cfg: FilterConfig, lang: Optional[str] = None, reason: Opt
                              f"{st['p1']:.4g} | {st['p50']:.4g} | {st['p99']:.4g} | {st['max']:.4g} |")
         lines.append("")
     if sets:
-        table = what_if(out, cfg, parse_set(list(sets), cfg))
+        table = what_if(out, parse_set(list(sets), cfg))
         lines += [f"## What if: {', '.join(sets)}", ""]
         if not table:
             lines += ["No document's decision changes.", ""]

@@ -160,7 +160,7 @@ class QualityFilter(PipelineStep):
     def process(self, doc: Document) -> Document | None:
         lang = languages.BY_CODE[doc.lang]
         if lang.kind == "code":
-            scores, failed = code_scores(doc.text), None
+            scores = code_scores(doc.text)
             failed = first_failure(scores, self.cfg.code, CODE_CHECKS)
         else:
             t = self.thresholds(doc.lang)

@@ -189,9 +189,10 @@ class Trainer:
             if (self.step % r.checkpoint.interval == 0 or self.step == r.train.steps) and self.saved_step != self.step:
                 self.save()
 
-    def _to_device(self, b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def _feed(self, b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Micro-batch ``b`` on this rank's device, its FLOPs added to the step's count. Counted on
+        the very tensor the model gets, so flex's block mask is built once and shared."""
         b = {k: v.to(self.device) for k, v in b.items()}
-        # counted on the tensor the model gets, so flex's block mask is built once and shared
         m = self.recipe.model
         self._flops += sum(step_flops([b], self.kernel, m.num_layers, m.hidden_size, self.num_params))
         return b
@@ -216,7 +217,7 @@ class Trainer:
 
             def it() -> Iterator:
                 for b in batches:
-                    b = self._to_device(b)
+                    b = self._feed(b)
                     yield (b["input_ids"], b["segment_ids"]), b["labels"]
 
             return float(self.engine.train_batch(data_iter=it()))
@@ -226,7 +227,7 @@ class Trainer:
             # gas changes from step to step (bucket, ramp-up): tell DeepSpeed where this step ends,
             # or its running micro-step counter would put the optimizer step mid-batch.
             self.engine.set_gradient_accumulation_boundary(i == gas - 1)
-            b = self._to_device(b)
+            b = self._feed(b)
             logits = self.engine(b["input_ids"], b["segment_ids"])  # DeepSpeed holds the weights in bf16/fp16
             loss = self.loss(logits, b["labels"])
             self.engine.backward(loss)

@@ -119,7 +119,12 @@ def test_what_if_agrees_exactly_with_a_rerun(prepared, tmp_path, bad_inputs):
     cfg, out = prepared
     # en looser (j-char then fails the next check, word_repetition), fr stricter, code looser
     change = ["en.max_char_rep=0.3", "fr.max_special=0.2", "code.min_chars=5"]
-    table = what_if(out, cfg.filters, parse_set(change, cfg.filters))
+    # the recorded decisions are what decide() gives under the run's own thresholds
+    from data_prep.filter_report import checks_of, decide, load_scores
+
+    for lang, s in load_scores(out).items():
+        assert list(decide(s, *checks_of(lang, cfg.filters))) == list(s["reason"]), lang
+    table = what_if(out, parse_set(change, cfg.filters))
     assert set(table) >= {"en", "fr", "code-python"}
     assert table["fr"]["lost"] >= 1 and table["code-python"]["gained"] == 1
     assert table["en"]["dropped_by_reason"]["word_repetition"] == 2  # j-word and j-char
