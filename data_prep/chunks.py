@@ -12,8 +12,8 @@ import pyarrow as pa
 
 from bloomline.io import read_json, write_json_atomic
 from data_prep.config import PrepareConfig
-from data_prep.dedup import DedupSigner
-from data_prep.document import Document, Ledger
+from data_prep.dedup.signature import DedupSigner
+from data_prep.document import Document, Ledger, uniform_draw
 from data_prep.droplog import DROP_SCHEMA, SCORE_SCHEMA, DropLog, dropped_path, scores_path, write_rows
 from data_prep.filters import QualityFilter
 from data_prep.langid import LanguageIdFilter
@@ -23,8 +23,11 @@ from data_prep.workdir import Paths
 
 CHUNK_SCHEMA = pa.schema([
     ("pos", pa.int64()), ("id", pa.string()), ("loc", pa.string()), ("lang", pa.string()), ("text", pa.string()),
-    ("exact", pa.uint64()), ("minhash", pa.list_(pa.uint32())),
+    ("exact", pa.uint64()), ("minhash", pa.list_(pa.uint32())), ("valid_draw", pa.float64()), ("nbytes", pa.int64()),
 ])
+"""A chunk's kept documents, sorted by (lang, pos): ``exact``/``minhash`` for deduplication
+(data_prep/dedup/), ``valid_draw`` the document's seeded draw for the validation split
+(data_prep/split.py), ``nbytes`` its UTF-8 size."""
 
 
 def process_chunk(chunk: dict[str, Any], cfg: PrepareConfig, out: str, strict: bool = False) -> dict[str, Any]:
@@ -51,7 +54,9 @@ def process_chunk(chunk: dict[str, Any], cfg: PrepareConfig, out: str, strict: b
     cols = {
         "pos": [d.pos for d in kept], "id": [d.id for d in kept], "loc": [d.loc for d in kept], "lang": [d.lang for d in kept],
         "text": [d.text for d in kept], "exact": [d.meta["exact"] for d in kept],
-        "minhash": [d.meta["minhash"] if "minhash" in d.meta else None for d in kept],
+        "minhash": [d.meta.get("minhash") for d in kept],
+        "valid_draw": [uniform_draw(cfg.seed, "valid", d.id, d.meta["exact"]) for d in kept],
+        "nbytes": [len(d.text.encode("utf-8")) for d in kept],
     }
     table = pa.table(cols, schema=CHUNK_SCHEMA)
     data = paths.chunk_data(chunk["id"])
@@ -65,12 +70,12 @@ def process_chunk(chunk: dict[str, Any], cfg: PrepareConfig, out: str, strict: b
     write_rows(scores_path(paths.out, chunk["id"]), quality.scores if quality else [], SCORE_SCHEMA)
     ranges: dict[str, list[int]] = {}
     nbytes: dict[str, int] = {}
-    for i, d in enumerate(kept):
+    for i, (d, size) in enumerate(zip(kept, cols["nbytes"])):
         r = ranges.setdefault(d.lang, [i, i])
         r[1] = i + 1
-        nbytes[d.lang] = nbytes.get(d.lang, 0) + len(d.text.encode("utf-8"))
+        nbytes[d.lang] = nbytes.get(d.lang, 0) + size
     summary = {
-        "id": chunk["id"], "ledger": ledger.to_dict(), "lang_ranges": ranges, "lang_bytes": nbytes,
+        "id": chunk["id"], "docs": len(kept), "ledger": ledger.to_dict(), "lang_ranges": ranges, "lang_bytes": nbytes,
         "steps": {"read": reader.report(), **{s.name: s.report() for s in steps}},
         "seconds": {"read": reader.seconds, **{s.name: s.seconds for s in steps}, "total": time.perf_counter() - t0},
     }
@@ -85,5 +90,5 @@ def chunk_table(paths: Paths, cid: int, columns: list[str]) -> pa.Table:
 
 
 def dropped_positions(paths: Paths, cid: int) -> set[int]:
-    """Input positions of chunk ``cid``'s documents the dedup pass dropped."""
-    return {p for p, _ in read_json(paths.chunk_drops(cid))}
+    """Input positions of chunk ``cid``'s documents the dedup stage dropped."""
+    return {p for p, _ in read_json(paths.chunk_drops(cid))["drops"]}

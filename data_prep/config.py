@@ -163,9 +163,14 @@ class DedupConfig:
     """MinHash permutations (signature length)."""
     shingle_words: int = 5
     """Shingle = this many consecutive words (characters for scripts without spaces)."""
+    window: int = 32
+    """Documents that share an LSH band key are compared pairwise; in a bucket of more documents
+    than this, each is compared with the ``window`` documents before it in input order, so a
+    bucket of k documents costs k·window comparisons instead of k²/2 (data_prep/dedup/pairs.py)."""
 
     def validate(self) -> None:
         check(0.0 < self.threshold <= 1.0, "threshold", "must be in (0, 1]")
+        check(self.window >= 1, "window", "must be >= 1")
         check(16 <= self.num_perm <= 1024, "num_perm", "must be in [16, 1024]")
         check(self.shingle_words >= 1, "shingle_words", "must be >= 1")
 
@@ -298,9 +303,18 @@ class PrepareConfig:
     dropped_text_chars: int = 500
     """Characters of each dropped document's text kept in the drop log (``DIR/dropped/``); 0
     keeps none (ids, sources, reasons and scores are always kept)."""
+    memory_gib: float = 2.0
+    """Memory each process of the run may hold (the driver and every Dask worker), in GiB.
+    Partition counts and batch sizes of the corpus-wide steps derive from it; a unit of work that
+    cannot fit (one chunk of input, the tokenizer's sample, a skewed partition) stops the run with
+    an error naming this setting (data_prep/budget.py). The output does not depend on it."""
 
     def validate(self) -> None:
+        from data_prep.budget import MIN_GIB
+
         check(self.dropped_text_chars >= 0, "dropped_text_chars", "must be >= 0")
+        check(self.memory_gib >= MIN_GIB, "memory_gib",
+              f"must be at least {MIN_GIB} (a worker's own baseline and one chunk of input)")
 
     def resolve_paths(self, base: Path) -> None:
         for s in self.sources:

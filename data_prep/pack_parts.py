@@ -1,6 +1,7 @@
 """The pack stage, per part of one language (in parallel): PII redaction → tokenize → best-fit
 packing into length buckets → Arrow shards under ``DIR/shards/`` (``data_prep/FORMAT.md``),
-each document sent to train or validation by its split rule (``data_prep/dedup_plan.py``)."""
+each document sent to train or validation by its split rule (``data_prep/split.py``); and
+:func:`plan_parts`, how each language's kept documents are cut into those parts."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import numpy as np
 from bloomline.io import read_json, write_json_atomic
 from data_prep.chunks import chunk_table, dropped_positions
 from data_prep.config import PrepareConfig
-from data_prep.document import Ledger, uniform_draw
+from data_prep.document import Ledger
 from data_prep.packing import BucketPacker
 from data_prep.pii import redact
 from data_prep.shards import ShardWriter
+from data_prep.split import held_out
 from data_prep.tokenizer import processor
 from data_prep.workdir import Paths, shard_path
 
@@ -30,7 +32,6 @@ def pack_part(part: dict[str, Any], cfg: PrepareConfig, out: str, tok_sha: str) 
         return read_json(done)
     sp = processor(str(paths.tokenizer), tok_sha)
     eos = sp.eos_id()
-    rule, thr = part["split_rule"]
     ledger = Ledger()
     packers = {s: BucketPacker(cfg.pack.buckets, cfg.pack.max_open_samples) for s in ("train", "valid")}
     writers: dict[tuple[str, int], ShardWriter] = {}
@@ -65,12 +66,11 @@ def pack_part(part: dict[str, Any], cfg: PrepareConfig, out: str, tok_sha: str) 
         batches: dict[str, list[str]] = {"train": [], "valid": []}
         for cid, start, end in part["slices"]:
             drops = dropped_positions(paths, cid)
-            t = chunk_table(paths, cid, ["pos", "id", "text", "exact"]).slice(start, end - start)
-            for pos, did, text, ex in zip(*(t.column(c).to_pylist() for c in ("pos", "id", "text", "exact"))):
+            t = chunk_table(paths, cid, ["pos", "text", "valid_draw"]).slice(start, end - start)
+            for pos, text, u in zip(*(t.column(c).to_pylist() for c in ("pos", "text", "valid_draw"))):
                 if pos in drops:
                     continue
-                u = uniform_draw(cfg.seed, "valid", did, ex)
-                split = "valid" if (u < thr if rule == "lt" else u <= thr) else "train"
+                split = "valid" if held_out(u, part["split_rule"]) else "train"
                 if cfg.pii.enabled:
                     tp = time.perf_counter()
                     text, counts = redact(text, cfg.pii.kinds)
@@ -105,3 +105,23 @@ def pack_part(part: dict[str, Any], cfg: PrepareConfig, out: str, tok_sha: str) 
               "pii": dict(sorted(pii_counts.items())), "seconds": secs}
     write_json_atomic(done, result)
     return result
+
+
+def plan_parts(paths: Paths, chunk_ids: list[int], kept_bytes: dict[tuple[int, str], int],
+               rules: dict[str, list], part_bytes: int) -> list[dict[str, Any]]:
+    """Per language, consecutive chunk slices of about ``part_bytes`` kept bytes per part."""
+    parts: list[dict[str, Any]] = []
+    chunk_stats = {cid: read_json(paths.chunk_done(cid)) for cid in chunk_ids}
+    for lang in sorted(rules):
+        cur: dict[str, Any] | None = None
+        for cid in chunk_ids:
+            rng = chunk_stats[cid]["lang_ranges"].get(lang)
+            if not rng:
+                continue
+            if cur is None or cur["bytes"] >= part_bytes:
+                cur = {"lang": lang, "k": sum(p["lang"] == lang for p in parts), "slices": [], "bytes": 0,
+                       "split_rule": rules[lang]}
+                parts.append(cur)
+            cur["slices"].append([cid, rng[0], rng[1]])
+            cur["bytes"] += kept_bytes.get((cid, lang), 0)
+    return parts

@@ -8,8 +8,8 @@ stage        what                                                 done when
 plan         find inputs, cut chunks, fingerprint config+inputs   ``plan.json``
 chunks       per chunk (parallel): read → normalize → langid →    ``chunks/cNNNNN.json``
              quality → dedup signatures; kept docs → Arrow
-dedup        one ordered pass: exact + near duplicates; choose     ``dedup.json``
-             validation docs; plan pack parts
+dedup        exact + near duplicates, a Dask job over partitioned    ``dedup.json``
+             files (data_prep/dedup/); validation rules; pack parts
 tokenizer    alpha-smoothed sample → SentencePiece (or reuse)      ``tokenizer.json``
 pack         per part (parallel): PII → tokenize → best-fit pack   ``parts/<lang>-pNNNNN.json``
              → Arrow shards under ``DIR/shards/``
@@ -21,8 +21,9 @@ is seeded, so a run killed at any moment and started again produces the same byt
 uninterrupted run. The driver here takes a ``map_fn(func, items)`` so the caller decides
 where parallel work runs (Dask in the Prefect flow, a plain loop in unit tests).
 
-One file per stage: ``chunks.py``, ``dedup_plan.py``, ``tokenizer.py`` (``build_tokenizer``),
-``pack_parts.py``, ``manifest.py``; the folder layout is ``workdir.py``.
+One file per stage: ``chunks.py``, ``dedup/stage.py`` (with ``split.py`` for the validation rules
+and ``pack_parts.plan_parts``), ``tokenizer.py`` (``build_tokenizer``), ``pack_parts.py``,
+``manifest.py``; the folder layout is ``workdir.py``; what each process may hold, ``budget.py``.
 """
 
 from __future__ import annotations
@@ -38,15 +39,18 @@ from bloomline.errors import DataError
 from bloomline.io import read_json, write_json_atomic
 from data_prep.chunks import process_chunk
 from data_prep.config import PrepareConfig
-from data_prep.dedup_plan import run_dedup
+from data_prep.dedup.stage import progress_units, run_dedup
 from data_prep.manifest import write_manifest
-from data_prep.pack_parts import pack_part
+from data_prep.pack_parts import pack_part, plan_parts
 from data_prep.readers import Chunk, plan_chunks
 from data_prep.shards import FORMAT_VERSION
+from data_prep.split import validation_rules
 from data_prep.tokenizer import build_tokenizer
 from data_prep.workdir import Paths, clean_work, prepare_start
 
 MapFn = Callable[[Callable[[Any], Any], list[Any]], Iterable[Any]]
+WORK_VERSION = 2
+"""Layout of ``DIR/.work``; an unfinished run left by another layout is not resumed."""
 
 
 def serial_map(func: Callable[[Any], Any], items: list[Any]) -> Iterator[Any]:
@@ -56,8 +60,8 @@ def serial_map(func: Callable[[Any], Any], items: list[Any]) -> Iterator[Any]:
 def fingerprint(cfg: PrepareConfig, chunks: list[Chunk], strict: bool) -> str:
     """What the output depends on: the config (minus where work runs) and the inputs' identity."""
     c = to_dict(cfg)
-    c.pop("dask", None)
-    c.pop("keep_work", None)
+    for where in ("dask", "keep_work", "memory_gib"):  # where and how work runs, not what it makes
+        c.pop(where, None)
     inputs = sorted({ch.path for ch in chunks})
     stat = [(p, Path(p).stat().st_size, Path(p).stat().st_mtime_ns) for p in inputs]
     blob = json.dumps({"config": c, "inputs": stat, "strict": strict, "format": FORMAT_VERSION}, sort_keys=True)
@@ -79,9 +83,11 @@ def plan(cfg: PrepareConfig, paths: Paths, strict: bool = False) -> dict[str, An
         if old["fingerprint"] != fp:
             raise DataError(f"{paths.out} holds an unfinished run with another config or other inputs; "
                             f"choose another --out, or delete {paths.work} to start over")
+        if old.get("work_version") != WORK_VERSION:
+            raise DataError(f"{paths.work} was left by another version of bloomline; delete it to start over")
         return old
     paths.work.mkdir(parents=True, exist_ok=True)
-    p = {"fingerprint": fp, "chunks": [c.to_dict() for c in chunks]}
+    p = {"fingerprint": fp, "work_version": WORK_VERSION, "chunks": [c.to_dict() for c in chunks]}
     write_json_atomic(plan_file, p)
     return p
 
@@ -142,13 +148,27 @@ def run_all(cfg: PrepareConfig, out: str | Path, strict: bool = False, map_fn: M
     summaries = stage("read_filter", chunks_stage)
 
     def dedup_stage() -> dict:
+        done = paths.work / "dedup.json"
+        if done.exists():
+            return read_json(done)
         t = time.perf_counter()
-        progress.start("dedup", len(chunk_ids), "chunks")
-        d = run_dedup(cfg, paths, chunk_ids)
+        progress.start("dedup", progress_units(cfg, chunk_ids), "tasks")
+        job = run_dedup(cfg, paths, chunk_ids, {s["id"]: s["docs"] for s in summaries}, map_fn, progress)
+        rules = validation_rules(job["draws"], cfg.pack.valid_fraction, cfg.pack.valid_min_docs)
+        parts = plan_parts(paths, chunk_ids, job["kept_bytes"], rules, cfg.pack.part_bytes)
+        lang_bytes: dict[str, int] = {}
+        for (_, lang), b in job["kept_bytes"].items():
+            lang_bytes[lang] = lang_bytes.get(lang, 0) + b
+        d = {"duplicates": {k: dict(sorted(v.items())) for k, v in sorted(job["duplicates"].items())},
+             "split_rule": dict(sorted(rules.items())), "parts": parts,
+             "kept_docs": dict(sorted((k, v.docs) for k, v in job["draws"].items())),
+             "kept_bytes": dict(sorted(lang_bytes.items()))}
+        write_json_atomic(done, d)
         dt = time.perf_counter() - t
         n = sum(sum(v.values()) for v in d["duplicates"].values())
-        timings["dedup"] = {"seconds": dt, "duplicates": n}
-        progress.finish("dedup", f"{n} duplicates removed in {dt:.1f} s")
+        timings["dedup"] = {"seconds": dt, "duplicates": n, **job["stats"]}
+        progress.finish("dedup", f"{n} duplicates removed in {dt:.1f} s ({job['stats']['partitions']} partitions, "
+                                 f"{job['stats']['confirmed']:,} near pairs confirmed of {job['stats']['candidates']:,} candidates)")
         return d
 
     dedup = stage("dedup", dedup_stage)

@@ -31,10 +31,27 @@ class Paths:
         return self.work / "chunks" / f"c{cid:06d}.json"
 
     def chunk_drops(self, cid: int) -> Path:
+        """The dedup decision of chunk ``cid`` (its dropped positions and kept-document stats); its marker."""
         return self.work / "dedup" / f"c{cid:06d}.json"
+
+    # -- the dedup job's intermediate files (data_prep/dedup/): Arrow IPC files whose record batch
+    #    i holds the rows routed to partition i, each closed by a JSON marker of the same name
+    @property
+    def dedup_plan(self) -> Path:
+        return self.work / "dedup" / "plan.json"
+
+    def dedup_file(self, kind: str, i: int) -> Path:
+        """The file of task ``i`` of one step: ``exact-keys``, ``band-keys`` (per chunk);
+        ``exact``, ``exact-facts``, ``exact-later``, ``pairs``, ``facts`` (per key partition);
+        ``labels`` (per node partition)."""
+        return self.work / "dedup" / kind / f"{i:06d}.arrow"
 
     def part_done(self, lang: str, k: int) -> Path:
         return self.work / "parts" / f"{lang}-p{k:05d}.json"
+
+    def dedup_star(self, step: int, q: int) -> Path:
+        """Output of component step ``step`` (odd: Large-Star, even: Small-Star) for partition ``q``."""
+        return self.work / "dedup" / "stars" / f"s{step:03d}-q{q:05d}.arrow"
 
     @property
     def manifest(self) -> Path:
@@ -58,3 +75,11 @@ def prepare_start(paths: Paths) -> None:
 
 def clean_work(paths: Paths) -> None:
     shutil.rmtree(paths.work, ignore_errors=True)
+
+
+def clean_dedup(paths: Paths) -> None:
+    """Forget the dedup stage and what follows it (its files, the drop log's duplicates, the later
+    markers); the chunk stage's work stays. For timing the dedup stage again on the same chunks."""
+    shutil.rmtree(paths.work / "dedup", ignore_errors=True)
+    for p in [paths.work / "dedup.json", paths.manifest, *paths.out.glob("dropped/dedup-c*.parquet")]:
+        p.unlink(missing_ok=True)

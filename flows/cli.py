@@ -39,19 +39,31 @@ def _root() -> None:
 
 
 class RichProgress:
-    """Progress bars per stage (bytes/s while reading and tokenizing)."""
+    """Progress bars per stage: bytes and bytes/s while reading and tokenizing, a count of tasks elsewhere."""
 
     def __init__(self) -> None:
-        from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn,
-                                   TransferSpeedColumn)
+        from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, ProgressColumn,
+                                   TextColumn, TimeElapsedColumn, TransferSpeedColumn)
 
-        self._p = Progress(TextColumn("[bold]{task.description:<14}"), BarColumn(), DownloadColumn(),
-                           TransferSpeedColumn(), TimeElapsedColumn(), console=console, transient=False)
+        class ByUnit(ProgressColumn):
+            """Bytes for stages counted in bytes, "done/total unit" for the others."""
+
+            def __init__(self, in_bytes: ProgressColumn, other: ProgressColumn) -> None:
+                super().__init__()
+                self.in_bytes, self.other = in_bytes, other
+
+            def render(self, task):  # noqa: ANN001, ANN201 (rich's signature)
+                return (self.in_bytes if task.fields.get("unit") == "B" else self.other).render(task)
+
+        self._p = Progress(TextColumn("[bold]{task.description:<14}"), BarColumn(),
+                           ByUnit(DownloadColumn(), MofNCompleteColumn()),
+                           ByUnit(TransferSpeedColumn(), TextColumn("{task.fields[unit]}")), TimeElapsedColumn(),
+                           console=console, transient=False)
         self._tasks: dict[str, int] = {}
         self._p.start()
 
     def start(self, stage: str, total: int, unit: str) -> None:
-        self._tasks[stage] = self._p.add_task(stage, total=max(total, 1))
+        self._tasks[stage] = self._p.add_task(stage, total=max(total, 1), unit=unit)
 
     def advance(self, stage: str, n: int = 1) -> None:
         self._p.advance(self._tasks[stage], n)

@@ -4,6 +4,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from bloomline import languages
@@ -130,8 +131,11 @@ def test_exact_and_near_duplicates_are_dropped_and_the_first_is_kept(tmp_path):
     en = m["languages"]["en"]
     assert en["duplicates"] == {"exact": 1, "near": 1} and en["docs_kept"] == 2, en
     assert m["stages"]["dedup"]["duplicates"] == {"exact": 1, "near": 1}
-    drops = json.loads(next((tmp_path / "out" / ".work" / "dedup").glob("c*.json")).read_text())
+    drops = json.loads(next((tmp_path / "out" / ".work" / "dedup").glob("c*.json")).read_text())["drops"]
     assert sorted(kind for _, kind in drops) == ["exact", "near"] and 0 not in [pos for pos, _ in drops]
+    log = pq.read_table(tmp_path / "out" / "dropped" / "dedup-c000000.parquet").to_pylist()
+    assert [(r["id"], r["reason"], r["duplicate_of"]) for r in log] == [("exact", "exact", "first"), ("near", "near", "first")]
+    assert log[0]["score"] == 1.0 and 0.8 <= log[1]["score"] < 1.0
 
 
 def test_pii_is_counted_end_to_end_and_redacted_in_the_shards(tmp_path):

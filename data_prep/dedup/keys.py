@@ -1,0 +1,47 @@
+"""Dedup step 3, per chunk: the LSH band keys of every document that takes part in near
+deduplication, routed to band partitions.
+
+Rows ``(band, key, ref)``: one per band of each document that has a signature and is the first of
+its exact key (exact.py; with exact dedup off, every document). A row goes to partition
+``key mod P``: every row of a key meets in one partition, whatever chunk it came from.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from bloomline.io import read_json
+from data_prep.chunks import chunk_table
+from data_prep.config import DedupConfig
+from data_prep.dedup.exact import later_in, refs_of
+from data_prep.dedup.shuffle import done, write_routed
+from data_prep.dedup.signature import band_hashes
+from data_prep.workdir import Paths
+
+KEY_SCHEMA = pa.schema([("band", pa.uint16()), ("key", pa.uint64()), ("ref", pa.int64())])
+
+
+def band_keys(cid: int, cfg: DedupConfig, out: str) -> dict[str, Any]:
+    """Chunk ``cid``'s band-key rows in ``partitions`` batches."""
+    paths = Paths(Path(out))
+    path = paths.dedup_file("band-keys", cid)
+    if (m := done(path)) is not None:
+        return m
+    plan = read_json(paths.dedup_plan)
+    b, n = plan["bands"], plan["partitions"]
+    t = chunk_table(paths, cid, ["pos", "minhash"])
+    pos = t.column("pos").to_numpy()
+    mh = t.column("minhash").combine_chunks()
+    take = ~np.asarray(mh.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    if cfg.exact:
+        take &= ~np.isin(pos, later_in(paths, plan, cid))
+    signed = int(take.sum())
+    sigs = mh.filter(pa.array(take)).flatten().to_numpy().reshape(signed, cfg.num_perm)
+    keys = band_hashes(sigs, b, plan["band_rows"]).ravel()  # row-major: each document's b bands in turn
+    cols = {"band": np.tile(np.arange(b, dtype=np.uint16), signed), "key": keys,
+            "ref": np.repeat(refs_of(cid, pos[take]), b)}
+    return write_routed(path, KEY_SCHEMA, cols, (keys % np.uint64(n)).astype(np.int64), n, {"signed": signed})
