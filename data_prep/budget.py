@@ -14,14 +14,28 @@ kernel's OOM killer.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bloomline.errors import DataError
 
-BASELINE_GIB = 0.45
-"""What a worker holds before a task's data: measured 0.36–0.40 GiB after the chunk stage
-(CPython, pyarrow, numpy, fastText lid.176) on 2 cores; rounded up."""
+if TYPE_CHECKING:
+    from data_prep.config import PrepareConfig
+
+BASELINE_GIB = 0.3
+"""What a process holds before any task's data: a Dask worker with CPython, pyarrow, numpy and
+fastText lid.176 loaded, 0.21 GiB; the driver with Prefect and the Dask client, 0.27 GiB
+(measured on 2 cores); rounded up."""
 MIN_GIB = 0.75
 """The smallest budget accepted: the baseline and room for one default chunk (read.chunk_bytes 32 MiB)."""
+CHUNK_BYTES_PER_BYTE = 8
+"""The chunk stage holds a chunk's documents several times over (the parsed records, their
+signatures, the sorted Arrow table): peak RSS grew 7.3 bytes per byte of JSONL from an 8 MiB to a
+32 MiB chunk (measured)."""
+SPM_BYTES_PER_SAMPLE_BYTE = 3.5
+"""SentencePiece's BPE trainer holds the sample and its pair statistics: peak RSS grew 3.0 bytes
+per byte of sample from 25 MB to 100 MB at vocab_size 32000 (measured; data_prep/tokenizer.py)."""
+SPM_FIXED_BYTES = 192 * 2**20
+"""And about this much whatever the sample (its tables at vocab_size 32000)."""
 
 
 class BudgetError(DataError):
@@ -48,3 +62,24 @@ class Budget:
             raise BudgetError(f"{what} needs about {need / 2**30:.2f} GiB, more than memory_gib={self.gib:g} leaves "
                               f"a task ({self.task_bytes / 2**30:.2f} GiB after the process's own {BASELINE_GIB} GiB); "
                               f"{fix}")
+
+
+def check_inputs(cfg: "PrepareConfig") -> None:
+    """Before any work: every chunk of input and the tokenizer's sample fit a task of
+    ``memory_gib`` (from file sizes and metadata; nothing is parsed)."""
+    from data_prep.readers import chunk_bytes, discover
+
+    budget = Budget(cfg.memory_gib)
+    for source in cfg.sources:
+        for path, fmt in discover(source):
+            size = chunk_bytes(path, fmt, cfg.read)
+            if fmt == "jsonl":
+                what, fix = f"a chunk of {path} ({size / 2**20:,.0f} MiB)", "lower read.chunk_bytes or raise memory_gib"
+            else:
+                what = f"input {path}, read as one chunk of about {size / 2**20:,.0f} MiB of records,"
+                fix = "compressed and Parquet files are not cut into chunks: split the file, or raise memory_gib"
+            budget.check(what, size * CHUNK_BYTES_PER_BYTE, fix)
+    if not cfg.tokenizer.model:
+        sample = cfg.tokenizer.sample_bytes
+        budget.check(f"training the tokenizer on tokenizer.sample_bytes={sample:,}",
+                     int(sample * SPM_BYTES_PER_SAMPLE_BYTE) + SPM_FIXED_BYTES, "lower tokenizer.sample_bytes or raise memory_gib")

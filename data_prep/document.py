@@ -72,10 +72,10 @@ class Ledger:
     def record_in(self, lang: str, n: int = 1) -> None:
         self._entry(lang)["docs_in"] += n
 
-    def drop(self, lang: str, outcome: str, reason: str, loc: str | None = None) -> None:
+    def drop(self, lang: str, outcome: str, reason: str, loc: str | None = None, n: int = 1) -> None:
         assert outcome in OUTCOMES, outcome
         e = self._entry(lang)
-        e[outcome][reason] += 1
+        e[outcome][reason] += n
         if outcome == "errors" and loc is not None:
             e["error_examples"].setdefault(reason, loc)
 

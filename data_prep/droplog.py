@@ -79,21 +79,29 @@ def scores_path(out: Path, cid: int) -> Path:
     return out / SCORES_DIR / f"c{cid:06d}.parquet"
 
 
-def read_dataset(folder: Path, schema: pa.Schema, columns: Optional[list[str]] = None) -> pa.Table:
-    """All files of one of the two datasets, in file-name order (empty table when none)."""
-    files = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
-    tables = [pq.read_table(f, columns=columns) for f in files]
-    if not tables:
-        return (schema if columns is None else pa.schema([schema.field(c) for c in columns])).empty_table()
-    return pa.concat_tables(tables)
+def drop_counts(folder: Path, lang: Optional[str] = None, reason: Optional[str] = None,
+                batch_rows: int = 1 << 16) -> Counter:
+    """Rows of the drop log per (language, outcome, reason), optionally of one language or reason;
+    three columns streamed a record batch at a time."""
+    import pyarrow.compute as pc
+
+    c: Counter = Counter()
+    for f in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
+        for b in pq.ParquetFile(f).iter_batches(batch_size=batch_rows, columns=["lang", "outcome", "reason"]):
+            t = pa.Table.from_batches([b])
+            if lang:
+                t = t.filter(pc.equal(t["lang"], lang))
+            if reason:
+                t = t.filter(pc.equal(t["reason"], reason))
+            for row in t.group_by(["lang", "outcome", "reason"]).aggregate([([], "count_all")]).to_pylist():
+                c[(row["lang"], row["outcome"], row["reason"])] += row["count_all"]
+    return c
 
 
 def dropped_counts(out: Path) -> dict[str, dict[str, dict[str, int]]]:
     """Rows of ``DIR/dropped/`` per language, outcome and reason."""
-    t = read_dataset(out / DROPPED_DIR, DROP_SCHEMA, ["lang", "outcome", "reason"])
-    c = Counter(zip(*(t.column(k).to_pylist() for k in ("lang", "outcome", "reason"))))
     res: dict[str, dict[str, dict[str, int]]] = {}
-    for (lang, outcome, reason), n in sorted(c.items()):
+    for (lang, outcome, reason), n in sorted(drop_counts(out / DROPPED_DIR).items()):
         res.setdefault(lang, {}).setdefault(outcome, {})[reason] = n
     return res
 

@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from bloomline import languages
 from bloomline.config import from_dict
 from bloomline.errors import ConfigError
 from data_prep.config import CodeThresholds, FilterConfig, QualityThresholds
-from data_prep.droplog import SCORE_SCHEMA, SCORES_DIR, read_dataset
+from data_prep.droplog import DROP_SCHEMA, DROPPED_DIR, SCORE_SCHEMA, SCORES_DIR, drop_counts
 from data_prep.filters import CHECKS, CODE_CHECKS
+from data_prep.quantiles import quantiles
 
 QUANTILES = (0.01, 0.1, 0.5, 0.9, 0.99)
 EDGE = 0.10
@@ -40,17 +42,29 @@ def checks_of(lang: str, cfg: FilterConfig) -> tuple[tuple, Any]:
     return CHECKS, cfg.for_language(lang)
 
 
-def load_scores(out: Path) -> dict[str, dict[str, np.ndarray]]:
-    """Per language, each score column as float64 (NaN where a score does not apply) and
-    ``reason`` (object array, None = kept) of ``DIR/scores/``."""
-    t = read_dataset(Path(out) / SCORES_DIR, SCORE_SCHEMA)
-    if t.num_rows == 0:
-        return {}
-    langs = np.array(t.column("lang").to_pylist(), dtype=object)
-    cols = {f.name: (np.array(t.column(f.name).to_pylist(), dtype=object) if f.name == "reason" else
-                     t.column(f.name).to_numpy(zero_copy_only=False).astype(np.float64))
-            for f in SCORE_SCHEMA if f.name != "lang"}
-    return {lg: {k: v[langs == lg] for k, v in cols.items()} for lg in sorted(set(langs.tolist()))}
+BATCH_ROWS = 1 << 16
+"""Rows of ``DIR/scores/`` or ``DIR/dropped/`` held at once: the reports stream record batches,
+so their memory does not grow with the corpus."""
+
+
+def score_batches(out: Path, columns: Optional[list[str]] = None,
+                  batch_rows: int = BATCH_ROWS) -> Iterator[dict[str, np.ndarray]]:
+    """The recorded scores a record batch at a time, in file order: ``lang`` and ``reason``
+    (object arrays, reason None = kept) and each score column as float64 (NaN where it does not apply)."""
+    folder = Path(out) / SCORES_DIR
+    names = columns or [f.name for f in SCORE_SCHEMA]
+    for f in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
+        for b in pq.ParquetFile(f).iter_batches(batch_size=batch_rows, columns=names):
+            yield {k: (np.array(b.column(k).to_pylist(), dtype=object) if k in ("lang", "reason") else
+                       b.column(k).to_numpy(zero_copy_only=False).astype(np.float64)) for k in names}
+
+
+def by_language(batch: dict[str, np.ndarray]) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+    """The rows of one batch split by language (languages in sorted order)."""
+    langs = batch["lang"]
+    for lang in sorted(set(langs.tolist())):
+        sel = langs == lang
+        yield lang, {k: v[sel] for k, v in batch.items() if k != "lang"}
 
 
 def decide(scores: dict[str, np.ndarray], checks: tuple, thresholds: Any) -> np.ndarray:
@@ -67,26 +81,55 @@ def decide(scores: dict[str, np.ndarray], checks: tuple, thresholds: Any) -> np.
     return out
 
 
-def kept_stats(out: Path, cfg: FilterConfig) -> dict[str, dict[str, dict[str, Any]]]:
+def kept_stats(out: Path, cfg: FilterConfig, batch_rows: int = BATCH_ROWS) -> dict[str, dict[str, dict[str, Any]]]:
     """Per language and check: quantiles of the score over *kept* documents, the threshold, and how
-    many kept documents lie within ``EDGE`` of it (the manifest's ``stages.quality.kept_scores``)."""
+    many kept documents lie within ``EDGE`` of it (the manifest's ``stages.quality.kept_scores``).
+
+    Streamed: one pass counts (min, max, near the threshold), then data_prep/quantiles.py finds
+    the exact quantiles in a few more passes, holding batches and histograms, never a column."""
+    ids: dict[tuple[str, str], int] = {}
+    limits: list[tuple[float, bool]] = []
+
+    def kept_values() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for batch in score_batches(out, batch_rows=batch_rows):
+            gids, vals = [], []
+            for lang, s in by_language(batch):
+                checks, t = checks_of(lang, cfg)
+                kept = np.array([r is None for r in s["reason"]], dtype=bool)
+                for reason, score, field_, below in checks:
+                    v = s[score][kept]
+                    v = v[~np.isnan(v)]
+                    if not len(v):
+                        continue
+                    if (lang, reason) not in ids:
+                        ids[(lang, reason)] = len(ids)
+                        limits.append((float(getattr(t, field_)), below))
+                    gids.append(np.full(len(v), ids[(lang, reason)], dtype=np.int64))
+                    vals.append(v)
+            if gids:
+                yield np.concatenate(gids), np.concatenate(vals)
+
+    count: dict[int, int] = {}
+    lo: dict[int, float] = {}
+    hi: dict[int, float] = {}
+    near: dict[int, int] = {}
+    for g, v in kept_values():
+        for gid in np.unique(g).tolist():
+            x = v[g == gid]
+            limit, below = limits[gid]
+            count[gid] = count.get(gid, 0) + len(x)
+            lo[gid] = min(lo.get(gid, np.inf), float(x.min()))
+            hi[gid] = max(hi.get(gid, -np.inf), float(x.max()))
+            near[gid] = near.get(gid, 0) + int(((x <= limit * (1 + EDGE)) if below else (x >= limit * (1 - EDGE))).sum())
+    qs = quantiles(kept_values, count, QUANTILES)
     res: dict[str, dict[str, dict[str, Any]]] = {}
-    for lang, s in load_scores(out).items():
-        checks, t = checks_of(lang, cfg)
-        kept = np.array([r is None for r in s["reason"]])
-        for reason, score, field_, below in checks:
-            v = s[score][kept]
-            v = v[~np.isnan(v)]
-            if not len(v):
-                continue
-            limit = float(getattr(t, field_))
-            edge = (v <= limit * (1 + EDGE)) if below else (v >= limit * (1 - EDGE))
-            q = np.quantile(v, QUANTILES)
-            res.setdefault(lang, {})[reason] = {
-                "threshold": limit, "fails": "below" if below else "above",
-                **{f"p{round(p * 100):d}": round(float(x), 6) for p, x in zip(QUANTILES, q)},
-                "min": round(float(v.min()), 6), "max": round(float(v.max()), 6),
-                "kept": int(len(v)), "near_threshold": int(edge.sum())}
+    for lang, reason in sorted(ids, key=lambda k: (k[0], ids[k])):
+        gid = ids[(lang, reason)]
+        limit, below = limits[gid]
+        res.setdefault(lang, {})[reason] = {
+            "threshold": limit, "fails": "below" if below else "above",
+            **{f"p{round(p * 100):d}": round(x, 6) for p, x in zip(QUANTILES, qs[gid])},
+            "min": round(lo[gid], 6), "max": round(hi[gid], 6), "kept": count[gid], "near_threshold": near[gid]}
     return res
 
 
@@ -124,25 +167,28 @@ def parse_set(items: list[str], cfg: FilterConfig) -> FilterConfig:
     return new
 
 
-def what_if(out: Path, proposed: FilterConfig) -> dict[str, dict[str, Any]]:
+def what_if(out: Path, proposed: FilterConfig, batch_rows: int = BATCH_ROWS) -> dict[str, dict[str, Any]]:
     """Per language: documents the filter checked, kept now (the run's recorded decisions), kept under
-    ``proposed``, and the drops by reason under ``proposed`` — languages whose
-    decisions change only."""
-    res: dict[str, dict[str, Any]] = {}
-    for lang, s in load_scores(out).items():
-        now = s["reason"]  # what the run decided, recorded with the scores
-        then = decide(s, *checks_of(lang, proposed))
-        if np.array_equal(now, then):
-            continue
-        by_reason: dict[str, int] = {}
-        for r in then[then != None]:  # noqa: E711 (object array)
-            by_reason[r] = by_reason.get(r, 0) + 1
-        kept_now, kept_then = int((now == None).sum()), int((then == None).sum())  # noqa: E711
-        res[lang] = {"checked": len(now), "kept_now": kept_now, "kept_then": kept_then,
-                     "gained": int(((now != None) & (then == None)).sum()),  # noqa: E711
-                     "lost": int(((now == None) & (then != None)).sum()),  # noqa: E711
-                     "dropped_by_reason": dict(sorted(by_reason.items()))}
-    return res
+    ``proposed``, and the drops by reason under ``proposed`` — languages whose decisions change
+    only. Streamed a record batch at a time."""
+    acc: dict[str, dict[str, Any]] = {}
+    for batch in score_batches(out, batch_rows=batch_rows):
+        for lang, s in by_language(batch):
+            now = s["reason"]  # what the run decided, recorded with the scores
+            then = decide(s, *checks_of(lang, proposed))
+            a = acc.setdefault(lang, {"checked": 0, "kept_now": 0, "kept_then": 0, "gained": 0, "lost": 0,
+                                      "dropped_by_reason": {}, "changed": False})
+            a["changed"] |= not np.array_equal(now, then)
+            for r in then[then != None]:  # noqa: E711 (object array)
+                a["dropped_by_reason"][r] = a["dropped_by_reason"].get(r, 0) + 1
+            a["checked"] += len(now)
+            a["kept_now"] += int((now == None).sum())  # noqa: E711
+            a["kept_then"] += int((then == None).sum())  # noqa: E711
+            a["gained"] += int(((now != None) & (then == None)).sum())  # noqa: E711
+            a["lost"] += int(((now == None) & (then != None)).sum())  # noqa: E711
+    return {lang: {**{k: v for k, v in a.items() if k != "changed"},
+                   "dropped_by_reason": dict(sorted(a["dropped_by_reason"].items()))}
+            for lang, a in sorted(acc.items()) if a["changed"]}
 
 
 def drop_examples(out: Path, lang: Optional[str] = None, reason: Optional[str] = None,
@@ -151,9 +197,6 @@ def drop_examples(out: Path, lang: Optional[str] = None, reason: Optional[str] =
     drop log. Streams it: counts come from three columns, examples from record batches read in
     file order until every group has its ``n`` (memory: one batch, not the log)."""
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    from data_prep.droplog import DROP_SCHEMA, DROPPED_DIR
 
     folder = Path(out) / DROPPED_DIR
 
@@ -164,13 +207,12 @@ def drop_examples(out: Path, lang: Optional[str] = None, reason: Optional[str] =
             t = t.filter(pc.equal(t["reason"], reason))
         return t
 
-    keys = selected(read_dataset(folder, DROP_SCHEMA, ["lang", "outcome", "reason"]))
     res: dict[str, dict[str, dict[str, Any]]] = {}
-    for row in keys.group_by(["lang", "outcome", "reason"]).aggregate([([], "count_all")]).to_pylist():
-        res.setdefault(row["lang"], {})[f"{row['outcome']}:{row['reason']}"] = {"count": row["count_all"], "examples": []}
+    for (lg, outcome, why), count in sorted(drop_counts(folder, lang, reason).items()):
+        res.setdefault(lg, {})[f"{outcome}:{why}"] = {"count": count, "examples": []}
     missing = sum(min(n, e["count"]) for r in res.values() for e in r.values())
     for f in sorted(folder.glob("*.parquet")) if (missing and folder.is_dir()) else []:
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=4096):
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=4096, columns=DROP_SCHEMA.names):
             for row in selected(pa.Table.from_batches([batch])).to_pylist():
                 e = res[row["lang"]][f"{row['outcome']}:{row['reason']}"]
                 if len(e["examples"]) < n:

@@ -44,8 +44,7 @@ def write_manifest(cfg: PrepareConfig, paths: Paths, plan_: dict[str, Any], chun
         ledger.merge(s["ledger"])
     for lang, kinds in dedup["duplicates"].items():
         for kind, n in kinds.items():
-            for _ in range(n):
-                ledger.drop(lang, "duplicates", kind)
+            ledger.drop(lang, "duplicates", kind, n=n)
     for r in part_results:
         ledger.merge(r["ledger"])
     bad = ledger.check_balance()

@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterable, Iterator
 from bloomline.config import to_dict
 from bloomline.errors import DataError
 from bloomline.io import read_json, write_json_atomic
+from data_prep.budget import check_inputs
 from data_prep.chunks import process_chunk
 from data_prep.config import PrepareConfig
 from data_prep.dedup.stage import progress_units, run_dedup
@@ -70,6 +71,7 @@ def fingerprint(cfg: PrepareConfig, chunks: list[Chunk], strict: bool) -> str:
 
 def plan(cfg: PrepareConfig, paths: Paths, strict: bool = False) -> dict[str, Any]:
     """Cut the inputs into chunks and pin the run to its config; refuses a mismatched folder."""
+    check_inputs(cfg)
     chunks = plan_chunks(cfg.sources, cfg.read)
     fp = fingerprint(cfg, chunks, strict)
     if paths.manifest.exists():
@@ -175,7 +177,7 @@ def run_all(cfg: PrepareConfig, out: str | Path, strict: bool = False, map_fn: M
 
     def tokenizer_stage() -> dict:
         progress.start("tokenizer", 1, "model")
-        tok = build_tokenizer(cfg, paths, dedup, chunk_ids)
+        tok = build_tokenizer(cfg, paths, dedup, chunk_ids, map_fn)
         timings["tokenizer"] = {"seconds": tok.get("seconds")}
         progress.finish("tokenizer", f"{'trained' if tok['trained'] else 'reused'} tokenizer, vocab {tok['vocab_size']}")
         return tok

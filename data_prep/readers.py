@@ -145,6 +145,24 @@ def plan_chunks(sources: list[SourceConfig], cfg: ReadConfig) -> list[Chunk]:
     return chunks
 
 
+def chunk_bytes(path: Path, fmt: str, cfg: ReadConfig) -> int:
+    """About how many bytes of records the largest chunk of one input holds once read (nothing is
+    parsed): ``read.chunk_bytes`` of a larger JSONL file; the gzip trailer's uncompressed size
+    (modulo 4 GiB, as gzip keeps it, so at least the file's size); Parquet's uncompressed column
+    sizes; an Arrow file's size."""
+    size = path.stat().st_size
+    if fmt == "jsonl":
+        return min(size, cfg.chunk_bytes)
+    if fmt == "jsonl.gz":
+        with open(path, "rb") as f:
+            f.seek(-4, 2)
+            return max(int.from_bytes(f.read(4), "little"), size)
+    if fmt == "parquet":
+        md = pq.ParquetFile(path).metadata
+        return sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+    return size
+
+
 def _jsonl_ranges(path: Path, chunk_bytes: int) -> Iterator[tuple[int, int, int]]:
     """Byte ranges [start, end) cut after a newline, with the line number each starts at."""
     size = path.stat().st_size

@@ -13,7 +13,12 @@ Training settings and why:
 
 The sample: p(lang) ∝ bytes(lang)^alpha over the kept documents; each language contributes at
 most ``p(lang)·sample_bytes`` bytes, chosen by a seeded hash of each document (a Bernoulli
-draw at rate budget/bytes), so the sample is deterministic and needs one pass.
+draw at rate budget/bytes), so the sample is deterministic and needs one pass, which runs per
+chunk on the workers (:func:`sample_chunk`); the trainer reads the chunks' samples in chunk order.
+
+Memory: SentencePiece holds the whole sample and its pair statistics while it trains, about
+``SPM_BYTES_PER_SAMPLE_BYTE`` times the sample (measured), in the process that trains it (the
+driver): ``tokenizer.sample_bytes`` bounds it, and is checked against ``memory_gib`` before any work.
 """
 
 from __future__ import annotations
@@ -21,9 +26,9 @@ from __future__ import annotations
 import re
 import shutil
 import time
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 if TYPE_CHECKING:
     from data_prep.config import PrepareConfig
@@ -66,9 +71,9 @@ def sample_lines(text: str) -> Iterable[str]:
                 yield b[i : i + MAX_LINE].decode("utf-8", "ignore")
 
 
-def train(sample_file: Path, model_prefix: Path, vocab_size: int, character_coverage: float,
+def train(sample_files: list[Path], model_prefix: Path, vocab_size: int, character_coverage: float,
           num_threads: int, seed: int) -> Path:
-    """Train on ``sample_file`` (one sentence per line); returns the ``.model`` path.
+    """Train on ``sample_files`` (one sentence per line, read in order); returns the ``.model`` path.
 
     The text is streamed in through ``sentence_iterator`` and the model comes back through
     ``model_writer``: SentencePiece records ``input`` and ``model_prefix`` paths inside the
@@ -78,22 +83,27 @@ def train(sample_file: Path, model_prefix: Path, vocab_size: int, character_cove
 
     import sentencepiece as spm
 
-    if not sample_file.is_file() or sample_file.stat().st_size == 0:
+    if not sum(f.stat().st_size for f in sample_files):
         raise TokenizerError("no text left to train the tokenizer on (every document was dropped?)")
+
+    def lines() -> Iterator[str]:
+        for f in sample_files:
+            with open(f, encoding="utf-8") as fh:
+                yield from (line.rstrip("\n") for line in fh)
+
     spm.set_random_generator_seed(seed)
     buf = io.BytesIO()
     try:
-        with open(sample_file, encoding="utf-8") as lines:
-            spm.SentencePieceTrainer.train(
-                sentence_iterator=(line.rstrip("\n") for line in lines), model_writer=buf, model_type="bpe",
-                vocab_size=vocab_size, character_coverage=character_coverage, byte_fallback=True,
-                unk_id=UNK, bos_id=BOS, eos_id=EOS, pad_id=PAD,
-                user_defined_symbols=list(PLACEHOLDERS.values()),
-                normalization_rule_name="identity", remove_extra_whitespaces=False,
-                split_digits=True, allow_whitespace_only_pieces=True, max_sentence_length=MAX_LINE + 16,
-                input_sentence_size=0, shuffle_input_sentence=False, num_threads=num_threads,
-                minloglevel=2,
-            )
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=lines(), model_writer=buf, model_type="bpe",
+            vocab_size=vocab_size, character_coverage=character_coverage, byte_fallback=True,
+            unk_id=UNK, bos_id=BOS, eos_id=EOS, pad_id=PAD,
+            user_defined_symbols=list(PLACEHOLDERS.values()),
+            normalization_rule_name="identity", remove_extra_whitespaces=False,
+            split_digits=True, allow_whitespace_only_pieces=True, max_sentence_length=MAX_LINE + 16,
+            input_sentence_size=0, shuffle_input_sentence=False, num_threads=num_threads,
+            minloglevel=2,
+        )
     except RuntimeError as e:
         msg = str(e)
         m = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", msg)
@@ -140,7 +150,38 @@ def processor(path: str, sha: str) -> Any:
     return spm.SentencePieceProcessor(model_file=path, num_threads=1)
 
 
-def build_tokenizer(cfg: PrepareConfig, paths: Paths, dedup: dict[str, Any], chunk_ids: list[int]) -> dict[str, Any]:
+def sample_chunk(cid: int, cfg: PrepareConfig, out: str, rate: dict[str, float]) -> dict[str, Any]:
+    """Chunk ``cid``'s part of the training sample: its kept documents drawn at their language's
+    ``rate``, PII-redacted, as lines of ``.work/tok/sample-cNNNNNN.txt`` (its marker: the ``.json``)."""
+    from data_prep.workdir import Paths
+
+    paths = Paths(Path(out))
+    path = paths.work / "tok" / f"sample-c{cid:06d}.txt"
+    marker = path.with_suffix(".json")
+    if marker.exists():
+        return read_json(marker)
+    drops = dropped_positions(paths, cid)
+    t = chunk_table(paths, cid, ["pos", "id", "lang", "text", "exact"])
+    taken: dict[str, int] = {}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp-write")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for pos, did, lang, text, ex in zip(*(t.column(c).to_pylist() for c in ("pos", "id", "lang", "text", "exact"))):
+            if pos in drops or uniform_draw(cfg.seed, "tok", did, ex) >= rate.get(lang, 0.0):
+                continue
+            if cfg.pii.enabled:
+                text, _ = redact(text, cfg.pii.kinds)
+            for line in sample_lines(text):
+                f.write(line + "\n")
+            taken[lang] = taken.get(lang, 0) + len(text.encode("utf-8"))
+    tmp.replace(path)
+    res = {"taken": taken}
+    write_json_atomic(marker, res)
+    return res
+
+
+def build_tokenizer(cfg: PrepareConfig, paths: Paths, dedup: dict[str, Any], chunk_ids: list[int],
+                    map_fn: Any = None) -> dict[str, Any]:
     """The tokenizer stage: train SentencePiece on an alpha-smoothed, PII-redacted sample of the kept
     documents (or copy the configured model); marked done by ``.work/tokenizer.json``."""
     done = paths.work / "tokenizer.json"
@@ -161,20 +202,12 @@ def build_tokenizer(cfg: PrepareConfig, paths: Paths, dedup: dict[str, Any], chu
         weights = alpha_weights(dedup["kept_bytes"], cfg.tokenizer.alpha)
         budget = {lang: w * cfg.tokenizer.sample_bytes for lang, w in weights.items()}
         rate = {lang: min(1.0, budget[lang] / b) for lang, b in dedup["kept_bytes"].items() if b}
-        sample = paths.work / "tokenizer_sample.txt"
         taken: dict[str, int] = {}
-        with open(sample, "w", encoding="utf-8") as f:
-            for cid in chunk_ids:
-                drops = dropped_positions(paths, cid)
-                t = chunk_table(paths, cid, ["pos", "id", "lang", "text", "exact"])
-                for pos, did, lang, text, ex in zip(*(t.column(c).to_pylist() for c in ("pos", "id", "lang", "text", "exact"))):
-                    if pos in drops or uniform_draw(cfg.seed, "tok", did, ex) >= rate.get(lang, 0.0):
-                        continue
-                    if cfg.pii.enabled:
-                        text, _ = redact(text, cfg.pii.kinds)
-                    for line in sample_lines(text):
-                        f.write(line + "\n")
-                    taken[lang] = taken.get(lang, 0) + len(text.encode("utf-8"))
+        for r in (map_fn or (lambda f, xs: map(f, xs)))(partial(sample_chunk, cfg=cfg, out=str(paths.out), rate=rate),
+                                                         chunk_ids):
+            for lang, n in r["taken"].items():
+                taken[lang] = taken.get(lang, 0) + n
+        sample = [paths.work / "tok" / f"sample-c{cid:06d}.txt" for cid in chunk_ids]
         threads = cfg.tokenizer.num_threads or available_cpus()
         prefix = paths.work / "tok" / "tokenizer"
         prefix.parent.mkdir(parents=True, exist_ok=True)

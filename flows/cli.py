@@ -116,13 +116,15 @@ def prepare(
 
 
 def check_inputs(cfg) -> None:
-    """Fail on a missing input before any server or cluster starts."""
+    """Fail on a missing input, or one that does not fit ``memory_gib``, before any server or cluster starts."""
     if not cfg.sources:
         raise BloomlineError("no inputs: give INPUT arguments or 'sources' in the config")
+    from data_prep import budget
     from data_prep.readers import discover
 
     for s in cfg.sources:
         discover(s, check=True)
+    budget.check_inputs(cfg)
 
 
 DEFAULT_PIPELINE_CONFIG = REPO / "configs" / "pipeline" / "demo.yaml"

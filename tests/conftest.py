@@ -62,3 +62,30 @@ def demo_data(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("demo-data")
     run_all(load_config(PrepareConfig, REPO / "configs/data/demo.yaml"), out)
     return out
+
+
+@pytest.fixture(scope="session")
+def dup_inputs(tmp_path_factory) -> Path:
+    """The sample corpus plus copies of its documents, spread over two more files: exact copies
+    (other case and punctuation), near ones (a word or two changed) and copies of copies."""
+    import random
+    import shutil
+
+    rng = random.Random(0)
+    src = tmp_path_factory.mktemp("dup-inputs") / "inputs"
+    shutil.copytree(SAMPLE, src)
+    recs = [json.loads(line) for f in sorted(SAMPLE.rglob("*.jsonl")) for line in f.read_text().splitlines()]
+    out: list[list[dict]] = [[], []]
+    for i, r in enumerate(recs):
+        ws = r["text"].split(" ")
+        for k in range(rng.choice([0, 1, 1, 2, 3])):
+            if rng.random() < 0.4:
+                text = r["text"].upper() + "."
+            else:
+                for _ in range(rng.choice([1, 2])):
+                    ws[rng.randrange(len(ws))] = rng.choice(ws)
+                text = " ".join(ws)
+            out[k % 2].append({"id": f"copy-{i}-{k}", "text": text, "lang": r["lang"]})
+    for k, rows in enumerate(out):
+        (src / f"copies-{k}.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    return src

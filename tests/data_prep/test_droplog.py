@@ -6,13 +6,15 @@ import random
 import shutil
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from bloomline.config import load_config
 from bloomline.errors import ConfigError, DataError
 from data_prep.config import PrepareConfig, SourceConfig
-from data_prep.droplog import DROP_SCHEMA, check_dropped, dropped_counts, read_dataset
+from data_prep.droplog import check_dropped, dropped_counts
 from data_prep.filter_report import kept_stats, what_if, parse_set
 from data_prep.pipeline import run_all
 from data_prep.shards import load_manifest
@@ -70,6 +72,11 @@ def prepared(tmp_path_factory):
     return run(tmp, write_bad_inputs)
 
 
+def all_rows(folder: Path) -> list[dict]:
+    """Every row of a Parquet folder, files in name order."""
+    return [r for f in sorted(folder.glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+
+
 def test_every_drop_has_a_row_that_matches_the_ledger(prepared):
     cfg, out = prepared
     m = load_manifest(out)
@@ -83,7 +90,7 @@ def test_every_drop_has_a_row_that_matches_the_ledger(prepared):
                                            "lang_mismatch")] + [("duplicates", "exact"), ("duplicates", "near"),
                                                                 ("errors", "malformed_json"), ("errors", "invalid_unicode")]:
         assert want in reasons, want
-    rows = {r["id"]: r for r in read_dataset(out / "dropped", DROP_SCHEMA).to_pylist() if r["id"]}
+    rows = {r["id"]: r for r in all_rows(out / "dropped") if r["id"]}
     assert rows["j-char"]["reason"] == "char_repetition" and rows["j-char"]["stage"] == "quality"
     assert rows["j-char"]["score"] > rows["j-char"]["threshold"] == pytest.approx(0.2)
     assert rows["j-char"]["source"].endswith("junk.jsonl:3") and rows["j-char"]["text"] == ("buy now " * 40)[:120]
@@ -93,7 +100,7 @@ def test_every_drop_has_a_row_that_matches_the_ledger(prepared):
     assert rows["j-exact"]["duplicate_of"] == "en-sample-0001" and rows["j-exact"]["reason"] == "exact"
     assert rows["j-near"]["duplicate_of"] == "en-sample-0001" and rows["j-near"]["score"] >= 0.8
     # a record that could not be read: its place and reason, no text
-    errors = [r for r in read_dataset(out / "dropped", DROP_SCHEMA).to_pylist() if r["reason"] == "malformed_json"]
+    errors = [r for r in all_rows(out / "dropped") if r["reason"] == "malformed_json"]
     assert errors and errors[0]["source"].endswith("bad.jsonl:2") and errors[0]["text"] is None
     # a damaged drop log is caught
     bad = out.parent / "damaged"
@@ -115,15 +122,43 @@ def test_kept_scores_are_summarised_in_the_manifest(prepared):
     assert st == kept_stats(out, cfg.filters)
 
 
+def test_kept_stats_stream_to_what_the_whole_table_gives(prepared):
+    """Streamed in batches of 7 rows (many passes, many batches), the statistics equal numpy's over
+    each language's whole column; what_if streamed equals what_if in one batch."""
+    from data_prep.filter_report import QUANTILES, checks_of, what_if
+
+    cfg, out = prepared
+    t = pa.concat_tables([pq.read_table(f) for f in sorted((out / "scores").glob("*.parquet"))])
+    streamed = kept_stats(out, cfg.filters, batch_rows=7)
+    assert streamed == kept_stats(out, cfg.filters)
+    langs = np.array(t.column("lang").to_pylist(), dtype=object)
+    kept = np.array([r is None for r in t.column("reason").to_pylist()])
+    for lang in sorted(set(langs.tolist())):
+        checks, _ = checks_of(lang, cfg.filters)
+        for reason, score, _, _ in checks:
+            v = t.column(score).to_numpy(zero_copy_only=False).astype(float)[(langs == lang) & kept]
+            v = v[~np.isnan(v)]
+            if not len(v):
+                assert reason not in streamed.get(lang, {})
+                continue
+            st = streamed[lang][reason]
+            q = np.quantile(v, QUANTILES)
+            assert [st[f"p{round(p * 100)}"] for p in QUANTILES] == [round(float(x), 6) for x in q], (lang, reason)
+            assert (st["min"], st["max"], st["kept"]) == (round(float(v.min()), 6), round(float(v.max()), 6), len(v))
+    change = parse_set(["en.max_char_rep=0.3", "fr.max_special=0.2", "code.min_chars=5"], cfg.filters)
+    assert what_if(out, change, batch_rows=3) == what_if(out, change)
+
+
 def test_what_if_agrees_exactly_with_a_rerun(prepared, tmp_path, bad_inputs):
     cfg, out = prepared
     # en looser (j-char then fails the next check, word_repetition), fr stricter, code looser
     change = ["en.max_char_rep=0.3", "fr.max_special=0.2", "code.min_chars=5"]
     # the recorded decisions are what decide() gives under the run's own thresholds
-    from data_prep.filter_report import checks_of, decide, load_scores
+    from data_prep.filter_report import by_language, checks_of, decide, score_batches
 
-    for lang, s in load_scores(out).items():
-        assert list(decide(s, *checks_of(lang, cfg.filters))) == list(s["reason"]), lang
+    for batch in score_batches(out, batch_rows=50):
+        for lang, s in by_language(batch):
+            assert list(decide(s, *checks_of(lang, cfg.filters))) == list(s["reason"]), lang
     table = what_if(out, parse_set(change, cfg.filters))
     assert set(table) >= {"en", "fr", "code-python"}
     assert table["fr"]["lost"] >= 1 and table["code-python"]["gained"] == 1
@@ -182,7 +217,7 @@ def test_drop_examples_stream_the_first_rows_of_each_group(prepared):
     from data_prep.filter_report import drop_examples
 
     _, out = prepared
-    rows = read_dataset(out / "dropped", DROP_SCHEMA).to_pylist()
+    rows = all_rows(out / "dropped")
     counts = dropped_counts(out)
     ex = drop_examples(out, n=2)
     for lang, groups in ex.items():

@@ -15,7 +15,7 @@ def test_vocab_too_large_is_a_clear_message(tmp_path):
     f = tmp_path / "s.txt"
     f.write_text("a small corpus with few words\n" * 50)
     with pytest.raises(TokenizerError, match=r"tokenizer.vocab_size=5000 is too large.*at most \d+"):
-        train(f, tmp_path / "m", 5000, 0.9995, 1, 0)
+        train([f], tmp_path / "m", 5000, 0.9995, 1, 0)
 
 
 def test_trains_bpe_with_byte_fallback_and_bloom_ids(tmp_path):
@@ -23,7 +23,7 @@ def test_trains_bpe_with_byte_fallback_and_bloom_ids(tmp_path):
 
     f = tmp_path / "s.txt"
     f.write_text("\n".join(f"line {i} with some words and <EMAIL> tokens, plus code: def f(x): return x" for i in range(300)))
-    model = train(f, tmp_path / "m", 350, 0.9995, 1, 0)
+    model = train([f], tmp_path / "m", 350, 0.9995, 1, 0)
     sp = spm.SentencePieceProcessor(model_file=str(model))
     assert (sp.unk_id(), sp.bos_id(), sp.eos_id(), sp.pad_id()) == (0, 1, 2, 3)
     assert len(sp.encode("<EMAIL>")) <= 2  # user-defined symbol (plus the leading space piece)
@@ -38,7 +38,7 @@ def test_model_bytes_do_not_depend_on_paths(tmp_path):
     f.write_text("\n".join(f"sentence {i} of a tiny corpus for the tokenizer" for i in range(200)))
     (tmp_path / "a").mkdir()
     (tmp_path / "b" / "c").mkdir(parents=True)
-    m1 = train(f, tmp_path / "a" / "m", 300, 0.9995, 2, 0)
-    m2 = train(f, tmp_path / "b" / "c" / "other", 300, 0.9995, 2, 0)
+    m1 = train([f], tmp_path / "a" / "m", 300, 0.9995, 2, 0)
+    m2 = train([f], tmp_path / "b" / "c" / "other", 300, 0.9995, 2, 0)
     assert m1.read_bytes() == m2.read_bytes()
     assert str(tmp_path).encode() not in m1.read_bytes()

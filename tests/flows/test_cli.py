@@ -43,6 +43,25 @@ def test_misuse_gives_one_line_errors(tmp_path):
     assert res.returncode == 2 and "error:" in res.stderr and "x.parquet" in res.stderr
 
 
+def test_a_budget_too_small_for_the_data_is_a_one_line_error(tmp_path):
+    """memory_gib bounds each process: a unit of work that cannot fit stops the run before any
+    work starts, naming the setting — not the kernel's OOM killer halfway through."""
+    import gzip
+
+    big = tmp_path / "big.jsonl.gz"  # one chunk (gzip is not cut) of ~80 MB of records
+    line = json.dumps({"id": "x", "text": "A sentence of an ordinary English document. " * 40, "lang": "en"}) + "\n"
+    with gzip.open(big, "wt", compresslevel=1) as f:
+        f.write(line * (80_000_000 // len(line)))
+    res = cli("prepare", "--out", tmp_path / "o", big, "-o", "memory_gib=0.75", "-o", "tokenizer.sample_bytes=1000000")
+    one_line_error(res, f"input {big}, read as one chunk of about 76 MiB of records, needs about 0.60 GiB, "
+                        f"more than memory_gib=0.75 leaves a task")
+    assert "split the file, or raise memory_gib" in res.stderr
+    res = cli("prepare", "--out", tmp_path / "o", "-o", "memory_gib=0.75", "-o", "tokenizer.sample_bytes=200000000")
+    one_line_error(res, "training the tokenizer on tokenizer.sample_bytes=200,000,000 needs about 0.84 GiB")
+    one_line_error(cli("prepare", "--out", tmp_path / "o", "-o", "memory_gib=0.5"), "memory_gib")
+    assert not (tmp_path / "o" / ".work").exists()
+
+
 def tree_bytes(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
             if p.is_file() and p.name != "run_stats.json" and ".work" not in p.parts}
@@ -108,6 +127,35 @@ def test_prepare_end_to_end_and_resume_after_kill(tmp_path, bad_inputs):
     # 3. once more: nothing to do
     res = cli(*[a if a is not None else out for a in args])
     assert res.returncode == 0 and "already complete" in res.stderr
+
+
+@pytest.mark.slow
+def test_dedup_is_the_same_on_one_worker_or_two_and_after_a_kill_during_it(tmp_path, dup_inputs):
+    """A corpus with hundreds of exact and near copies: one worker and two give the same bytes,
+    and so does a run SIGKILLed while its dedup stage runs (the dedup job's first files are on
+    disk, the stage's marker is not), then run again."""
+    args = ["prepare", "--out", None, dup_inputs, "-o", "keep_work=true"]
+    one = tmp_path / "one"
+    res = cli(*[a if a is not None else one for a in args], "-o", "dask.n_workers=1")
+    assert res.returncode == 0, res.stderr[-3000:]
+    dups = json.loads((one / "manifest.json").read_text())["stages"]["dedup"]["duplicates"]
+    assert dups["exact"] > 50 and dups["near"] > 50
+    out = tmp_path / "two"
+    cmd = [*BLOOMLINE, *map(str, [a if a is not None else out for a in args]), "-o", "dask.n_workers=2"]
+    sems_before = set(Path("/dev/shm").glob("sem.mp-*"))
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not list((out / ".work" / "dedup").glob("exact-keys/*.json")):
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    for sem in set(Path("/dev/shm").glob("sem.mp-*")) - sems_before:
+        sem.unlink(missing_ok=True)
+    assert not (out / ".work" / "dedup.json").exists(), "killed too late: the dedup stage had finished"
+    res = cli(*cmd[len(BLOOMLINE):])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert tree_bytes(out) == tree_bytes(one)
 
 
 @pytest.mark.slow
@@ -338,7 +386,9 @@ def test_prepare_on_an_existing_dask_cluster_is_byte_identical_to_the_local_run(
             assert tree_bytes(out) == tree_bytes(demo_data)
             # the chunks were processed by the cluster's workers, not a local cluster
             prefixes = client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.task_prefixes))
-            assert any("process_chunk" in p for p in prefixes), prefixes
+            for step in ("process_chunk", "exact_keys", "exact_groups", "band_keys", "find_pairs", "star_step",
+                         "label_nodes", "decide_range", "sample_chunk", "pack_part"):
+                assert any(step in p for p in prefixes), (step, prefixes)
     finally:
         for p in procs:  # SIGTERM first: Dask's processes then release their semaphores in /dev/shm
             try:

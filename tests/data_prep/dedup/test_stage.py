@@ -3,7 +3,6 @@ outputs that do not depend on partitions or on where a run was interrupted."""
 
 import json
 import random
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,6 @@ from data_prep.droplog import check_dropped
 from data_prep.pipeline import run_all, serial_map
 
 REPO = Path(__file__).resolve().parents[3]
-SAMPLE = REPO / "data_prep" / "sample_corpus"
 
 
 def demo_cfg(*overrides) -> PrepareConfig:
@@ -66,34 +64,11 @@ def test_a_cluster_is_a_component_and_its_first_document_is_kept(tmp_path):
     assert not check_dropped(tmp_path / "out", m["languages"])
 
 
-def dup_corpus(root: Path) -> Path:
-    """The sample corpus plus copies of its documents: exact (other case and punctuation), near
-    (a word or two changed), and copies of copies, spread over two more files."""
-    rng = random.Random(0)
-    src = root / "inputs"
-    shutil.copytree(SAMPLE, src)
-    recs = [json.loads(line) for f in sorted(SAMPLE.rglob("*.jsonl")) for line in f.read_text().splitlines()]
-    out = [[], []]
-    for i, r in enumerate(recs):
-        ws = r["text"].split(" ")
-        for k in range(rng.choice([0, 1, 1, 2, 3])):
-            if rng.random() < 0.4:
-                text = r["text"].upper() + "."
-            else:
-                for _ in range(rng.choice([1, 2])):
-                    ws[rng.randrange(len(ws))] = rng.choice(ws)
-                text = " ".join(ws)
-            out[k % 2].append({"id": f"copy-{i}-{k}", "text": text, "lang": r["lang"]})
-    for k, rows in enumerate(out):
-        (src / f"copies-{k}.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-    return src
-
-
 @pytest.fixture(scope="module")
-def dups(tmp_path_factory) -> tuple[Path, Path]:
-    """The dup corpus prepared once, with the job's default partitioning (one band partition)."""
+def dups(tmp_path_factory, dup_inputs) -> tuple[Path, Path]:
+    """The dup corpus (tests/conftest.py) prepared once, with the job's default partitioning (one band partition)."""
     root = tmp_path_factory.mktemp("dups")
-    src = dup_corpus(root)
+    src = dup_inputs
     cfg = demo_cfg("keep_work=true")
     cfg.sources = [SourceConfig(path=str(src))]
     m = run_all(cfg, root / "ref")
