@@ -76,7 +76,9 @@ def dedup_alone(out: Path, workers: int, config: dict) -> float:
     clean_dedup(paths)
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
-        client.run(lambda: None)
+        # warm, as a run's workers are when its dedup stage starts: the modules imported, the band shape known
+        client.run(lambda: __import__("data_prep.dedup.stage", fromlist=["x"]).band_params(cfg.dedup.threshold,
+                                                                                            cfg.dedup.num_perm))
         t0 = time.perf_counter()
         run_dedup(cfg, paths, chunk_ids, docs, dask_map(client))
         return time.perf_counter() - t0
