@@ -113,14 +113,15 @@ def decide_chunk(cid: int, cfg: PrepareConfig, paths: Paths, node: np.ndarray, r
 
 
 def decide_range(item: tuple[int, int], cfg: PrepareConfig, out: str, memory_gib: float) -> list[dict[str, Any]]:
-    """Decide every chunk of range ``k`` (``rows`` labels); chunks already decided are read back."""
+    """Decide every chunk of range ``k`` (``rows`` labels); chunks already decided are read back.
+    Returns each chunk's summary without its dropped positions: the driver gets no list of documents."""
     k, rows = item
     paths = Paths(Path(out))
     plan = read_json(paths.dedup_plan)
     a, b = plan["ranges"][k]
     cids = plan["chunks"][a:b]
     if all(paths.chunk_drops(c).exists() for c in cids):
-        return [read_json(paths.chunk_drops(c)) for c in cids]
+        return [summary(read_json(paths.chunk_drops(c))) for c in cids]
     Budget(memory_gib).check(f"dedup decisions of chunks {cids[0]}–{cids[-1]} ({rows:,} duplicates)",
                              rows * LABEL_ROW_BYTES, "raise memory_gib")
     files = [paths.dedup_file("labels", q) for q in range(plan["partitions"])] if plan["enabled"] else []
@@ -131,8 +132,13 @@ def decide_range(item: tuple[int, int], cfg: PrepareConfig, out: str, memory_gib
     out_ = []
     for cid in cids:
         if paths.chunk_drops(cid).exists():
-            out_.append(read_json(paths.chunk_drops(cid)))
+            out_.append(summary(read_json(paths.chunk_drops(cid))))
             continue
         lo, hi = np.searchsorted(node >> 32, [cid, cid + 1])
-        out_.append(decide_chunk(cid, cfg, paths, node[lo:hi], root[lo:hi], exact[lo:hi], score[lo:hi], root_ids))
+        out_.append(summary(decide_chunk(cid, cfg, paths, node[lo:hi], root[lo:hi], exact[lo:hi], score[lo:hi],
+                                         root_ids)))
     return out_
+
+
+def summary(decision: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in decision.items() if k != "drops"}
