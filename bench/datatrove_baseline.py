@@ -76,6 +76,18 @@ def run(src: str, out: Path, tokenizer: str, workers: int) -> dict:
             "kept": int(dedup["forwarded"].total), "tokens": int(tok["tokens"].total)}
 
 
+def run_timed(src: str | Path, out: Path, tokenizer: str | Path, workers: int) -> tuple[float, dict]:
+    """Run this baseline as its own process; (seconds of the whole process, what it printed)."""
+    import subprocess
+
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, __file__, str(src), str(out), str(tokenizer), str(workers)],
+                         capture_output=True, text=True)
+    if res.returncode:
+        raise SystemExit(res.stderr[-3000:])
+    return time.perf_counter() - t0, json.loads(res.stdout.strip().splitlines()[-1])
+
+
 if __name__ == "__main__":
     src, out, tokenizer, workers = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     print(json.dumps(run(src, out, tokenizer, workers)))

@@ -172,7 +172,7 @@ def whole_run(x1: Path, nbytes: int, wd: Path, model: str) -> None:
     """Section 4: four ways from the same JSONL files to tokens, the whole span timed."""
     from importlib.metadata import version
 
-    from bench.datatrove_baseline import spm_to_tokenizers
+    from bench.datatrove_baseline import run_timed, spm_to_tokenizers
 
     import sentencepiece as spm
     from tokenizers import Tokenizer
@@ -189,14 +189,8 @@ def whole_run(x1: Path, nbytes: int, wd: Path, model: str) -> None:
     tokens = json.loads((wd / "out-whole" / "run_stats.json").read_text())["pack"]["tokens"]
     rows.append(("bloomline prepare (whole CLI run)", secs, tot["docs_in"], tot["docs_kept"], tokens))
     shutil.rmtree(wd / "datatrove", ignore_errors=True)
-    t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, str(REPO / "bench" / "datatrove_baseline.py"), str(x1), str(wd / "datatrove"),
-                          str(tok_json), str(CORES)], cwd=REPO, capture_output=True, text=True)
-    if res.returncode:
-        raise SystemExit(res.stderr[-3000:])
-    dt = json.loads(res.stdout.strip().splitlines()[-1])
-    rows.append((f"datatrove {version('datatrove')} ({CORES} workers)", time.perf_counter() - t0,
-                 dt["documents"], dt["kept"], dt["tokens"]))
+    secs, dt = run_timed(x1, wd / "datatrove", tok_json, CORES)
+    rows.append((f"datatrove {version('datatrove')} ({CORES} workers)", secs, dt["documents"], dt["kept"], dt["tokens"]))
     t0 = time.perf_counter()
     _, n = baseline_tokens_per_s(model, x1, wd)
     rows.append(("Megatron-style preprocess_data (read+parse+encode+write)", time.perf_counter() - t0, len(texts),

@@ -8,7 +8,7 @@
    with 4% duplicates put back (bench/grow.py): unique, realistic documents.
 2. Per size, the whole ``bloomline prepare`` (the CLI with its temporary Prefect server, a Dask
    LocalCluster of 2 workers, the full pipeline as configs/data/demo.yaml has it, with
-   ``tokenizer.sample_bytes`` 20 MB): wall time, documents/s, MB/s, and the peak RSS of the
+   ``tokenizer.sample_bytes`` 20 MB and ``read.chunk_bytes`` 4 MiB, see OVERRIDES): wall time, documents/s, MB/s, and the peak RSS of the
    driver (the CLI process) and of the largest Dask worker, each process sampled every 0.1 s
    (bench/proctree.py); the dedup stage's seconds from ``run_stats.json``.
 3. Per size, the dedup stage alone, on that run's chunk files, with a LocalCluster of 1 worker and
@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,7 +40,11 @@ from bench.grow import grow  # noqa: E402
 from bench.proctree import run_sampled  # noqa: E402
 
 WORKERS = 2
-OVERRIDES = ["tokenizer.sample_bytes=20000000", f"dask.n_workers={WORKERS}", "keep_work=true"]
+# read.chunk_bytes 4 MiB: the 1× corpus holds about 4 MB per language file, so with the default
+# 32 MiB a chunk would grow with the corpus up to 32 MiB, and with it the chunk stage's memory
+# (bounded by read.chunk_bytes, checked against memory_gib): full chunks at every size measure
+# what grows with the corpus itself.
+OVERRIDES = ["tokenizer.sample_bytes=20000000", "read.chunk_bytes=4194304", f"dask.n_workers={WORKERS}", "keep_work=true"]
 
 
 def prepare(repo: Path, inputs: Path, out: Path, overrides: list[str]):
@@ -87,7 +90,7 @@ def dedup_alone(out: Path, workers: int, config: dict) -> float:
 def datatrove_vs_bloomline(corpus: Path, mb: float, wd: Path) -> None:
     from importlib.metadata import version
 
-    from bench.datatrove_baseline import spm_to_tokenizers
+    from bench.datatrove_baseline import run_timed, spm_to_tokenizers
 
     model = wd / "like-for-like-tokenizer" / "tokenizer.model"
     if not model.exists():  # a tokenizer trained once, given to both sides
@@ -100,13 +103,7 @@ def datatrove_vs_bloomline(corpus: Path, mb: float, wd: Path) -> None:
     res, _, m = prepare(REPO, corpus, wd / "bloomline-like", same)
     tok_json = spm_to_tokenizers(model, wd / "tokenizer.json")
     shutil.rmtree(wd / "datatrove", ignore_errors=True)
-    t0 = time.perf_counter()
-    dt = subprocess.run([sys.executable, str(REPO / "bench" / "datatrove_baseline.py"), str(corpus), str(wd / "datatrove"),
-                         str(tok_json), str(WORKERS)], cwd=REPO, capture_output=True, text=True)
-    if dt.returncode:
-        raise SystemExit(dt.stderr[-3000:])
-    dsec = time.perf_counter() - t0
-    d = json.loads(dt.stdout.strip().splitlines()[-1])
+    dsec, d = run_timed(corpus, wd / "datatrove", tok_json, WORKERS)
     print(f"\nsame steps on the corpus ({mb:,.0f} MB; quality filter, MinHash dedup, tokenization; {WORKERS} workers):")
     print(f"  bloomline prepare             {res.seconds:7.1f} s  {m['totals']['docs_in'] / res.seconds:8,.0f} docs/s  "
           f"{mb / res.seconds:5.2f} MB/s  kept {m['totals']['docs_kept']:,}")
@@ -167,8 +164,8 @@ def main() -> None:
         if "dedup1" in row:
             print(f"  dedup stage alone: 1 worker {row['dedup1']:.1f} s, 2 workers {row['dedup2']:.1f} s, "
                   f"speed-up {row['dedup1'] / row['dedup2']:.2f} (target ≥ 1.6)", flush=True)
-    print(f"\n| size | documents | MB | wall s | docs/s | MB/s | peak RSS driver MiB | peak RSS largest worker MiB | "
-          f"dedup stage s | dedup 1 → 2 workers |")
+    print("\n| size | documents | MB | wall s | docs/s | MB/s | peak RSS driver MiB | peak RSS largest worker MiB | "
+          "dedup stage s | dedup 1 → 2 workers |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         sp = f"{r['dedup1']:.1f} → {r['dedup2']:.1f} s (×{r['dedup1'] / r['dedup2']:.2f})" if "dedup1" in r else "-"

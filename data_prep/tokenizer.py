@@ -176,7 +176,7 @@ def sample_chunk(cid: int, cfg: PrepareConfig, out: str, rate: dict[str, float])
             taken[lang] = taken.get(lang, 0) + len(text.encode("utf-8"))
     tmp.replace(path)
     res = {"taken": taken}
-    write_json_atomic(marker, res)
+    write_json_atomic(marker, res, durable=False)
     return res
 
 

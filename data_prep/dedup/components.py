@@ -1,4 +1,4 @@
-"""Connected components of the duplicate graph, labelled by their smallest node, in bounded memory.
+"""Dedup step 5: connected components of the duplicate graph, labelled by their smallest node, in bounded memory.
 
 The graph's nodes are document refs (input order), its edges the confirmed duplicate pairs. The
 algorithm is Kiveris et al.'s alternating Large-Star / Small-Star ("Connected Components in
@@ -121,18 +121,39 @@ def star_step(item: tuple[int, int], step: int, out: str, n: int, memory_gib: fl
     return write_routed(path, EDGE_SCHEMA, {"u": u, "v": v}, part, n, {"changed": changed})
 
 
+def stars_in_one_task(rows: int, out: str, n: int, memory_gib: float, sources: list[str]) -> dict[str, Any]:
+    """When the whole graph fits one task: read every edge, run :func:`components` in memory, and
+    write each non-smallest node → its component's smallest node, routed by node like the last
+    step's stars (``stars/s000-q00000.arrow``). Same result as the rounds: the labels are unique."""
+    paths = Paths(Path(out))
+    path = paths.dedup_star(0, 0)
+    if (m := done(path)) is not None:
+        return m
+    Budget(memory_gib).check(f"dedup components ({rows:,} edges)", rows * EDGE_ROW_BYTES, "raise memory_gib")
+    src = [paths.dedup_file(kind, i) for kind in sources for i in range(n)]
+    parts = [read_routed(src, q, EDGE_SCHEMA) for q in range(n)]
+    u, v = (np.concatenate([e[k] for e in parts]) for k in ("u", "v"))
+    child, root = components(np.maximum(u, v), np.minimum(u, v))
+    return write_routed(path, EDGE_SCHEMA, {"u": child, "v": root}, route(child, n), n)
+
+
 def run_stars(map_fn: Callable[[Callable, list], Iterable[dict[str, Any]]], out: str, rows: list[int],
-              memory_gib: float, sources: list[str]) -> tuple[int, list[int], int]:
-    """Rounds of Large-Star then Small-Star over ``len(rows)`` partitions (``rows``: edge rows of
-    each in the ``sources`` edge files) until a round changes nothing. Returns the last step (its
-    files hold the stars), its rows per partition, and the number of rounds."""
+              memory_gib: float, sources: list[str], one_task_rows: int) -> tuple[list[Path], int]:
+    """Components of the edges in the ``sources`` files (``rows``: edge rows per partition): in
+    one task when they are at most ``one_task_rows``, else rounds of Large-Star then Small-Star
+    over ``len(rows)`` partitions until a round changes nothing. Returns the files whose batch q
+    holds the stars of partition q's nodes, and the number of rounds."""
     n, step, rounds = len(rows), 0, 0
+    if sum(rows) <= one_task_rows:
+        list(map_fn(partial(stars_in_one_task, out=out, n=n, memory_gib=memory_gib, sources=sources), [sum(rows)]))
+        return [Paths(Path(out)).dedup_star(0, 0)], 0
     while True:
         changed = False
         for s in (step + 1, step + 2):
-            markers = list(map_fn(partial(star_step, step=s, out=out, n=n, memory_gib=memory_gib, sources=sources), list(enumerate(rows))))
+            markers = list(map_fn(partial(star_step, step=s, out=out, n=n, memory_gib=memory_gib, sources=sources),
+                                  list(enumerate(rows))))
             rows = [sum(m["rows"][i] for m in markers) for i in range(n)]
             changed |= any(m["changed"] for m in markers)
         step, rounds = step + 2, rounds + 1
         if not changed:
-            return step, rows, rounds
+            return [Paths(Path(out)).dedup_star(step, i) for i in range(n)], rounds

@@ -1,4 +1,4 @@
-"""Dedup steps 4 and 5: every duplicate's label (the kept document of its component, its reason
+"""Dedup steps 6 and 7: every duplicate's label (the kept document of its component, its reason
 and score), then per chunk the decision files and the drop log.
 
 * :func:`label_nodes`, per component partition: the converged stars give each non-smallest node
@@ -35,8 +35,8 @@ LABEL_ROW_BYTES = 96
 """Bytes a decide task holds per label row: the columns, a sort and the kept documents' ids."""
 
 
-def label_nodes(item: tuple[int, int], out: str, step: int, memory_gib: float, facts: list[str]) -> dict[str, Any]:
-    """Labels of component partition ``q`` from the converged stars of ``step`` and the ``facts``
+def label_nodes(item: tuple[int, int], out: str, stars: list[str], memory_gib: float, facts: list[str]) -> dict[str, Any]:
+    """Labels of component partition ``q`` from batch q of the ``stars`` files and the ``facts``
     files (``exact-facts``, ``facts``)."""
     q, rows = item
     paths = Paths(Path(out))
@@ -46,7 +46,7 @@ def label_nodes(item: tuple[int, int], out: str, step: int, memory_gib: float, f
     plan = read_json(paths.dedup_plan)
     n = plan["partitions"]
     Budget(memory_gib).check(f"dedup labels, partition {q} ({rows:,} edges)", rows * EDGE_ROW_BYTES, "raise memory_gib")
-    e = read_routed([paths.dedup_star(step, i) for i in range(n)], q, EDGE_SCHEMA)
+    e = read_routed([Path(f) for f in stars], q, EDGE_SCHEMA)
     child = e["u"] > e["v"]
     node, root = e["u"][child], e["v"][child]
     o = np.argsort(node)
@@ -58,7 +58,7 @@ def label_nodes(item: tuple[int, int], out: str, step: int, memory_gib: float, f
     first = groups_of(fn)
     fn, fe, fs = fn[first], fe[first], fs[first]
     at = np.searchsorted(fn, node)
-    assert np.array_equal(fn[at] if len(fn) else fn, node), "a duplicate without facts (a bug)"
+    assert np.all(at < len(fn)) and np.array_equal(fn[at], node), "a duplicate without facts (a bug)"
     return write_routed(path, LABEL_SCHEMA, {"node": node, "root": root, "exact": fe[at], "score": fs[at]},
                         range_of(node >> 32, range_starts(plan)), len(plan["ranges"]))
 
@@ -108,7 +108,7 @@ def decide_chunk(cid: int, cfg: PrepareConfig, paths: Paths, node: np.ndarray, r
             d = SplitDraws.of(draw[sel], cfg.pack.valid_fraction, cfg.pack.valid_min_docs)
             kept[lang] = {"bytes": int(nbytes[sel].sum()), "draws": d.to_dict()}
     result = {"id": cid, "drops": drops, "kept": kept, "duplicates": duplicates}
-    write_json_atomic(paths.chunk_drops(cid), result)
+    write_json_atomic(paths.chunk_drops(cid), result, durable=False)
     return result
 
 

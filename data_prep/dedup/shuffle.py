@@ -53,7 +53,7 @@ def write_routed(path: Path, schema: pa.Schema, columns: dict[str, np.ndarray], 
             start += c
     tmp.replace(path)
     m = {"rows": counts.tolist(), **(report or {})}
-    write_json_atomic(marker(path), m)
+    write_json_atomic(marker(path), m, durable=False)
     return m
 
 

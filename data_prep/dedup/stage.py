@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable
 from bloomline.io import read_json, write_json_atomic
 from data_prep.budget import Budget
 from data_prep.config import PrepareConfig
-from data_prep.dedup.components import run_stars
+from data_prep.dedup.components import EDGE_ROW_BYTES, run_stars
 from data_prep.dedup.decide import LABEL_ROW_BYTES, decide_range, label_nodes
 from data_prep.dedup.exact import exact_groups, exact_keys
 from data_prep.dedup.keys import band_keys
@@ -113,10 +113,11 @@ def run_dedup(cfg: PrepareConfig, paths: Paths, chunk_ids: list[int], docs: dict
         stats["confirmed"] = sum(m["confirmed"] for m in ms)
         sources.append("pairs")
     if sources:
-        step, rows, stats["rounds"] = run_stars(map_fn, out, edges, gib, sources)
+        one_task = Budget(gib).rows(EDGE_ROW_BYTES, ROWS_PER_TASK)
+        stars, stats["rounds"] = run_stars(map_fn, out, edges, gib, sources, one_task)
         facts = [{"exact": "exact-facts", "pairs": "facts"}[s] for s in sources]
-        label_rows = _sum_rows(map_fn(partial(label_nodes, out=out, step=step, memory_gib=gib, facts=facts),
-                                      list(enumerate(rows))), len(plan["ranges"]))
+        label_rows = _sum_rows(map_fn(partial(label_nodes, out=out, stars=[str(f) for f in stars], memory_gib=gib,
+                                              facts=facts), list(enumerate(edges))), len(plan["ranges"]))
     duplicates: dict[str, dict[str, int]] = {}
     kept_bytes: dict[tuple[int, str], int] = {}
     draws: dict[str, SplitDraws] = {}
