@@ -5,8 +5,10 @@ asked (one pass = one read of the files). Each float64 maps to a uint64 that sor
 does. A pass counts, per sought rank, the values under the prefix found so far by their next
 ``BITS`` bits, which narrows the rank to one bin; once a bin holds at most ``COLLECT`` values,
 they are gathered and sorted. Memory is the histograms and the gathered bins, whatever the number
-of values: ``O(groups × ranks × (2^BITS + COLLECT))`` at worst, with no approximation —
-the results equal ``numpy.quantile`` (linear interpolation) on the whole stream.
+of values: at most one histogram or one gathered bin per group and distinct prefix, so
+``O(groups × ranks × (2^BITS + COLLECT))`` 8-byte words at worst (under 40 MiB for 59 languages,
+7 checks and 10 ranks), with no approximation — the results equal ``numpy.quantile`` (linear
+interpolation) on the whole stream.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-BITS = 12
-COLLECT = 1 << 15
+BITS = 8
+COLLECT = 1 << 10
 SIGN = np.uint64(1 << 63)
 
 Batches = Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]
@@ -37,17 +39,25 @@ def from_key(k: np.ndarray) -> np.ndarray:
 
 @dataclass
 class _Seek:
-    """One sought rank of one group."""
+    """One sought rank of one group: the key's top bits found so far, and the rank among the
+    values under them."""
 
     group: int
     asked: int
-    rank: int = -1  # the rank within the prefix's values
-    prefix: int = 0  # the key's top bits found so far
+    rank: int
+    prefix: int = 0
     shift: int = 64  # bits of the key below the prefix
-    collect: bool = False
     value: float | None = None
-    hist: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
-    gathered: list = field(default_factory=list, repr=False)
+
+
+@dataclass
+class _Probe:
+    """What one pass learns of the values of one group under one prefix: their next bits'
+    histogram, or (few enough) the values themselves. Seeks that share it share it."""
+
+    collect: bool
+    hist: np.ndarray | None = None
+    gathered: list = field(default_factory=list)
 
 
 def _by_group(batches: Batches):
@@ -64,41 +74,45 @@ def _by_group(batches: Batches):
 def order_stats(batches: Batches, ranks: dict[int, list[int]]) -> dict[tuple[int, int], float]:
     """The values at the given 0-based ``ranks`` of each group's sorted values: ``{(group, rank): value}``."""
     seeks = [_Seek(g, r, r) for g, rs in ranks.items() for r in sorted(set(rs))]
+    count: dict[tuple[int, int, int], int] = {}  # values under (group, prefix, shift), once known
     while any(s.value is None for s in seeks):
-        open_ = [s for s in seeks if s.value is None]
-        for s in open_:
-            if not s.collect:
-                s.hist = np.zeros(1 << min(BITS, s.shift), dtype=np.int64)
-        by_group: dict[int, list[_Seek]] = {}
-        for s in open_:
-            by_group.setdefault(s.group, []).append(s)
+        probes: dict[tuple[int, int, int], _Probe] = {}
+        for s in seeks:
+            key = (s.group, s.prefix, s.shift)
+            if s.value is None and key not in probes:
+                collect = s.shift < 64 and count[key] <= COLLECT
+                probes[key] = _Probe(collect, None if collect else np.zeros(1 << min(BITS, s.shift), dtype=np.int64))
+        by_group: dict[int, list[tuple[tuple[int, int, int], _Probe]]] = {}
+        for key, p in probes.items():
+            by_group.setdefault(key[0], []).append((key, p))
         for split in _by_group(batches):
-            for g, seek in by_group.items():
+            for g, mine in by_group.items():
                 k = split.get(g)
                 if k is None:
                     continue
-                for s in seek:
-                    mine = k if s.shift == 64 else k[(k >> np.uint64(s.shift)) == np.uint64(s.prefix)]
-                    if s.collect:
-                        s.gathered.append(mine)
+                for (_, prefix, shift), p in mine:
+                    under = k if shift == 64 else k[(k >> np.uint64(shift)) == np.uint64(prefix)]
+                    if p.collect:
+                        p.gathered.append(under)
                     else:
-                        bits = min(BITS, s.shift)
-                        low = (mine >> np.uint64(s.shift - bits)) & np.uint64((1 << bits) - 1)
-                        s.hist += np.bincount(low.astype(np.int64), minlength=1 << bits)
-        for s in open_:
-            if s.collect:
-                s.value = float(from_key(np.sort(np.concatenate(s.gathered))[s.rank]))
+                        bits = min(BITS, shift)
+                        low = (under >> np.uint64(shift - bits)) & np.uint64((1 << bits) - 1)
+                        p.hist += np.bincount(low.astype(np.int64), minlength=1 << bits)
+        for s in seeks:
+            if s.value is not None:
+                continue
+            p = probes[(s.group, s.prefix, s.shift)]
+            if p.collect:
+                s.value = float(from_key(np.sort(np.concatenate(p.gathered))[s.rank]))
                 continue
             bits = min(BITS, s.shift)
-            cum = np.cumsum(s.hist)
+            cum = np.cumsum(p.hist)
             b = int(np.searchsorted(cum, s.rank, side="right"))
             s.rank -= int(cum[b - 1]) if b else 0
             s.prefix, s.shift = (s.prefix << bits) | b, s.shift - bits
+            count[(s.group, s.prefix, s.shift)] = int(p.hist[b])
             if s.shift == 0:
                 s.value = float(from_key(np.uint64(s.prefix)))
-            elif s.hist[b] <= COLLECT:
-                s.collect = True
-            s.hist = None
     return {(s.group, s.asked): s.value for s in seeks}
 
 
