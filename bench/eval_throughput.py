@@ -56,7 +56,7 @@ def overrides(data: Path) -> list[str]:
 
 def eval_vs_forward(data: Path, dtype: torch.dtype) -> tuple[float, float]:
     from data_prep.tokenizer import token_bytes
-    from eval.config import EvalConfig
+    from training.config import EvalConfig
     from eval.evaluate import evaluate_model, language_samples
     from training.data import ShardIndex, materialize
     from training.loss import token_losses
@@ -137,7 +137,7 @@ def main() -> None:
                  if done else ""))
 
     print("2. one full per-language evaluation of the last checkpoint (all validation data, generations)")
-    from eval.config import EvalConfig
+    from training.config import EvalConfig
     from eval.evaluate import evaluate
 
     run = args.workdir / "run-0"

@@ -37,7 +37,7 @@ SCHEMAS: dict[str, str] = {
     "data": "data_prep.config:PrepareConfig",
     "model": "training.config:ModelConfig",
     "train": "training.config:TrainRecipe",
-    "eval": "eval.config:EvalConfig",
+    "eval": "training.config:EvalConfig",
     "pipeline": "flows.config:PipelineConfig",
 }
 

@@ -14,19 +14,13 @@ kernel's OOM killer.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 from bloomline.errors import DataError
-
-if TYPE_CHECKING:
-    from data_prep.config import PrepareConfig
+from data_prep.config import PrepareConfig
 
 BASELINE_GIB = 0.3
 """What a process holds before any task's data: a Dask worker with CPython, pyarrow, numpy and
 fastText lid.176 loaded, 0.21 GiB; the driver with Prefect and the Dask client, 0.27 GiB
 (measured on 2 cores); rounded up."""
-MIN_GIB = 0.75
-"""The smallest budget accepted: the baseline and room for one default chunk (read.chunk_bytes 32 MiB)."""
 CHUNK_BYTES_PER_BYTE = 8
 """The chunk stage holds a chunk's documents several times over (the parsed records, their
 signatures, the sorted Arrow table): peak RSS grew 7.3 bytes per byte of JSONL from an 8 MiB to a
@@ -64,7 +58,7 @@ class Budget:
                               f"{fix}")
 
 
-def check_inputs(cfg: "PrepareConfig") -> None:
+def check_inputs(cfg: PrepareConfig) -> None:
     """Before any work: every chunk of input and the tokenizer's sample fit a task of
     ``memory_gib`` (from file sizes and metadata; nothing is parsed)."""
     from data_prep.readers import chunk_bytes, discover

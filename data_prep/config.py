@@ -16,6 +16,10 @@ from bloomline.config import check, from_dict
 from bloomline.errors import ConfigError
 from bloomline.host import available_cpus
 
+MIN_GIB = 0.75
+"""The smallest ``memory_gib`` accepted: a process's own baseline and room for one default chunk
+(read.chunk_bytes 32 MiB; data_prep/budget.py)."""
+
 
 @dataclass
 class SourceConfig:
@@ -310,8 +314,6 @@ class PrepareConfig:
     an error naming this setting (data_prep/budget.py). The output does not depend on it."""
 
     def validate(self) -> None:
-        from data_prep.budget import MIN_GIB
-
         check(self.dropped_text_chars >= 0, "dropped_text_chars", "must be >= 0")
         check(self.memory_gib >= MIN_GIB, "memory_gib",
               f"must be at least {MIN_GIB} (a worker's own baseline and one chunk of input)")

@@ -9,13 +9,17 @@ themselves and need a new run (:func:`parse_set` refuses them).
 
 The what-if counts are the quality filter's own (documents that reach it, before deduplication):
 a document kept by a looser threshold may still be dropped later as a duplicate.
+
+:func:`report` is the whole report of a prepared folder (``bloomline filters``, the
+``filter-report`` Prefect artifact at the end of ``prepare``, the dashboard's data page), after
+checking the drop log against the manifest's ledger.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -23,9 +27,9 @@ import pyarrow.parquet as pq
 
 from bloomline import languages
 from bloomline.config import from_dict
-from bloomline.errors import ConfigError
+from bloomline.errors import ConfigError, DataError
 from data_prep.config import CodeThresholds, FilterConfig, QualityThresholds
-from data_prep.droplog import DROP_SCHEMA, DROPPED_DIR, SCORE_SCHEMA, SCORES_DIR, drop_counts
+from data_prep.droplog import DROP_SCHEMA, DROPPED_DIR, SCORE_SCHEMA, SCORES_DIR, check_dropped, drop_counts
 from data_prep.filters import CHECKS, CODE_CHECKS
 from data_prep.quantiles import quantiles
 
@@ -278,3 +282,28 @@ def render(out: Path, cfg: FilterConfig, lang: Optional[str] = None, reason: Opt
                              f"{w['lost']:,} | {why} |")
             lines += ["", "Counts of the quality filter (before deduplication), from the recorded scores."]
     return "\n".join(lines) + "\n"
+
+
+def report(data: str | Path, lang: Optional[str] = None, reason: Optional[str] = None, examples: int = 3,
+           sets: Sequence[str] = ()) -> str:
+    """The Markdown report of a prepared folder; refuses data without a drop log or whose drop log
+    disagrees with its ledger."""
+    from data_prep.shards import load_manifest
+
+    data = Path(data)
+    m = load_manifest(data)
+    if "dropped" not in m:
+        raise DataError(f"{data} was prepared before bloomline kept a drop log: prepare it again for a filter report")
+    bad = check_dropped(data, m["languages"])
+    if bad:
+        raise DataError(f"{data}: the drop log does not match the manifest's ledger ({bad[0]}"
+                        + (f", and {len(bad) - 1} more" if len(bad) > 1 else "") + ")")
+    code = None
+    if lang:
+        code = languages.resolve(lang)
+        if code is None:
+            raise DataError(f"--lang {lang}: not one of BLOOM's languages")
+    if examples < 0:
+        raise DataError("--examples must be >= 0")
+    cfg = from_dict(FilterConfig, m["config"]["filters"])
+    return render(data, cfg, code, reason, examples, list(sets))

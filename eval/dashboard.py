@@ -6,7 +6,7 @@ hides a language, a double click isolates it, which is how one reads ~60 series)
 per byte per language over checkpoints, a language × checkpoint heatmap, the group aggregates,
 bits per byte against training tokens seen per language, the training loss and learning rate
 (``metrics.jsonl``), the flagged regressions, and the data ledger of the run's manifest; and,
-beside it, ``data.html``: the data's filter report (flows/data_report.py: drops by language and
+beside it, ``data.html``: the data's filter report (data_prep/filter_report.py: drops by language and
 reason with examples, kept documents near a threshold), linked from the main page.
 """
 
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bloomline.io import write_bytes_atomic
+from eval.metrics import regressions
 from eval.results import read_results
 
 REGRESSION_THRESHOLD = 0.02  # eval.regression_threshold's default: the dashboard flags as the flow does
@@ -58,20 +59,18 @@ def data_page(run_dir: Path) -> str | None:
     None when the data has no drop log (prepared before it existed) or the run no checkpoint."""
     from markdown_it import MarkdownIt
 
-    from flows.data_report import filter_report
+    from data_prep.filter_report import report
 
     data = _data_dir(run_dir)
     if data is None or "dropped" not in (_manifest(run_dir) or {}):
         return None
-    body = MarkdownIt("commonmark").enable("table").render(filter_report(data, examples=3))
+    body = MarkdownIt("commonmark").enable("table").render(report(data, examples=3))
     return PAGE.format(title=f"{run_dir.name} data", body=f"<p><a href='index.html'>← evaluation</a> · data: {data}</p>"
                                                             + body)
 
 
 def all_regressions(rows: list[dict[str, Any]], threshold: float = REGRESSION_THRESHOLD) -> list[dict[str, Any]]:
     """Every language whose bits per byte rose by more than ``threshold`` between two consecutive evaluations."""
-    from flows.evaluate import regressions
-
     steps = sorted({r["step"] for r in rows})
     by_step = {s: [r for r in rows if r["step"] == s] for s in steps}
     out = []

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from bloomline.errors import CheckpointError
 from bloomline.io import sha256_file
 from data_prep.tokenizer import token_bytes
-from eval.config import EvalConfig
+from training.config import EvalConfig
 from eval.metrics import LangTotals, metric_rows
 from training.checkpoint import PRECISIONS, load_model
 from training.data import ShardIndex, materialize, verify_once

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from bloomline import languages
 
@@ -86,3 +87,17 @@ def metric_rows(per_lang: dict[str, LangTotals], tokens_seen: dict[str, int]) ->
         rows.append({**base, "weighting": "mean", "loss": mean([per_lang[l].loss for l in langs]),
                      "ppl": mean([per_lang[l].ppl for l in langs]), "bpb": mean([per_lang[l].bpb for l in langs])})
     return rows
+
+
+def regressions(rows: list[dict[str, Any]], before: dict[str, dict[str, Any]], threshold: float) -> list[dict[str, Any]]:
+    """Languages whose bits per byte rose by more than ``threshold`` (relative) since ``before``."""
+    out = []
+    for r in rows:
+        old = before.get(r["lang"])
+        if r["scope"] != "language" or old is None or not (old["bpb"] > 0 and math.isfinite(r["bpb"])):
+            continue
+        change = (r["bpb"] - old["bpb"]) / old["bpb"]
+        if change > threshold:
+            out.append({"lang": r["lang"], "step": r["step"], "previous_step": old["step"], "bpb": r["bpb"],
+                        "previous_bpb": old["bpb"], "change": change})
+    return out

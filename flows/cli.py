@@ -229,7 +229,7 @@ def evaluate(
 ) -> None:
     """Evaluate a checkpoint per language: loss, perplexity, bits per byte; results in RUN_DIR/eval/."""
     from bloomline.config import load_config, to_dict
-    from eval.config import EvalConfig
+    from training.config import EvalConfig
 
     def body() -> None:
         cfg = load_config(EvalConfig, config, override)
@@ -299,9 +299,9 @@ def filters(
     scores, without preparing again). Prints Markdown."""
 
     def body() -> None:
-        from flows.data_report import filter_report
+        from data_prep.filter_report import report
 
-        print(filter_report(data, lang, reason, examples, set_), end="")
+        print(report(data, lang, reason, examples, set_), end="")
 
     _run(body, debug)
 

@@ -1,7 +1,7 @@
 """The Prefect flow ``evaluate``: one checkpoint, per language, into the run's results (contract 3),
 its TensorBoard, and two Prefect artifacts.
 
-:func:`run_evaluation` is the Prefect-free core (evaluate → publish → TensorBoard → regressions);
+eval/publish.py ``run_evaluation`` does the work (evaluate → publish → TensorBoard → regressions);
 the flow adds the artifacts: a table (languages × metrics) and a markdown summary (best and worst
 languages, the biggest changes since the previous checkpoint, the regressions).
 """
@@ -11,79 +11,14 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
 from bloomline.config import from_dict, to_dict
-from eval.config import EvalConfig
-from eval.evaluate import evaluate
-from eval.results import read_results, write_results
-
-
-def run_dir_of(ckpt_dir: Path) -> Path:
-    """RUN_DIR of RUN_DIR/checkpoints/step_N."""
-    return ckpt_dir.resolve().parent.parent
-
-
-def previous_rows(run_dir: Path, step: int) -> dict[str, dict[str, Any]]:
-    """Language rows of the latest evaluation before ``step``, by language."""
-    t = read_results(run_dir).to_pylist()
-    earlier = [r["step"] for r in t if r["step"] < step]
-    if not earlier:
-        return {}
-    last = max(earlier)
-    return {r["lang"]: r for r in t if r["step"] == last and r["scope"] == "language"}
-
-
-def regressions(rows: list[dict[str, Any]], before: dict[str, dict[str, Any]], threshold: float) -> list[dict[str, Any]]:
-    """Languages whose bits per byte rose by more than ``threshold`` (relative) since ``before``."""
-    out = []
-    for r in rows:
-        old = before.get(r["lang"])
-        if r["scope"] != "language" or old is None or not (old["bpb"] > 0 and math.isfinite(r["bpb"])):
-            continue
-        change = (r["bpb"] - old["bpb"]) / old["bpb"]
-        if change > threshold:
-            out.append({"lang": r["lang"], "step": r["step"], "previous_step": old["step"], "bpb": r["bpb"],
-                        "previous_bpb": old["bpb"], "change": change})
-    return out
-
-
-def write_tensorboard(run_dir: Path, rows: list[dict[str, Any]]) -> None:
-    """Per-language and aggregate scalars at the checkpoint's step, in the run's TensorBoard folder,
-    under BLOOM's names (``lm-loss-validation/<set>/lm loss validation``) plus bits per byte."""
-    from torch.utils.tensorboard import SummaryWriter
-
-    w = SummaryWriter(str(run_dir / "tensorboard"), filename_suffix=".eval")
-    for r in rows:
-        name = r["lang"] if r["scope"] == "language" else f"{r['lang']}-{'tokens' if r['weighting'] == 'tokens' else 'mean'}"
-        for tag, v in ((f"lm-loss-validation/{name}/lm loss validation", r["loss"]),
-                       (f"lm-loss-validation/{name}/lm loss validation ppl", r["ppl"]),
-                       (f"bits-per-byte-validation/{name}/bits per byte", r["bpb"])):
-            if math.isfinite(v):
-                w.add_scalar(tag, v, r["step"])
-    w.close()
-
-
-def run_evaluation(ckpt_dir: str | Path, data_dir: str | Path, cfg: EvalConfig, out: str | Path | None = None,
-                   progress: Callable[[str], None] = lambda msg: None) -> dict[str, Any]:
-    """Evaluate one checkpoint and publish its results into ``out`` (default: the checkpoint's run)."""
-    ckpt_dir = Path(ckpt_dir)
-    run_dir = Path(out).resolve() if out else run_dir_of(ckpt_dir)
-    ev = evaluate(ckpt_dir, data_dir, cfg, run=run_dir.name, stamp=run_dir / "eval" / "data_verified.json",
-                  progress=progress)
-    step = ev.rows[0]["step"]
-    before = previous_rows(run_dir, step)
-    path = write_results(run_dir, step, ev.rows, ev.generations)
-    write_tensorboard(run_dir, ev.rows)
-    from eval.dashboard import build
-
-    dashboard = build(run_dir)  # every evaluation refreshes it
-    return {"step": step, "results": str(path), "dashboard": str(dashboard), "rows": ev.rows, "generations": ev.generations,
-            "regressions": regressions(ev.rows, before, cfg.regression_threshold), "previous": before,
-            "seconds": ev.seconds, "tokens": ev.tokens}
+from training.config import EvalConfig
+from eval.publish import run_evaluation
 
 
 def artifact_key(*parts: str) -> str:

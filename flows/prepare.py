@@ -83,9 +83,9 @@ def prepare(config: dict[str, Any], out: str, strict: bool = False) -> dict[str,
     rows = summary_rows(manifest)
     create_table_artifact(key="prepare-summary", table=rows,
                           description=f"Per-language summary of `bloomline prepare` → {Path(out).resolve()}")
-    from flows.data_report import filter_report
+    from data_prep.filter_report import report
 
-    create_markdown_artifact(filter_report(out, examples=3), key="filter-report",
+    create_markdown_artifact(report(out, examples=3), key="filter-report",
                              description=f"Drops by language and reason, and kept documents near a threshold → "
                                          f"{Path(out).resolve()}")
     return manifest

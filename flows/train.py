@@ -166,9 +166,9 @@ def resume_notice(run: Path, recipe: TrainRecipe) -> str | None:
 
 
 def start_watcher(run: Path, recipe: TrainRecipe, data: str | Path, log_file: Path, env: dict[str, str]) -> subprocess.Popen:
-    """The evaluation watcher (eval/watch.py), in its own session: it evaluates each checkpoint as
+    """The evaluation watcher (flows/watch.py), in its own session: it evaluates each checkpoint as
     it appears, at a lower priority, in a process that training never waits on."""
-    from eval.watch import DONE_FILE
+    from flows.watch import DONE_FILE
 
     (run / DONE_FILE).unlink(missing_ok=True)
     log_file.parent.mkdir(parents=True, exist_ok=True)
@@ -180,7 +180,7 @@ def start_watcher(run: Path, recipe: TrainRecipe, data: str | Path, log_file: Pa
             env["PREFECT_API_URL"] = str(client.api_url).rstrip("/")
     except Exception:
         pass
-    cmd = [sys.executable, "-m", "eval.watch", "--run", str(run), "--data", str(Path(data).resolve()), "--recipe",
+    cmd = [sys.executable, "-m", "flows.watch", "--run", str(run), "--data", str(Path(data).resolve()), "--recipe",
            str(RunDir(run).recipe)]
     with open(log_file, "ab") as out:
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[1],
@@ -192,7 +192,7 @@ def stop_watcher(proc: subprocess.Popen, run: Path, recipe: TrainRecipe, log: An
     """Tell the watcher training is over, let it finish what is pending (up to evaluation.drain_s),
     then stop it; what is still pending is recorded as skipped, with the reason."""
     from eval.results import evaluated_steps, record_skipped, skipped_steps
-    from eval.watch import DONE_FILE, pending
+    from flows.watch import DONE_FILE, pending, record_pruned
 
     (run / DONE_FILE).parent.mkdir(parents=True, exist_ok=True)
     (run / DONE_FILE).touch()
@@ -210,9 +210,11 @@ def stop_watcher(proc: subprocess.Popen, run: Path, recipe: TrainRecipe, log: An
         except ProcessLookupError:
             pass
         proc.wait()
+    record_pruned(run)
     for step in pending(run):
         record_skipped(run, step, why or f"its evaluation had not finished evaluation.drain_s={drain_s:g} seconds "
                                          f"after training ended")
+    RunDir(run).hold_file.unlink(missing_ok=True)  # a SIGKILLed watcher could not remove it
     RunDir(run).prune(recipe.checkpoint.keep)  # nothing waits any more
     return {"evaluated": evaluated_steps(run), "skipped": skipped_steps(run)}
 

@@ -15,12 +15,13 @@ from bloomline.secrets import mask_tree
 
 import contextlib
 import io
+import json
 import re
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Iterable, Optional
 
 import torch
 
@@ -99,32 +100,63 @@ class RunDir:
         return sorted(int(m.group(1)) for p in self.checkpoints.iterdir()
                       if (m := _TAG.match(p.name)) and (p / META_FILE).is_file())
 
-    def publish(self, step: int, meta: dict[str, Any], keep: int, **prune: Any) -> None:
+    def publish(self, step: int, meta: dict[str, Any], keep: int) -> None:
         """After every rank has written its files: write bloomline.json, move ``latest`` to the
         step (atomically), then :meth:`prune` up to it."""
         write_json_atomic(self.step_dir(step) / META_FILE, meta)
         write_bytes_atomic(self.latest_file, step_tag(step).encode())
-        self.prune(keep, step, **prune)
+        self.prune(keep, step)
 
-    def prune(self, keep: int, upto: Optional[int] = None, waiting: Callable[[int], bool] = lambda step: False,
-              max_deferred: int = 0, on_skip: Callable[[int, str], None] = lambda step, why: None) -> list[int]:
+    # -- the hold: another process (the evaluation watcher) asks prune to keep what it still needs
+    hold_file = property(lambda self: self.checkpoints / "hold.json")
+    pruned_log = property(lambda self: self.checkpoints / "pruned.jsonl")
+
+    def hold(self, pid: int, released: Iterable[int], max_deferred: int) -> None:
+        """While process ``pid`` lives, :meth:`prune` keeps every complete checkpoint not in
+        ``released``, up to ``max_deferred`` of them (``checkpoints/hold.json``, CHECKPOINT.md)."""
+        write_json_atomic(self.hold_file, {"pid": pid, "released": sorted(set(released)), "max_deferred": max_deferred},
+                          durable=False)
+
+    def holder(self) -> Optional[dict[str, Any]]:
+        """The hold, when its process is alive (a hold left by a dead process holds nothing)."""
+        import os
+
+        try:
+            h = read_contract_json(self.hold_file, CheckpointError, "")
+            os.kill(int(h["pid"]), 0)
+            return h
+        except (CheckpointError, OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def pruned(self) -> list[dict[str, Any]]:
+        """``{"step", "reason"}`` of every held checkpoint :meth:`prune` deleted, in order."""
+        if not self.pruned_log.is_file():
+            return []
+        return [json.loads(line) for line in self.pruned_log.read_text().splitlines() if line.strip()]
+
+    def prune(self, keep: int, upto: Optional[int] = None) -> list[int]:
         """Delete the checkpoints older than the newest ``keep`` up to step ``upto`` (default:
         ``latest``), and every other folder that is not one of them: incomplete ones (a killed
         save) and any above ``upto`` (written by a job that died before moving ``latest``; a run
-        resumed from an earlier step has replaced that future). A checkpoint for which
-        ``waiting(step)`` holds (its evaluation has not run yet) is kept too, up to
-        ``max_deferred`` of them; older waiting ones are handed to ``on_skip`` with the reason and
-        deleted. Returns the steps deleted."""
+        resumed from an earlier step has replaced that future). While a :meth:`hold` is alive, the
+        complete checkpoints it has not released are kept too, up to its ``max_deferred``; older
+        held ones are deleted, each with its reason appended to ``checkpoints/pruned.jsonl``.
+        Returns the steps deleted."""
         upto = self.latest_step() if upto is None else upto
         if upto is None:
             return []
         complete = [s for s in self.complete_steps() if s <= upto]
         kept = set(complete[-keep:]) | {upto}
-        deferred = [s for s in complete[:-keep] if waiting(s)]
+        hold = self.holder()
+        released, max_deferred = (set(hold["released"]), hold["max_deferred"]) if hold else (set(), 0)
+        deferred = [s for s in complete[:-keep] if hold and s not in released]
         late = deferred[:len(deferred) - max_deferred] if len(deferred) > max_deferred else []
-        for s in late:
-            on_skip(s, f"deleted by checkpoint.keep={keep} before its evaluation ran: more than "
-                       f"evaluation.max_deferred={max_deferred} checkpoints were waiting for one")
+        if late:
+            with open(self.pruned_log, "a", encoding="utf-8") as log:  # one short line per write: appends do not interleave
+                for s in late:
+                    log.write(json.dumps({"step": s, "reason": f"deleted by checkpoint.keep={keep} before its evaluation "
+                                          f"ran: more than evaluation.max_deferred={max_deferred} checkpoints were "
+                                          f"waiting for one"}) + "\n")
         kept |= set(deferred) - set(late)
         deleted = []
         for p in self.checkpoints.iterdir():

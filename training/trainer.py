@@ -33,7 +33,7 @@ from training.loss import StepLoss
 from training.model import IGNORE_INDEX, Bloom
 from training.parallelize import parallelize
 from training.reshard import is_ready, reshard_command
-from training.attention import resolve_attention
+from training.kernel_choice import resolve_attention
 from training.sampler import DynamicBatchSampler
 from training.work import ForwardTimer, balance_over_dp, model_pair_weight, model_params, step_flops
 from training.schedule import lr_at, schedule_change
@@ -308,12 +308,8 @@ class Trainer:
         if self.mesh.rank == 0:
             meta = make_meta(self.step, self.recipe, self.data_dir, self.manifest_sha, self.sampler.state_dict(),
                              self._trainer_state())
-            # while the run's evaluation watcher lives, checkpoints it has not evaluated yet are kept
-            from eval.watch import prune_options, watcher_alive
-
-            waits = prune_options(self.run.root, self.recipe) if (self.recipe.evaluation.enabled and
-                                                                  watcher_alive(self.run.root)) else {}
-            self.run.publish(self.step, meta, self.recipe.checkpoint.keep, **waits)  # `latest` moves once all ranks wrote
+            # `latest` moves once all ranks wrote; what the evaluation watcher holds is kept (RunDir.hold)
+            self.run.publish(self.step, meta, self.recipe.checkpoint.keep)
         torch.distributed.barrier()
         self.saved_step = self.step
 

@@ -180,22 +180,22 @@ def test_what_if_agrees_exactly_with_a_rerun(prepared, tmp_path, bad_inputs):
 
 
 def test_report_and_its_refusals(prepared):
-    from flows.data_report import filter_report
+    from data_prep.filter_report import report
 
     _, out = prepared
-    text = filter_report(out, lang="en", examples=2, sets=["en.max_char_rep=0.5"])
+    text = report(out, lang="en", examples=2, sets=["en.max_char_rep=0.5"])
     assert "### en (English)" in text and "**filtered:char_repetition**: " in text
     assert "`j-char`" in text and "score " in text and "## Kept documents near a threshold" in text
     assert "## What if: en.max_char_rep=0.5" in text and "| en |" in text
     assert "### fr" not in text  # --lang en
     with pytest.raises(Exception, match="shapes the recorded scores"):
-        filter_report(out, sets=["en.char_rep_n=5"])
+        report(out, sets=["en.char_rep_n=5"])
     with pytest.raises(ConfigError, match="is not a number"):
-        filter_report(out, sets=["en.max_char_rep=abc"])
+        report(out, sets=["en.max_char_rep=abc"])
     with pytest.raises(Exception, match="no field"):
-        filter_report(out, sets=["en.max_nonsense=1"])
+        report(out, sets=["en.max_nonsense=1"])
     with pytest.raises(DataError, match="not one of BLOOM's languages"):
-        filter_report(out, lang="klingon")
+        report(out, lang="klingon")
 
 
 def test_filters_command(prepared):

@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from bloomline.config import load_config
-from eval.config import EvalConfig
+from training.config import EvalConfig
 from eval.evaluate import evaluate_model, generations, language_samples
 from eval.metrics import LangTotals, metric_rows
 from eval.results import ResultsError, evaluated_steps, read_results, write_results
-from flows.evaluate import artifact_key, regressions
+from eval.metrics import regressions
+from flows.evaluate import artifact_key
 from training.config import ModelConfig
 from training.data import ShardIndex
 from training.model import Bloom

@@ -27,7 +27,7 @@ def test_lm_eval_bits_per_byte_on_an_export(demo, tmp_path):
 
     import sentencepiece as spm
 
-    from eval.config import EvalConfig
+    from training.config import EvalConfig
     from eval.evaluate import evaluate
     from eval.export import export
     from eval.harness import lm_eval_bits_per_byte, validation_documents

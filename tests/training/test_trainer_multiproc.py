@@ -140,7 +140,7 @@ def test_3d_layout_trains_resumes_and_loads_as_the_single_device_model(data, tmp
     print(f"load_model: max |logit difference| 1x1x1 vs TP2xPP2xDP2 after 4 fp32 steps = {diff:.3g}")
     assert diff < 1e-4
     # and the per-language evaluation gives the same numbers whatever layout wrote the checkpoint
-    from eval.config import EvalConfig
+    from training.config import EvalConfig
     from eval.evaluate import evaluate
 
     cfg = EvalConfig(max_tokens_per_lang=300, prompts_per_lang=0)

@@ -1,6 +1,6 @@
 """Automatic evaluation while ``bloomline train`` runs: a watcher process beside the ranks.
 
-The train flow starts it (``python -m eval.watch``) in its own session at a lower priority
+The train flow starts it (``python -m flows.watch``) in its own session at a lower priority
 (``evaluation.nice``, one torch thread unless ``evaluation.settings.threads`` says otherwise), so
 neither a slow nor a hung evaluation can stall training: BLOOM-176B evaluated inside its training
 loop, and one hung evaluation stopped the run for about 18 hours. The watcher evaluates every
@@ -8,10 +8,11 @@ complete checkpoint exactly once, each as its own Prefect flow run (``evaluate``
 
 * newest first, when checkpoints come faster than evaluations finish (the latest state is what a
   user watches), the older ones after it — none silently skipped;
-* a checkpoint that ``checkpoint.keep`` would delete waits for its evaluation (the trainer keeps
-  it while this watcher is alive, see ``training.checkpoint.RunDir.prune``); when more than
-  ``evaluation.max_deferred`` wait, the oldest is recorded as skipped with the reason
-  (``RUN_DIR/eval/skipped.jsonl``), as is a checkpoint whose evaluation failed;
+* a checkpoint that ``checkpoint.keep`` would delete waits for its evaluation: the watcher holds
+  the ones it has not settled (``RunDir.hold``, ``checkpoints/hold.json``), and the trainer's
+  prune keeps them while it lives; when more than ``evaluation.max_deferred`` wait, prune deletes
+  the oldest and logs why (``checkpoints/pruned.jsonl``), which the watcher records as skipped
+  (``RUN_DIR/eval/skipped.jsonl``), as it does a checkpoint whose evaluation failed;
 * when the flow marks training done, it drains what is left and exits; the flow waits for it up
   to ``evaluation.drain_s``.
 """
@@ -32,18 +33,7 @@ from eval.results import record_skipped, settled
 from training.checkpoint import RunDir
 from training.config import TrainRecipe
 
-PID_FILE = Path("eval") / "watcher.pid"
 DONE_FILE = Path("eval") / "training_done"
-
-
-def watcher_alive(run_dir: str | Path) -> bool:
-    """Whether a watcher process is running for this run (so pending checkpoints will be evaluated)."""
-    try:
-        pid = int((Path(run_dir) / PID_FILE).read_text())
-        os.kill(pid, 0)
-        return True
-    except (OSError, ValueError):
-        return False
 
 
 def pending(run_dir: str | Path) -> list[int]:
@@ -52,10 +42,20 @@ def pending(run_dir: str | Path) -> list[int]:
     return sorted((s for s in RunDir(run_dir).complete_steps() if s not in done), reverse=True)
 
 
-def prune_options(run_dir: str | Path, recipe: TrainRecipe) -> dict:
-    """``RunDir.prune`` options that keep checkpoints waiting for this run's evaluation."""
-    return {"waiting": lambda s: s not in settled(run_dir), "max_deferred": recipe.evaluation.max_deferred,
-            "on_skip": lambda s, why: record_skipped(run_dir, s, why)}
+def record_pruned(run_dir: str | Path) -> set[int]:
+    """Record each checkpoint prune deleted before its evaluation as skipped, with prune's reason;
+    returns the settled steps."""
+    done = settled(run_dir)
+    for r in RunDir(run_dir).pruned():
+        if r["step"] not in done:
+            record_skipped(run_dir, r["step"], r["reason"])
+            done.add(r["step"])
+    return done
+
+
+def settle(run_dir: str | Path, max_deferred: int) -> None:
+    """:func:`record_pruned`, then hold every checkpoint still unsettled (for this process's life)."""
+    RunDir(run_dir).hold(os.getpid(), record_pruned(run_dir), max_deferred)
 
 
 def watch(run_dir: Path, data: Path, recipe: TrainRecipe, done: Callable[[], bool], poll_s: float = 1.0,
@@ -67,6 +67,7 @@ def watch(run_dir: Path, data: Path, recipe: TrainRecipe, done: Callable[[], boo
     settings = to_dict(recipe.evaluation.settings)
     evaluated = []
     while True:
+        settle(run_dir, recipe.evaluation.max_deferred)
         todo = pending(run_dir)
         if not todo:
             if done():
@@ -82,7 +83,8 @@ def watch(run_dir: Path, data: Path, recipe: TrainRecipe, done: Callable[[], boo
         except Exception as e:  # a deleted, damaged or refused checkpoint: say so, go on with the others
             traceback.print_exc()
             record_skipped(run_dir, step, f"its evaluation failed: {type(e).__name__}: {e}")
-        folder.prune(recipe.checkpoint.keep, **prune_options(run_dir, recipe))  # what waited for this evaluation
+        settle(run_dir, recipe.evaluation.max_deferred)  # releases this checkpoint
+        folder.prune(recipe.checkpoint.keep)  # what waited for this evaluation
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,13 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(recipe.evaluation.settings.threads or 1)
-    pid = args.run / PID_FILE
-    pid.parent.mkdir(parents=True, exist_ok=True)
-    pid.write_text(str(os.getpid()))
     try:
         watch(args.run, args.data, recipe, done=lambda: (args.run / DONE_FILE).exists())
     finally:
-        pid.unlink(missing_ok=True)
+        RunDir(args.run).hold_file.unlink(missing_ok=True)
     return 0
 
 

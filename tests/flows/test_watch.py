@@ -1,9 +1,8 @@
-"""The evaluation watcher's queue (eval/watch.py) and the checkpoints that wait for it."""
+"""The evaluation watcher's queue (flows/watch.py) and the checkpoints that wait for it (RunDir.hold)."""
 
-import json
 
 from eval.results import evaluated_steps, record_skipped, skipped_steps, write_results
-from eval.watch import pending, watch
+from flows.watch import pending, watch
 from training.checkpoint import RunDir
 
 
@@ -42,12 +41,23 @@ def test_newest_first_none_skipped_silently(tmp_path):
 
 
 def test_checkpoints_wait_for_their_evaluation_up_to_max_deferred(tmp_path):
+    """The watcher's hold keeps the checkpoints it has not released, up to max_deferred; prune logs
+    the ones it deletes anyway, and the watcher records them as skipped with that reason."""
+    import os
+    import subprocess
+    import sys
+
+    from flows.watch import record_pruned
+
     run = RunDir(tmp_path)
     complete(run, 1, 2, 3, 4, 5)
-    skipped = {}
-    deleted = run.prune(keep=1, waiting=lambda s: s in (2, 3, 4), max_deferred=2,
-                        on_skip=lambda s, why: skipped.update({s: why}))
-    assert deleted == [1, 2] and run.complete_steps() == [3, 4, 5]  # 1 was evaluated; 2 waited longest
-    assert list(skipped) == [2] and "evaluation.max_deferred=2" in skipped[2]
-    assert run.prune(keep=1) == [3, 4] and run.complete_steps() == [5]
-    assert json.loads(json.dumps(skipped))
+    run.hold(os.getpid(), released=[1, 5], max_deferred=2)
+    deleted = run.prune(keep=1)
+    assert deleted == [1, 2] and run.complete_steps() == [3, 4, 5]  # 1 was released; 2 waited longest
+    assert [r["step"] for r in run.pruned()] == [2] and "evaluation.max_deferred=2" in run.pruned()[0]["reason"]
+    assert record_pruned(tmp_path) >= {2} and skipped_steps(tmp_path)[2] == run.pruned()[0]["reason"]
+    # a hold whose process is gone (a SIGKILLed watcher) holds nothing
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    run.hold(int(dead.stdout), released=[], max_deferred=2)
+    assert run.holder() is None and run.prune(keep=1) == [3, 4] and run.complete_steps() == [5]
+    assert [r["step"] for r in run.pruned()] == [2]  # deleting without a hold is not logged

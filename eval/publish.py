@@ -1,0 +1,65 @@
+"""Publishing one checkpoint's evaluation into its run: the results table (contract 3,
+eval/RESULTS.md), TensorBoard scalars under BLOOM's names, the refreshed dashboard, and the
+languages that regressed since the previous evaluation. The ``evaluate`` flow (flows/evaluate.py)
+runs this and adds its Prefect artifacts."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Callable
+
+from training.config import EvalConfig
+from eval.evaluate import evaluate
+from eval.metrics import regressions
+from eval.results import read_results, write_results
+
+
+def run_dir_of(ckpt_dir: Path) -> Path:
+    """RUN_DIR of RUN_DIR/checkpoints/step_N."""
+    return ckpt_dir.resolve().parent.parent
+
+
+def previous_rows(run_dir: Path, step: int) -> dict[str, dict[str, Any]]:
+    """Language rows of the latest evaluation before ``step``, by language."""
+    t = read_results(run_dir).to_pylist()
+    earlier = [r["step"] for r in t if r["step"] < step]
+    if not earlier:
+        return {}
+    last = max(earlier)
+    return {r["lang"]: r for r in t if r["step"] == last and r["scope"] == "language"}
+
+
+def write_tensorboard(run_dir: Path, rows: list[dict[str, Any]]) -> None:
+    """Per-language and aggregate scalars at the checkpoint's step, in the run's TensorBoard folder,
+    under BLOOM's names (``lm-loss-validation/<set>/lm loss validation``) plus bits per byte."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    w = SummaryWriter(str(run_dir / "tensorboard"), filename_suffix=".eval")
+    for r in rows:
+        name = r["lang"] if r["scope"] == "language" else f"{r['lang']}-{'tokens' if r['weighting'] == 'tokens' else 'mean'}"
+        for tag, v in ((f"lm-loss-validation/{name}/lm loss validation", r["loss"]),
+                       (f"lm-loss-validation/{name}/lm loss validation ppl", r["ppl"]),
+                       (f"bits-per-byte-validation/{name}/bits per byte", r["bpb"])):
+            if math.isfinite(v):
+                w.add_scalar(tag, v, r["step"])
+    w.close()
+
+
+def run_evaluation(ckpt_dir: str | Path, data_dir: str | Path, cfg: EvalConfig, out: str | Path | None = None,
+                   progress: Callable[[str], None] = lambda msg: None) -> dict[str, Any]:
+    """Evaluate one checkpoint and publish its results into ``out`` (default: the checkpoint's run)."""
+    ckpt_dir = Path(ckpt_dir)
+    run_dir = Path(out).resolve() if out else run_dir_of(ckpt_dir)
+    ev = evaluate(ckpt_dir, data_dir, cfg, run=run_dir.name, stamp=run_dir / "eval" / "data_verified.json",
+                  progress=progress)
+    step = ev.rows[0]["step"]
+    before = previous_rows(run_dir, step)
+    path = write_results(run_dir, step, ev.rows, ev.generations)
+    write_tensorboard(run_dir, ev.rows)
+    from eval.dashboard import build  # the dashboard reads the results table this module writes
+
+    dashboard = build(run_dir)  # every evaluation refreshes it
+    return {"step": step, "results": str(path), "dashboard": str(dashboard), "rows": ev.rows, "generations": ev.generations,
+            "regressions": regressions(ev.rows, before, cfg.regression_threshold), "previous": before,
+            "seconds": ev.seconds, "tokens": ev.tokens}
