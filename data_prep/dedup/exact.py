@@ -1,8 +1,8 @@
 """Dedup steps 1–2: exact duplicates, as a group-by on the exact key partitioned by its hash.
 
-* :func:`exact_keys`, per chunk: rows ``(key, ref)`` of every kept document, routed to partition
-  ``key mod P``; ``ref = chunk << 32 | position`` names the document and orders documents as the
-  input does.
+* :func:`exact_keys`, per range of chunks: rows ``(key, ref)`` of every kept document, routed to
+  partition ``key mod P``; ``ref = chunk << 32 | position`` names the document and orders
+  documents as the input does.
 * :func:`exact_groups`, per partition: the documents of one key form a group; every member after
   the first (in input order) is an exact duplicate. Its edge to the first goes to the component
   steps, its fact (``exact``, score 1) to the labels, and its ref, routed by chunk range, to the
@@ -66,16 +66,28 @@ def groups_of(*keys: np.ndarray) -> np.ndarray:
     return start
 
 
-def exact_keys(cid: int, out: str, partitions: int) -> dict[str, Any]:
-    """Chunk ``cid``'s exact-key rows in ``partitions`` batches."""
+def range_chunks(plan: dict[str, Any], k: int) -> list[int]:
+    """The chunk ids of range ``k``."""
+    a, b = plan["ranges"][k]
+    return plan["chunks"][a:b]
+
+
+def exact_keys(k: int, out: str) -> dict[str, Any]:
+    """The exact-key rows of range ``k``'s chunks in ``partitions`` batches."""
     paths = Paths(Path(out))
-    path = paths.dedup_file("exact-keys", cid)
+    path = paths.dedup_file("exact-keys", k)
     if (m := done(path)) is not None:
         return m
-    t = chunk_table(paths, cid, ["pos", "exact"])
-    key = t.column("exact").to_numpy()
-    return write_routed(path, EXACT_SCHEMA, {"key": key, "ref": refs_of(cid, t.column("pos").to_numpy())},
-                        (key % np.uint64(partitions)).astype(np.int64), partitions)
+    plan = read_json(paths.dedup_plan)
+    keys, refs = [], []
+    for cid in range_chunks(plan, k):
+        t = chunk_table(paths, cid, ["pos", "exact"])
+        keys.append(t.column("exact").to_numpy())
+        refs.append(refs_of(cid, t.column("pos").to_numpy()))
+    key = np.concatenate(keys)
+    n = plan["partitions"]
+    return write_routed(path, EXACT_SCHEMA, {"key": key, "ref": np.concatenate(refs)},
+                        (key % np.uint64(n)).astype(np.int64), n, {"chunks": len(keys)})
 
 
 def exact_groups(item: tuple[int, int], out: str, memory_gib: float) -> dict[str, Any]:
@@ -88,7 +100,7 @@ def exact_groups(item: tuple[int, int], out: str, memory_gib: float) -> dict[str
     Budget(memory_gib).check(f"dedup exact partition {p} ({rows:,} documents)", rows * EXACT_ROW_BYTES, "raise memory_gib")
     plan = read_json(paths.dedup_plan)
     n = plan["partitions"]
-    k = read_routed([paths.dedup_file("exact-keys", c) for c in plan["chunks"]], p, EXACT_SCHEMA)
+    k = read_routed([paths.dedup_file("exact-keys", r) for r in range(len(plan["ranges"]))], p, EXACT_SCHEMA)
     o = np.lexsort((k["ref"], k["key"]))
     key, ref = k["key"][o], k["ref"][o]
     first = groups_of(key)
@@ -102,8 +114,7 @@ def exact_groups(item: tuple[int, int], out: str, memory_gib: float) -> dict[str
     return write_routed(path, EDGE_SCHEMA, {"u": u, "v": v}, route(u, n), n, {"duplicates": len(later)})
 
 
-def later_in(paths: Paths, plan: dict[str, Any], cid: int) -> np.ndarray:
-    """Positions in chunk ``cid`` of its documents that are not the first of their exact key."""
-    k = int(range_of(np.array([cid]), range_starts(plan))[0])
-    refs = read_routed([paths.dedup_file("exact-later", p) for p in range(plan["partitions"])], k, LATER_SCHEMA)["ref"]
-    return refs[(refs >> 32) == cid] & 0xFFFFFFFF
+def later_in(paths: Paths, plan: dict[str, Any], k: int) -> np.ndarray:
+    """Refs of range ``k``'s documents that are not the first of their exact key (sorted)."""
+    return np.sort(read_routed([paths.dedup_file("exact-later", p) for p in range(plan["partitions"])], k,
+                               LATER_SCHEMA)["ref"])

@@ -93,7 +93,7 @@ def find_pairs(item: tuple[int, int], cfg: DedupConfig, out: str, memory_gib: fl
     budget.check(f"dedup band partition {p} ({rows:,} rows)", rows * KEY_ROW_BYTES, "raise memory_gib")
     plan = read_json(paths.dedup_plan)
     n = plan["partitions"]
-    k = read_routed([paths.dedup_file("band-keys", c) for c in plan["chunks"]], p, KEY_SCHEMA)
+    k = read_routed([paths.dedup_file("band-keys", r) for r in range(len(plan["ranges"]))], p, KEY_SCHEMA)
     a, b = candidates(k["band"], k["key"], k["ref"], cfg.window)
     del k
     budget.check(f"dedup band partition {p} ({len(a):,} candidate pairs)", len(a) * PAIR_BYTES + rows * KEY_ROW_BYTES,

@@ -94,19 +94,23 @@ def run_dedup(cfg: PrepareConfig, paths: Paths, chunk_ids: list[int], docs: dict
     language, the merged split draws and the job's counts."""
     plan = make_plan(cfg, paths, chunk_ids, docs)
     out, gib, n = str(paths.out), cfg.memory_gib, plan["partitions"]
-    tick = (lambda _=None: progress.advance("dedup")) if progress else (lambda _=None: None)  # per chunk and step
+    def tick(marker: dict | None = None) -> None:  # by chunks done, per step over chunks
+        if progress:
+            progress.advance("dedup", marker["chunks"] if marker else 1)
+
     stats: dict[str, Any] = {"partitions": n, "ranges": len(plan["ranges"]), "bands": plan["bands"],
                              "rows_per_band": plan["band_rows"], "exact": 0, "candidates": 0, "confirmed": 0, "rounds": 0}
-    label_rows = [0] * len(plan["ranges"])
+    ranges = list(range(len(plan["ranges"])))
+    label_rows = [0] * len(ranges)
     edges, sources = [0] * n, []
     if cfg.dedup.exact:
-        rows = _sum_rows(map_fn(partial(exact_keys, out=out, partitions=n), chunk_ids), n, tick)
+        rows = _sum_rows(map_fn(partial(exact_keys, out=out), ranges), n, tick)
         ms = list(map_fn(partial(exact_groups, out=out, memory_gib=gib), list(enumerate(rows))))
         edges = [e + r for e, r in zip(edges, _sum_rows(ms, n))]
         stats["exact"] = sum(m["duplicates"] for m in ms)
         sources.append("exact")
     if cfg.dedup.near:
-        rows = _sum_rows(map_fn(partial(band_keys, cfg=cfg.dedup, out=out), chunk_ids), n, tick)
+        rows = _sum_rows(map_fn(partial(band_keys, cfg=cfg.dedup, out=out), ranges), n, tick)
         ms = list(map_fn(partial(find_pairs, cfg=cfg.dedup, out=out, memory_gib=gib), list(enumerate(rows))))
         edges = [e + r for e, r in zip(edges, _sum_rows(ms, n))]
         stats["candidates"] = sum(m["candidates"] for m in ms)
