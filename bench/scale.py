@@ -59,6 +59,14 @@ def prepare(repo: Path, inputs: Path, out: Path, overrides: list[str]):
     return res, json.loads((out / "run_stats.json").read_text()), json.loads((out / "manifest.json").read_text())
 
 
+def run_config() -> dict:
+    """The config the CLI runs above used (the recipe and OVERRIDES)."""
+    from bloomline.config import load_config, to_dict
+    from data_prep.config import PrepareConfig
+
+    return to_dict(load_config(PrepareConfig, REPO / "configs/data/demo.yaml", OVERRIDES))
+
+
 def dedup_alone(out: Path, workers: int, config: dict) -> float:
     """Seconds of the dedup stage alone over the chunk files of a finished run (kept with
     keep_work; the run's manifest goes), on a fresh LocalCluster of ``workers`` single-threaded
@@ -140,11 +148,17 @@ def main() -> None:
     ap.add_argument("--skip-speedup", action="store_true")
     ap.add_argument("--skip-datatrove", action="store_true")
     ap.add_argument("--skip-manifest", action="store_true")
+    ap.add_argument("--dedup-only", action="store_true", help="only section 3, on the chunk files of earlier runs")
     args = ap.parse_args()
     wd: Path = args.workdir
     sizes = [int(s) for s in args.sizes.split(",")]
     other = args.repo.resolve() != REPO
     rows = []
+    if args.dedup_only:
+        for k in sizes:
+            t1, t2 = dedup_alone(wd / f"out-x{k}", 1, run_config()), dedup_alone(wd / f"out-x{k}", 2, run_config())
+            print(f"dedup stage alone ×{k}: 1 worker {t1:.1f} s, 2 workers {t2:.1f} s, speed-up {t1 / t2:.2f} (target ≥ 1.6)")
+        return
     for k in sizes:
         corpus = wd / f"corpus-x{k}"
         g = grow(corpus, args.base_mb * k)

@@ -28,7 +28,7 @@ from data_prep.shards import check_model_fits, load_manifest
 from flows.progress import TrainProgress
 from training.checkpoint import RunDir, read_meta, saved_recipe
 from training.config import TrainRecipe
-from training.launch import EXIT_OK, EXIT_USER_ERROR, hostfile_slots, launch_command, launch_env, run_job
+from training.launch import EXIT_OK, EXIT_USER_ERROR, check_hostfile, launch_command, launch_env, run_job
 from training.layout import layout_of, show
 from training.schedule import schedule_change
 
@@ -40,46 +40,16 @@ def validate(recipe: TrainRecipe, data_dir: str | Path) -> dict[str, Any]:
     """Everything that can be checked before any rank starts; raises with a message naming it."""
     if isinstance(recipe.model, str):
         raise ConfigError("model", f"unresolved model recipe '{recipe.model}'")
+    import torch
+
     recipe.parallel.check_model(recipe.model)
-    if recipe.train.precision == "fp16" and not recipe.train.cpu_fp16:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError("train.precision", "fp16 needs GPUs: DeepSpeed's CPU accelerator has no fp16 support on "
-                                                 "this CPU; use bf16 (BLOOM's choice) or fp32 here, or "
-                                                 "-o train.cpu_fp16=true to run fp16 slowly with torch's reference kernels")
-    if recipe.model.attention == "flex":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError("model.attention", f"flex cannot train on CPU: FlexAttention has no CPU backward in torch "
-                                                 f"{torch.__version__}; use sdpa here (flex serves evaluation on CPU)")
-    if recipe.train.precision == "fp32" and recipe.parallel.zero_stage == 0:
-        raise ConfigError("parallel.zero_stage", "fp32 with zero_stage 0 cannot skip a NaN/inf batch (DeepSpeed's "
-                                                 "plain optimizer path has no overflow check); use zero_stage >= 1 or bf16")
-    check_launch(recipe)
+    recipe.check_device(torch.cuda.is_available(), torch.__version__)
+    check_hostfile(recipe.launch, recipe.parallel.world_size)
     m = load_manifest(data_dir)
     check_model_fits(m, data_dir, recipe.model.vocab_size, recipe.model.seq_len)
     if not any(s["split"] == "train" for s in m["shards"]):
         raise BloomlineError(f"{data_dir} has no training shards")
     return m
-
-
-def check_launch(recipe: TrainRecipe) -> None:
-    """A hostfile must hold exactly the recipe's tp·pp·dp ranks."""
-    launch = recipe.launch
-    if launch.hostfile is None:
-        return
-    try:
-        slots = hostfile_slots(launch.hostfile)
-    except ValueError as e:
-        raise ConfigError("launch.hostfile", str(e)) from None
-    world = recipe.parallel.world_size
-    if sum(slots.values()) != world:
-        raise ConfigError("launch.hostfile", f"{launch.hostfile} has {sum(slots.values())} slots on {len(slots)} node(s), "
-                                             f"the layout needs tp·pp·dp = {world} ranks")
-    if launch.no_ssh and launch.node_rank >= len(slots):
-        raise ConfigError("launch.node_rank", f"{launch.node_rank}, but {launch.hostfile} lists {len(slots)} node(s)")
 
 
 def job_env(recipe: TrainRecipe, logs: Path) -> dict[str, str]:

@@ -400,6 +400,19 @@ class TrainRecipe:
     def validate(self) -> None:
         if isinstance(self.model, ModelConfig):
             self.parallel.check_model(self.model)
+        check(not (self.train.precision == "fp32" and self.parallel.zero_stage == 0), "parallel.zero_stage",
+              "fp32 with zero_stage 0 cannot skip a NaN/inf batch (DeepSpeed's plain optimizer path has no overflow "
+              "check); use zero_stage >= 1 or bf16")
+
+    def check_device(self, gpu: bool, torch_version: str = "") -> None:
+        """What this recipe needs of the machine it trains on: fp16 and FlexAttention train on GPUs only."""
+        if self.train.precision == "fp16" and not self.train.cpu_fp16 and not gpu:
+            raise ConfigError("train.precision", "fp16 needs GPUs: DeepSpeed's CPU accelerator has no fp16 support on "
+                                                 "this CPU; use bf16 (BLOOM's choice) or fp32 here, or "
+                                                 "-o train.cpu_fp16=true to run fp16 slowly with torch's reference kernels")
+        if isinstance(self.model, ModelConfig) and self.model.attention == "flex" and not gpu:
+            raise ConfigError("model.attention", f"flex cannot train on CPU: FlexAttention has no CPU backward in torch "
+                                                 f"{torch_version}; use sdpa here (flex serves evaluation on CPU)")
 
 
 MODEL_DIR = Path(__file__).resolve().parents[1] / "configs" / "model"

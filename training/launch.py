@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from bloomline.errors import ConfigError
 from training.shm import release_job_shm
 
 # Exit statuses of a job (the DeepSpeed launcher passes on the first failing rank's):
@@ -118,3 +119,18 @@ def run_job(cmd: list[str], log_file: Path, env: dict[str, str], timeout: float 
                 pass
             proc.wait()
             release_job_shm(cmd)
+
+
+def check_hostfile(launch: Any, world: int) -> None:
+    """A hostfile (``launch.hostfile``) must hold exactly the layout's tp·pp·dp ranks."""
+    if launch.hostfile is None:
+        return
+    try:
+        slots = hostfile_slots(launch.hostfile)
+    except ValueError as e:
+        raise ConfigError("launch.hostfile", str(e)) from None
+    if sum(slots.values()) != world:
+        raise ConfigError("launch.hostfile", f"{launch.hostfile} has {sum(slots.values())} slots on {len(slots)} node(s), "
+                                             f"the layout needs tp·pp·dp = {world} ranks")
+    if launch.no_ssh and launch.node_rank >= len(slots):
+        raise ConfigError("launch.node_rank", f"{launch.node_rank}, but {launch.hostfile} lists {len(slots)} node(s)")

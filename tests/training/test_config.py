@@ -125,3 +125,20 @@ def test_a_resume_that_changes_the_lr_schedule_says_so():
     assert b > a  # a longer run: the cosine is stretched and the LR jumps back up
     assert msg == (f"resuming at step 20 with another LR schedule (train.steps 30 → 60): the LR of step 21 is "
                    f"{a:.4g} → {b:.4g} ({(b - a) / a:+.1%})")
+
+
+def test_recipe_rules_and_what_they_need_of_the_machine():
+    """The recipe's own rules are checked where it loads; what it needs of the machine, by check_device."""
+    tiny = REPO / "configs/train/bloom-tiny.yaml"
+    with pytest.raises(ConfigError, match="parallel.zero_stage.*fp32 with zero_stage 0 cannot skip a NaN"):
+        load_config(TrainRecipe, tiny, ["train.precision=fp32", "parallel.zero_stage=0"])
+    load_config(TrainRecipe, tiny, ["train.precision=bf16", "parallel.zero_stage=0"]).check_device(gpu=False)
+    fp16 = load_config(TrainRecipe, tiny, ["train.precision=fp16"])
+    with pytest.raises(ConfigError, match="train.precision.*fp16 needs GPUs"):
+        fp16.check_device(gpu=False)
+    fp16.check_device(gpu=True)
+    load_config(TrainRecipe, tiny, ["train.precision=fp16", "train.cpu_fp16=true"]).check_device(gpu=False)
+    flex = load_config(TrainRecipe, tiny, ["model.attention=flex"])
+    with pytest.raises(ConfigError, match="model.attention.*flex cannot train on CPU"):
+        flex.check_device(gpu=False)
+    flex.check_device(gpu=True)

@@ -145,8 +145,8 @@ def test_openmpi_and_slurm_commands_start_every_rank_with_the_settings(tmp_path)
 
 def test_bloom_176b_launches_on_48_nodes(tmp_path):
     from bloomline.config import load_config
-    from flows.train import check_launch
     from training.config import TrainRecipe
+    from training.launch import check_hostfile
 
     hosts = {f"gpu-{i:02d}": 8 for i in range(48)}
     argv, launch = generated(tmp_path, "pdsh", hosts, master_addr="gpu-00")
@@ -154,8 +154,8 @@ def test_bloom_176b_launches_on_48_nodes(tmp_path):
     assert len(info) == 48 and sum(len(v) for v in info.values()) == 384
     recipe = load_config(TrainRecipe, Path(__file__).resolve().parents[2] / "configs/train/bloom-176b.yaml",
                          [f"launch.hostfile={launch.hostfile}"])
-    check_launch(recipe)  # 384 slots = TP 4 × PP 12 × DP 8
+    check_hostfile(recipe.launch, recipe.parallel.world_size)  # 384 slots = TP 4 × PP 12 × DP 8
     recipe.launch.hostfile = str(tmp_path / "short")
     (tmp_path / "short").write_text("gpu-00 slots=8\n")
     with pytest.raises(Exception, match="1 node.*needs tp·pp·dp = 384"):
-        check_launch(recipe)
+        check_hostfile(recipe.launch, recipe.parallel.world_size)
