@@ -100,7 +100,7 @@ def plain_tokens_per_s(data: Path, steps: int, weights: str = "bf16", megatron: 
     from training.data import ShardIndex, materialize
     from training.model import IGNORE_INDEX, Bloom
     from training.sampler import DynamicBatchSampler
-    from training.trainer import param_groups
+    from training.ds_config import param_groups
 
     r = recipe(data, steps)
     model = Bloom(r.model, seed=r.train.seed)  # the trainer's initial weights (init by parameter name)

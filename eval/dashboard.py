@@ -12,26 +12,16 @@ reason with examples, kept documents near a threshold), linked from the main pag
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from bloomline.io import write_bytes_atomic
 from eval.metrics import regressions
+from training.checkpoint import RunDir
+from training.metrics_log import read_metrics
 from eval.results import read_results
 
 REGRESSION_THRESHOLD = 0.02  # eval.regression_threshold's default: the dashboard flags as the flow does
-
-
-def _metrics(run_dir: Path) -> list[dict[str, Any]]:
-    f = run_dir / "metrics.jsonl"
-    out = []
-    for line in f.read_text().splitlines() if f.exists() else []:
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            pass  # a line cut off by a killed job
-    return out
 
 
 def _data_dir(run_dir: Path) -> Path | None:
@@ -122,7 +112,7 @@ def figures(run_dir: Path) -> list[tuple[str, Any]]:
     f.update_layout(xaxis_title="training tokens seen of the language", yaxis_title="bits per byte", height=520)
     figs.append(("Bits per byte against tokens seen: starved or hard?", f))
 
-    m = _metrics(run_dir)
+    m = read_metrics(RunDir(run_dir).metrics)[0]
     f = make_subplots(specs=[[{"secondary_y": True}]])
     f.add_trace(go.Scatter(x=[x["step"] for x in m], y=[x.get("loss") for x in m], name="training loss"), secondary_y=False)
     f.add_trace(go.Scatter(x=[x["step"] for x in m], y=[x.get("lr") for x in m], name="learning rate"), secondary_y=True)

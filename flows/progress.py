@@ -8,11 +8,12 @@ so the report costs the ranks nothing and needs no channel of its own.
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
+
+from training.metrics_log import read_metrics
 
 # Steps of the ETA's moving window: long enough to smooth the dynamic batches' varying
 # bucket sizes, short enough to follow a change of speed (a resumed run, a busy machine).
@@ -34,19 +35,7 @@ class TrainProgress:
         self.artifact_id: Any = None
 
     def read_new(self) -> list[dict[str, Any]]:
-        if not self.metrics.exists():
-            return []
-        with open(self.metrics, "rb") as f:
-            f.seek(self.offset)
-            blob = f.read()
-        end = blob.rfind(b"\n") + 1  # a line being written is read next time
-        self.offset += end
-        out = []
-        for line in blob[:end].splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
+        out, self.offset = read_metrics(self.metrics, self.offset)
         return out
 
     def eta_seconds(self) -> float | None:

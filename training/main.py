@@ -28,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--local_rank", type=int, default=0)  # passed by the DeepSpeed launcher
     args = ap.parse_args(argv)
-    from training.trainer import Trainer, seed_everything
+    from training.resume import seed_everything
+    from training.trainer import Trainer
 
     try:
         with open(args.recipe, encoding="utf-8") as f:

@@ -4,76 +4,38 @@ Per step: the dynamic-batch sampler plans the whole step (every rank plans the s
 the same seed and state and takes its data-parallel slice), the LR is set from warm-up + cosine
 × the step's batch-size factor, the micro-batches run through DeepSpeed (``train_batch`` of the
 PipelineEngine with PP, forward/backward/step of the engine without), and rank 0 appends one
-JSON line to ``RUN_DIR/metrics.jsonl`` and the same scalars to TensorBoard. The model is
-``training.model.Bloom``, parallelised by ``training.parallelize.parallelize``; the run folder
-and checkpoints are contract 2 (``training/checkpoint.py``, ``training/CHECKPOINT.md``).
+JSON line to ``RUN_DIR/metrics.jsonl`` and the same scalars to TensorBoard (training/metrics_log.py).
+The model is ``training.model.Bloom``, parallelised by ``training.parallelize.parallelize`` with
+what training/ds_config.py tells DeepSpeed; the run folder and checkpoints are contract 2
+(``training/checkpoint.py``, ``training/CHECKPOINT.md``), resumed as training/resume.py decides.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import random
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
-import numpy as np
 import torch
 
 from bloomline.errors import BloomlineError
-from bloomline.io import sha256_file, write_bytes_atomic
+from bloomline.io import sha256_file
 from data_prep.shards import check_model_fits
 from training.checkpoint import PRECISIONS, RunDir, make_meta, read_meta, saved_recipe, step_tag
 from training.config import ModelConfig, TrainRecipe
 from training.data import ShardIndex, materialize, torch_collectives, verify_once
 from training.distributed import Mesh, init_distributed
-from training.layout import layout_of, show
+from training.ds_config import allow_cpu_fp16, deepspeed_config, param_groups
+from training.kernel_choice import resolve_attention
 from training.loss import StepLoss
+from training.metrics_log import MetricsLog, finite
 from training.model import IGNORE_INDEX, Bloom
 from training.parallelize import parallelize
-from training.reshard import is_ready, reshard_command
-from training.kernel_choice import resolve_attention
+from training.resume import plan_resume, restore_rng, rng_state
 from training.sampler import DynamicBatchSampler
-from training.work import ForwardTimer, balance_over_dp, model_pair_weight, model_params, step_flops
 from training.schedule import lr_at, schedule_change
-
-
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """No weight decay on biases and LayerNorm parameters (as Megatron)."""
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        (no_decay if p.ndim < 2 else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def deepspeed_config(recipe: TrainRecipe, load_universal: bool = False) -> dict[str, Any]:
-    t = recipe.train
-    p = t.precision
-    return {
-        # One nominal sample per micro-batch: our micro-batches have as many samples as the step's
-        # bucket allows, and the number of micro-batches (gas) is set per step.
-        "train_micro_batch_size_per_gpu": 1,
-        "gradient_accumulation_steps": 1,
-        "gradient_clipping": recipe.optim.clip_grad,
-        "bf16": {"enabled": p == "bf16", "check_grad_overflow": True},  # NaN/inf grads skip the step
-        # loss_scale 0 = dynamic: an overflow skips the step and (after `hysteresis` of them) halves
-        # the scale; `loss_scale_window` clean steps double it.
-        "fp16": {"enabled": p == "fp16", "loss_scale": 0, "initial_scale_power": t.fp16_initial_scale_power,
-                 "loss_scale_window": t.fp16_loss_scale_window, "hysteresis": t.fp16_hysteresis,
-                 "min_loss_scale": t.fp16_min_loss_scale},
-        "zero_optimization": {"stage": recipe.parallel.zero_stage},
-        "zero_allow_untested_optimizer": True,
-        # Send whole activations between stages: DeepSpeed's TP-partitioned sends cache their
-        # partition metadata, which breaks when the bucket (sequence length) changes between steps.
-        "pipeline": {"pipe_partitioned": False, "grad_partitioned": False},
-        # resuming another layout's checkpoint, converted by training/reshard.py
-        "checkpoint": {"load_universal": load_universal},
-        "steps_per_print": 10**9,
-        "wall_clock_breakdown": False,
-    }
+from training.work import ForwardTimer, balance_over_dp, model_pair_weight, model_params, step_flops
 
 
 class Trainer:
@@ -100,7 +62,7 @@ class Trainer:
         if recipe.train.precision == "fp16" and self.device.type == "cpu" and recipe.train.cpu_fp16:
             allow_cpu_fp16()
         self.loss = StepLoss()
-        self._resume_step, universal = self._plan_resume()
+        self._resume_step, universal = plan_resume(self.run, self.manifest_sha, recipe.parallel)
         o = recipe.optim
         with torch.device("meta"):
             model = Bloom(cfg)  # the whole model, holding no memory: each rank materialises its part
@@ -121,7 +83,7 @@ class Trainer:
         self.skipped_in_a_row = 0
         self.overflows = 0  # fp16 steps skipped by the loss scaler
         self.loss_ema: float | None = None
-        self._tb = None
+        self.log = MetricsLog(self.run.metrics, self.run.tensorboard, recipe) if self.mesh.rank == 0 else None
         self._resume()
 
     # ----------------------------------------------------------------------------- the loop
@@ -241,45 +203,19 @@ class Trainer:
     # ---------------------------------------------------------------------------- metrics
     def _log(self, plan: Any, loss: float, lr: float, grad_norm: Any, dt: float, skip: str | None,
              work: dict[str, Any]) -> None:
-        if self.mesh.rank != 0:
+        if self.log is None:  # rank 0 reports
             return
-        rec = {
-            "step": self.step, "loss": loss if math.isfinite(loss) else None, "lr": lr, "global_batch_tokens": int(plan.tokens),
+        self.log.record({
+            "step": self.step, "loss": finite(loss), "lr": lr, "global_batch_tokens": int(plan.tokens),
             "padded_tokens": int(plan.padded_tokens), "padding_fraction": float(plan.padding_fraction),
             "dp_balance": work["dp_balance"], "dp_time_balance": work["dp_time_balance"],
             "dp_cost_balance": float(plan.cost_balance), "flops": work["flops"], "attention": self.kernel,
-            "tokens_per_s": plan.tokens / dt if dt > 0 else None,
-            "grad_norm": float(grad_norm) if grad_norm is not None and math.isfinite(float(grad_norm)) else None, "bucket": int(plan.bucket),
-            "micro_batches": int(plan.gas), "micro_batch_size": int(plan.micro_batch_size),
+            "tokens_per_s": plan.tokens / dt if dt > 0 else None, "grad_norm": finite(grad_norm),
+            "bucket": int(plan.bucket), "micro_batches": int(plan.gas), "micro_batch_size": int(plan.micro_batch_size),
             "skipped": skip is not None, "skip_reason": skip, "skipped_batches": self.skipped,
             "fp16_overflows": self.overflows, "loss_scale": self._loss_scale(), "step_seconds": dt,
             "optimizer_steps": int(self.engine.global_steps), "time": time.time(),
-        }
-        with open(self.run.metrics, "a", encoding="utf-8") as f:
-            f.write(json.dumps(rec) + "\n")
-        if self._tb is None:
-            from torch.utils.tensorboard import SummaryWriter
-
-            # purge_step drops events a failed attempt logged after the checkpoint we resumed from
-            self._tb = SummaryWriter(str(self.run.tensorboard), purge_step=self.step)
-        # Named as in BLOOM's TensorBoard (Megatron-DeepSpeed) where they match.
-        tb = {"lm-loss-training/lm loss": rec["loss"], "learning-rate/learning-rate": lr,
-              "batch-size/batch-size": plan.tokens, "grad-norm/grad-norm": rec["grad_norm"],
-              "iteration-time/tokens-per-second": rec["tokens_per_s"], "bloomline/padding_fraction": rec["padding_fraction"],
-              "bloomline/dp_balance": rec["dp_balance"], "bloomline/dp_time_balance": rec["dp_time_balance"],
-              "bloomline/skipped_batches": self.skipped,
-              "loss-scale/loss-scale": rec["loss_scale"], "bloomline/fp16_overflows": self.overflows}
-        for k, v in tb.items():
-            if v is not None:
-                self._tb.add_scalar(k, v, self.step)
-        self._tb.flush()
-        r = self.recipe.train
-        if self.step % r.log_interval == 0 or self.step == r.steps:
-            shown = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
-            print(f"step {self.step}/{r.steps} | loss {shown(rec['loss'], '.4f')} | lr {lr:.3g} | "
-                  f"{shown(rec['tokens_per_s'], ',.0f')} tokens/s | grad norm {shown(rec['grad_norm'], '.3f')} | "
-                  f"bucket {rec['bucket']} x {rec['micro_batches']} micro-batches"
-                  + (f" | skipped: {skip}" if skip else ""), flush=True)
+        })
 
     def _loss_scale(self) -> float | None:
         """The fp16 loss scale the next step will use (None unless fp16)."""
@@ -295,15 +231,10 @@ class Trainer:
                 "loss_ema": self.loss_ema}
 
     def save(self) -> None:
-        """Every rank writes its DeepSpeed files; then rank 0 publishes bloomline.json and ``latest``."""
-        # RNG states go into DeepSpeed's model-state files, which the data-parallel rank 0 of each
-        # (pp, tp) position writes; other DP ranks restore those (the model has no dropout, so no
-        # rank's results depend on its RNG today).
-        rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-               # this rank's device only: a resume may see another number of GPUs
-               "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}
-        self.engine.save_checkpoint(str(self.run.checkpoints), tag=step_tag(self.step), client_state={"rng": rng},
-                                    save_latest=False)
+        """Every rank writes its DeepSpeed files (with its RNG states, training/resume.py); then
+        rank 0 publishes bloomline.json and ``latest``."""
+        self.engine.save_checkpoint(str(self.run.checkpoints), tag=step_tag(self.step),
+                                    client_state={"rng": rng_state()}, save_latest=False)
         torch.distributed.barrier()
         if self.mesh.rank == 0:
             meta = make_meta(self.step, self.recipe, self.data_dir, self.manifest_sha, self.sampler.state_dict(),
@@ -312,28 +243,6 @@ class Trainer:
             self.run.publish(self.step, meta, self.recipe.checkpoint.keep)
         torch.distributed.barrier()
         self.saved_step = self.step
-
-    def _plan_resume(self) -> tuple[int | None, bool]:
-        """(step to resume from or None, whether to load its universal form).
-
-        A checkpoint of another TP/PP/DP/ZeRO layout is loaded from ``step_N/universal``, which
-        ``bloomline train`` writes before starting the ranks (training/reshard.py)."""
-        step = self.run.latest_step()
-        if step is None:
-            return None, False
-        step_dir = self.run.step_dir(step)
-        meta = read_meta(step_dir)
-        if meta["data_manifest_sha256"] != self.manifest_sha:
-            raise BloomlineError(f"{step_dir} was trained on other data (manifest hash differs): "
-                                 f"use a new run folder or the same --data")
-        saved, now = meta["layout"], layout_of(self.recipe.parallel)
-        if saved == now:
-            return step, False
-        if not is_ready(step_dir, now):
-            raise BloomlineError(
-                f"{step_dir} was written with {show(saved)}; this run has {show(now)}. `bloomline train` converts it "
-                f"before resuming; by hand: python -m training.reshard " + " ".join(reshard_command(step_dir, now)[3:]))
-        return step, True
 
     def _resume(self) -> None:
         if self._resume_step is None:
@@ -350,13 +259,7 @@ class Trainer:
         # DeepSpeed restores the checkpoint's clipping threshold with the optimizer; the recipe rules.
         if hasattr(self.engine.optimizer, "clip_grad"):
             self.engine.optimizer.clip_grad = self.recipe.optim.clip_grad
-        rng = (client or {}).get("rng")
-        if rng:
-            random.setstate(rng["python"])
-            np.random.set_state(rng["numpy"])
-            torch.set_rng_state(rng["torch"])
-            if isinstance(rng.get("cuda"), torch.Tensor) and torch.cuda.is_available():
-                torch.cuda.set_rng_state(rng["cuda"])
+        restore_rng((client or {}).get("rng"))
         state = meta["trainer"]
         self.step = meta["step"]
         self.saved_step = self.step
@@ -365,39 +268,11 @@ class Trainer:
         self.overflows = state["fp16_overflows"]
         self.loss_ema = state["loss_ema"]
         self.sampler.load_state_dict(meta["sampler"])
-        if self.mesh.rank == 0:
-            # Steps after the checkpoint were lost with the failed job; they will be redone.
-            if self.run.metrics.exists():
-                kept = [l for l in self.run.metrics.read_text().splitlines()
-                        if _step_of(l) is not None and _step_of(l) <= self.step]
-                write_bytes_atomic(self.run.metrics, "".join(l + "\n" for l in kept).encode())
+        if self.log is not None:
+            self.log.truncate(self.step)  # steps after the checkpoint were lost with the failed job
             how = " (universal form, another layout)" if self.engine.load_universal_checkpoint() else ""
             print(f"resumed from {step_dir}{how} at step {self.step}", flush=True)
             change = schedule_change(saved_recipe(meta), self.recipe, self.step)
             if change:
                 print(change, flush=True)
 
-
-def _step_of(line: str) -> int | None:
-    """The step of a metrics line, None for a line cut off by a killed job."""
-    try:
-        return int(json.loads(line)["step"])
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def allow_cpu_fp16() -> None:
-    """Lift DeepSpeed's CPU fp16 gate (train.cpu_fp16). The gate asks whether oneDNN has fp16
-    kernels on this CPU; without them torch falls back to its reference half kernels, which are
-    slow but compute the same fp16 arithmetic, so DeepSpeed's fp16 optimizer and loss scaler run."""
-    from deepspeed.accelerator import get_accelerator
-
-    acc = get_accelerator()
-    if not acc.is_fp16_supported():
-        type(acc).is_fp16_supported = lambda self: True
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
