@@ -107,9 +107,22 @@ class ShardWriter:
             self._tmp.unlink(missing_ok=True)
 
 
+MANIFEST = "manifest.json"
+
+
+def manifest_path(data_dir: str | Path) -> Path:
+    """``DATA_DIR/manifest.json``: its presence means the data is complete (FORMAT.md)."""
+    return Path(data_dir) / MANIFEST
+
+
+def manifest_sha256(data_dir: str | Path) -> str:
+    """The data's identity: the sha256 of its manifest, which holds every shard's sha256."""
+    return sha256_file(manifest_path(data_dir))
+
+
 def load_manifest(data_dir: str | Path) -> dict[str, Any]:
     """Read and check ``DATA_DIR/manifest.json``."""
-    path = Path(data_dir) / "manifest.json"
+    path = manifest_path(data_dir)
     m = read_contract_json(path, DataError, f"is {data_dir} the --out folder of a finished 'bloomline prepare'?")
     missing = [k for k in MANIFEST_KEYS if k not in m]
     if missing:

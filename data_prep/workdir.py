@@ -55,7 +55,9 @@ class Paths:
 
     @property
     def manifest(self) -> Path:
-        return self.out / "manifest.json"
+        from data_prep.shards import manifest_path
+
+        return manifest_path(self.out)
 
     @property
     def tokenizer(self) -> Path:

@@ -21,11 +21,11 @@ import torch
 import torch.nn.functional as F
 
 from bloomline.errors import CheckpointError
-from bloomline.io import sha256_file
 from data_prep.tokenizer import token_bytes
 from training.config import EvalConfig
 from eval.metrics import LangTotals, metric_rows
-from training.checkpoint import PRECISIONS, load_model
+from data_prep.shards import manifest_path
+from training.checkpoint import META_FILE, PRECISIONS, load_model, trained_on
 from training.data import ShardIndex, materialize, verify_once
 from training.layout import show
 from training.model import IGNORE_INDEX, Bloom
@@ -134,10 +134,9 @@ def evaluate(ckpt_dir: str | Path, data_dir: str | Path, cfg: EvalConfig, run: s
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     model, meta = load_model(ckpt_dir, PRECISIONS[cfg.precision])
-    manifest_sha = sha256_file(data_dir / "manifest.json")
-    if meta["data_manifest_sha256"] != manifest_sha:
-        raise CheckpointError(f"{ckpt_dir / 'bloomline.json'}: field 'data_manifest_sha256' is not the sha256 of "
-                              f"{data_dir / 'manifest.json'}: the checkpoint was trained on other data; evaluate it "
+    if not trained_on(meta, data_dir):
+        raise CheckpointError(f"{ckpt_dir / META_FILE}: field 'data_manifest_sha256' is not the sha256 of "
+                              f"{manifest_path(data_dir)}: the checkpoint was trained on other data; evaluate it "
                               f"with the --data it was trained on")
     index = ShardIndex(data_dir, "valid")
     if stamp is not None:
@@ -150,7 +149,7 @@ def evaluate(ckpt_dir: str | Path, data_dir: str | Path, cfg: EvalConfig, run: s
     gens = generations(model, index, cfg, sp.decode, eos) if cfg.prompts_per_lang and cfg.new_tokens else []
     now = dt.datetime.now(dt.timezone.utc)
     ident = {"run": run, "step": int(meta["step"]), "checkpoint": str(ckpt_dir.resolve()), "precision": cfg.precision,
-             "layout": show(meta["layout"]), "data_manifest_sha256": manifest_sha, "evaluated_at": now}
+             "layout": show(meta["layout"]), "data_manifest_sha256": meta["data_manifest_sha256"], "evaluated_at": now}
     rows = [{**ident, **r} for r in metric_rows(per_lang, meta["sampler"]["tokens_by_lang"])]
     gens = [{**{k: ident[k] for k in ("run", "step", "precision", "evaluated_at")}, **g} for g in gens]
     return Evaluation(rows, gens, time.perf_counter() - t0, sum(t.tokens for t in per_lang.values()))

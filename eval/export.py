@@ -21,8 +21,9 @@ from typing import Any, Optional
 
 
 from bloomline.errors import CheckpointError
-from bloomline.io import sha256_file, write_json_atomic
-from training.checkpoint import PRECISIONS, load_model
+from bloomline.io import write_json_atomic
+from data_prep.shards import manifest_path
+from training.checkpoint import META_FILE, PRECISIONS, load_model, trained_on
 from training.layout import EMBEDDING
 
 _BLOCK = {"ln1": "input_layernorm", "attn.qkv": "self_attention.query_key_value", "attn.dense": "self_attention.dense",
@@ -72,9 +73,9 @@ def export(ckpt_dir: str | Path, out: str | Path, data_dir: Optional[str | Path]
     model, meta = load_model(ckpt_dir, PRECISIONS[dtype])
     data = Path(data_dir or meta["data_dir"])
     manifest = load_manifest(data)
-    if sha256_file(data / "manifest.json") != meta["data_manifest_sha256"]:
-        raise CheckpointError(f"{ckpt_dir / 'bloomline.json'}: field 'data_manifest_sha256' is not the hash of "
-                              f"{data / 'manifest.json'}: the tokenizer must be the one the model trained with; pass "
+    if not trained_on(meta, data):
+        raise CheckpointError(f"{ckpt_dir / META_FILE}: field 'data_manifest_sha256' is not the hash of "
+                              f"{manifest_path(data)}: the tokenizer must be the one the model trained with; pass "
                               f"--data with the run's data")
     cfg = model.cfg
     tensors = {}

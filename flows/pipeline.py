@@ -28,6 +28,8 @@ from prefect.cache_policies import NONE
 from bloomline.config import from_dict, to_dict
 from bloomline.errors import BloomlineError
 from bloomline.io import read_json, sha256_file, write_json_atomic
+from data_prep.shards import manifest_path, manifest_sha256
+from training.checkpoint import read_meta, weights_digest
 from bloomline.secrets import mask_tree
 from flows.config import PipelineConfig
 from flows.stages import MARKER, StageKey, code_digest, completed, content_digest, mark_complete, why_rerun
@@ -44,10 +46,13 @@ class StageError(BloomlineError):
 
 
 def prepare_key(cfg: Any) -> StageKey:
-    """Data: the config (less where the work runs) and the bytes of every input file."""
+    """Data: the config (less where and how the work runs) and the bytes of every input file and
+    of a given tokenizer."""
     c = to_dict(cfg)
-    c.pop("dask", None)
-    c.pop("keep_work", None)
+    for where in ("dask", "keep_work", "memory_gib"):
+        c.pop(where, None)
+    if c["tokenizer"].get("model"):  # its bytes, not its path
+        c["tokenizer"]["model"] = {"sha256": sha256_file(c["tokenizer"]["model"])}
     sources = c.pop("sources", [])
     inputs, _, _ = content_digest([s["path"] for s in sources])
     # a source's path names no content; its reading options do
@@ -61,7 +66,7 @@ def train_key(recipe: Any, data_dir: Path) -> StageKey:
     c = to_dict(recipe)
     c.pop("evaluation", None)
     c.pop("launch", None)
-    return StageKey("train", {"data": sha256_file(data_dir / "manifest.json"), "code": code_digest("train")}, c)
+    return StageKey("train", {"data": manifest_sha256(data_dir), "code": code_digest("train")}, c)
 
 
 def evaluate_key(recipe: Any, train: StageKey) -> StageKey:
@@ -69,7 +74,7 @@ def evaluate_key(recipe: Any, train: StageKey) -> StageKey:
 
 
 def export_key(cfg: Any, ckpt: Path) -> StageKey:
-    return StageKey("export", {"checkpoint": sha256_file(ckpt / "bloomline.json"), "code": code_digest("export")},
+    return StageKey("export", {"checkpoint": weights_digest(ckpt), "code": code_digest("export")},
                     to_dict(cfg.export))
 
 
@@ -137,12 +142,12 @@ def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
 
     def do_prepare() -> dict[str, Any]:
         m = prepare(to_dict(cfg.data), str(data_dir))
-        return {"data": str(data_dir), "manifest_sha256": sha256_file(data_dir / "manifest.json"),
+        return {"data": str(data_dir), "manifest_sha256": manifest_sha256(data_dir),
                 "languages": len(m.get("languages", {})), "train_tokens": m.get("totals", {}).get("train_tokens")}
 
     def data_intact(outputs: dict[str, Any]) -> str | None:
-        manifest = data_dir / "manifest.json"
-        if not manifest.is_file() or sha256_file(manifest) != outputs["manifest_sha256"]:
+        manifest = manifest_path(data_dir)
+        if not manifest.is_file() or manifest_sha256(data_dir) != outputs["manifest_sha256"]:
             return f"{manifest} is missing or was rewritten"
         return None
 
@@ -197,7 +202,7 @@ def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
         export_dir = xk.folder(run)
         stages.run_stage(xk, export_dir, lambda: {
             "export": str(task(export, name="export-hf", cache_policy=NONE, persist_result=False)(
-                final, export_dir, data_dir, cfg.export.dtype)), "step": read_json(final / "bloomline.json")["step"]},
+                final, export_dir, data_dir, cfg.export.dtype)), "step": read_meta(final)["step"]},
             lambda outputs: None if (export_dir / "model.safetensors").is_file() else "model.safetensors is missing")
         result["export"] = str(export_dir)
     result["stages"] = stages.record

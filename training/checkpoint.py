@@ -28,7 +28,7 @@ import torch
 import bloomline
 from bloomline.config import from_dict, to_dict
 from bloomline.errors import CheckpointError, ConfigError
-from bloomline.io import read_contract_json, write_bytes_atomic, write_json_atomic
+from bloomline.io import read_contract_json, sha256_file, write_bytes_atomic, write_json_atomic
 from training.config import ModelConfig, TrainRecipe
 from training.layout import (LAYOUT_KEYS, bloom_name, first_mismatch, layout_of, pipeline_prefixes, show, tp_merge,
                              tp_rules)
@@ -169,6 +169,13 @@ class RunDir:
 
 # ---------------------------------------------------------------------------------- bloomline.json
 
+def trained_on(meta: dict[str, Any], data_dir: str | Path) -> bool:
+    """Whether the checkpoint of ``meta`` (its bloomline.json) was trained on the data in ``data_dir``."""
+    from data_prep.shards import manifest_sha256
+
+    return meta["data_manifest_sha256"] == manifest_sha256(data_dir)
+
+
 def make_meta(step: int, recipe: TrainRecipe, data_dir: str | Path, data_manifest_sha256: str, sampler: dict[str, Any],
               trainer: dict[str, Any]) -> dict[str, Any]:
     """The bloomline.json of a checkpoint (fields in training/CHECKPOINT.md)."""
@@ -260,6 +267,18 @@ def saved_recipe(meta: dict[str, Any]) -> TrainRecipe:
 
 def _optim_files(step_dir: Path) -> list[Path]:
     return sorted(step_dir.glob("*zero_pp_rank_*_mp_rank_*_optim_states.pt"))
+
+
+def weights_digest(step_dir: str | Path) -> str:
+    """sha256 over the bytes of the checkpoint's weights (every ``*model_states.pt`` file, by name)
+    and its bloomline.json: what an export of it depends on."""
+    import hashlib
+
+    step_dir = Path(step_dir)
+    h = hashlib.sha256()
+    for f in [*sorted(step_dir.glob("*model_states.pt")), step_dir / META_FILE]:
+        h.update(f.name.encode() + b"\0" + sha256_file(f).encode())
+    return h.hexdigest()
 
 
 def detect_layout(step_dir: str | Path, num_layers: int) -> dict[str, int]:

@@ -30,8 +30,8 @@ import pyarrow as pa
 import torch
 
 from bloomline.errors import DataError
-from bloomline.io import sha256_file, write_json_atomic
-from data_prep.shards import CorruptShardError, checksum_error, load_manifest, pad_id
+from bloomline.io import write_json_atomic
+from data_prep.shards import CorruptShardError, checksum_error, load_manifest, manifest_sha256, pad_id
 from training.model import IGNORE_INDEX
 from training.work import document_pairs
 
@@ -210,7 +210,7 @@ def verify_once(index: ShardIndex, stamp: str | Path, rank: int = 0, world: int 
     every rank) naming the first corrupt shard, so no rank starts training on bad data.
     """
     stamp = Path(stamp)
-    manifest_sha = sha256_file(index.data_dir / "manifest.json")
+    manifest_sha = manifest_sha256(index.data_dir)
     todo: list[int] | None = None
     if rank == 0:
         seen = _read_stamp(stamp, manifest_sha)

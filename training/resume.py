@@ -10,19 +10,20 @@ has no dropout, so no rank's results depend on its RNG today).
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 import torch
 
 from bloomline.errors import BloomlineError
-from training.checkpoint import RunDir, read_meta
+from training.checkpoint import RunDir, read_meta, trained_on
 from training.config import ParallelConfig
 from training.layout import layout_of, show
 from training.reshard import is_ready, reshard_command
 
 
-def plan_resume(run: RunDir, manifest_sha: str, parallel: ParallelConfig) -> tuple[Optional[int], bool]:
+def plan_resume(run: RunDir, data_dir: Path, parallel: ParallelConfig) -> tuple[Optional[int], bool]:
     """(step to resume from or None, whether to load its universal form); refuses a checkpoint
     trained on other data, or of another layout not converted yet."""
     step = run.latest_step()
@@ -30,7 +31,7 @@ def plan_resume(run: RunDir, manifest_sha: str, parallel: ParallelConfig) -> tup
         return None, False
     step_dir = run.step_dir(step)
     meta = read_meta(step_dir)
-    if meta["data_manifest_sha256"] != manifest_sha:
+    if not trained_on(meta, data_dir):
         raise BloomlineError(f"{step_dir} was trained on other data (manifest hash differs): "
                              f"use a new run folder or the same --data")
     saved, now = meta["layout"], layout_of(parallel)

@@ -20,8 +20,7 @@ from typing import Any, Iterator
 import torch
 
 from bloomline.errors import BloomlineError
-from bloomline.io import sha256_file
-from data_prep.shards import check_model_fits
+from data_prep.shards import check_model_fits, manifest_sha256
 from training.checkpoint import PRECISIONS, RunDir, make_meta, read_meta, saved_recipe, step_tag
 from training.config import ModelConfig, TrainRecipe
 from training.data import ShardIndex, materialize, torch_collectives, verify_once
@@ -55,14 +54,14 @@ class Trainer:
         self.index = ShardIndex(self.data_dir, "train")
         check_model_fits(self.index.manifest, self.data_dir, cfg.vocab_size, cfg.seq_len)
         verify_once(self.index, self.run.data_stamp, self.mesh.rank, self.mesh.world, *torch_collectives())
-        self.manifest_sha = sha256_file(self.data_dir / "manifest.json")
+        self.manifest_sha = manifest_sha256(self.data_dir)
         self.sampler = DynamicBatchSampler(self.index, recipe.batch, recipe.parallel.dp, cfg.seq_len, seed,
                                            pair_weight=model_pair_weight(cfg))
 
         if recipe.train.precision == "fp16" and self.device.type == "cpu" and recipe.train.cpu_fp16:
             allow_cpu_fp16()
         self.loss = StepLoss()
-        self._resume_step, universal = plan_resume(self.run, self.manifest_sha, recipe.parallel)
+        self._resume_step, universal = plan_resume(self.run, self.data_dir, recipe.parallel)
         o = recipe.optim
         with torch.device("meta"):
             model = Bloom(cfg)  # the whole model, holding no memory: each rank materialises its part

@@ -114,3 +114,46 @@ def test_stage_keys_hash_contents_not_paths(tmp_path):
     k2 = prepare_key(other.data)
     assert k2.key != key.key
     assert why_rerun(k2, {"parts": key.parts, "config": key.config}) == "config changed (tokenizer.vocab_size: 4000 → 3000)"
+    # a given tokenizer counts by its bytes: another file at the same path is another key, a copy elsewhere the same
+    tok = tmp_path / "tok.model"
+    tok.write_bytes(b"one model")
+    with_tok = lambda path: prepare_key(load_config(PipelineConfig, REPO / "configs/pipeline/demo.yaml",  # noqa: E731
+                                                    [f"data.sources=[{{path: {moved}}}]", f"data.tokenizer.model={path}"]).data)
+    k3 = with_tok(tok)
+    shutil.copyfile(tok, tmp_path / "copy.model")
+    assert with_tok(tmp_path / "copy.model").key == k3.key
+    tok.write_bytes(b"another model")
+    assert with_tok(tok).key != k3.key
+
+
+def test_code_digests_cover_the_flow_modules(tmp_path, monkeypatch):
+    """A stage's code is its packages and its flow module: an edit to flows/prepare.py reruns prepare."""
+    from flows import stages
+
+    tree = tmp_path / "repo"
+    for pkg in ("bloomline", "data_prep", "training", "eval", "flows"):
+        shutil.copytree(REPO / pkg, tree / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.jsonl"))
+    monkeypatch.setattr(stages, "REPO", tree)
+    before = {s: stages.code_digest(s) for s in stages.STAGE_CODE}
+    (tree / "flows" / "prepare.py").write_text((tree / "flows" / "prepare.py").read_text() + "\n# edited\n")
+    (tree / "flows" / "evaluate.py").write_text((tree / "flows" / "evaluate.py").read_text() + "\n# edited\n")
+    after = {s: stages.code_digest(s) for s in stages.STAGE_CODE}
+    assert [s for s in before if before[s] != after[s]] == ["prepare", "evaluate"]
+
+
+def test_the_export_key_hashes_the_weights(tmp_path):
+    from bloomline.config import load_config
+    from flows.config import PipelineConfig
+    from flows.pipeline import export_key
+
+    cfg = load_config(PipelineConfig, REPO / "configs/pipeline/demo.yaml")
+    ckpt = tmp_path / "step_4"
+    ckpt.mkdir()
+    (ckpt / "bloomline.json").write_text('{"step": 4}')
+    (ckpt / "mp_rank_00_model_states.pt").write_bytes(b"weights")
+    (ckpt / "zero_pp_rank_0_mp_rank_00_optim_states.pt").write_bytes(b"adam")
+    key = export_key(cfg, ckpt).key
+    (ckpt / "zero_pp_rank_0_mp_rank_00_optim_states.pt").write_bytes(b"other adam")  # not what an export reads
+    assert export_key(cfg, ckpt).key == key
+    (ckpt / "mp_rank_00_model_states.pt").write_bytes(b"other weights")  # same bloomline.json, other weights
+    assert export_key(cfg, ckpt).key != key
