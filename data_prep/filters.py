@@ -136,12 +136,6 @@ def keyboard_ratio(ws: list[str]) -> float:
     return sum(w in _RUNS for w in long_) / len(long_) if long_ else 0.0
 
 
-def quality_reason(text: str, t: QualityThresholds, han_chars: bool = False) -> str | None:
-    """The first ROOTS check ``text`` fails under thresholds ``t``, or None if it passes."""
-    failed = first_failure(quality_scores(text, t, han_chars), t)
-    return failed[0] if failed else None
-
-
 class QualityFilter(PipelineStep):
     name = "quality"
 

@@ -12,6 +12,7 @@ reason with examples, kept documents near a threshold), linked from the main pag
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,8 @@ from bloomline.io import write_bytes_atomic
 from eval.metrics import regressions
 from training.checkpoint import RunDir
 from training.metrics_log import read_metrics
-from eval.results import read_results
+from eval.results import read_generations, read_results
 
-REGRESSION_THRESHOLD = 0.02  # eval.regression_threshold's default: the dashboard flags as the flow does
 
 
 def _data_dir(run_dir: Path) -> Path | None:
@@ -59,7 +59,21 @@ def data_page(run_dir: Path) -> str | None:
                                                             + body)
 
 
-def all_regressions(rows: list[dict[str, Any]], threshold: float = REGRESSION_THRESHOLD) -> list[dict[str, Any]]:
+def regression_threshold(run_dir: Path) -> float:
+    """The run's ``evaluation.settings.regression_threshold`` (its recipe.json), else the default:
+    the dashboard flags what the evaluate flow flags."""
+    from bloomline.config import from_dict
+    from training.config import EvalConfig
+
+    recipe = RunDir(run_dir).recipe
+    try:
+        settings = json.loads(recipe.read_text())["evaluation"]["settings"]
+        return from_dict(EvalConfig, settings).regression_threshold
+    except (OSError, ValueError, KeyError, TypeError):
+        return EvalConfig().regression_threshold
+
+
+def all_regressions(rows: list[dict[str, Any]], threshold: float) -> list[dict[str, Any]]:
     """Every language whose bits per byte rose by more than ``threshold`` between two consecutive evaluations."""
     steps = sorted({r["step"] for r in rows})
     by_step = {s: [r for r in rows if r["step"] == s] for s in steps}
@@ -70,7 +84,7 @@ def all_regressions(rows: list[dict[str, Any]], threshold: float = REGRESSION_TH
     return out
 
 
-def figures(run_dir: Path) -> list[tuple[str, Any]]:
+def figures(run_dir: Path, threshold: float) -> list[tuple[str, Any]]:
     """(title, plotly figure) of every chart."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -119,13 +133,23 @@ def figures(run_dir: Path) -> list[tuple[str, Any]]:
     f.update_layout(xaxis_title="step", height=380)
     figs.append(("Training loss and learning rate", f))
 
-    regs = all_regressions(rows)
+    regs = all_regressions(rows, threshold)
     f = go.Figure(go.Table(header={"values": ["language", "step", "bits per byte", "before", "change"]},
                            cells={"values": [[g["lang"] for g in regs], [f"{g['previous_step']} → {g['step']}" for g in regs],
                                              [f"{g['bpb']:.4f}" for g in regs], [f"{g['previous_bpb']:.4f}" for g in regs],
                                              [f"{g['change']:+.1%}" for g in regs]]}))
     f.update_layout(height=120 + 24 * max(1, len(regs)))
-    figs.append((f"Regressions (bits per byte up more than {REGRESSION_THRESHOLD:.0%}): {len(regs)}", f))
+    figs.append((f"Regressions (bits per byte up more than {threshold:.0%}): {len(regs)}", f))
+
+    gens = read_generations(run_dir).to_pylist()
+    if gens:
+        last = max(g["step"] for g in gens)
+        g = sorted((x for x in gens if x["step"] == last), key=lambda x: (x["lang"], x["k"]))
+        f = go.Figure(go.Table(header={"values": ["language", "prompt", "greedy completion"]},
+                               cells={"values": [[x["lang"] for x in g], [x["prompt"] for x in g],
+                                                 [x["completion"] for x in g]], "align": "left"}))
+        f.update_layout(height=120 + 40 * len(g))
+        figs.append((f"Generations at step {last}", f))
 
     manifest = _manifest(run_dir)
     if manifest:
@@ -142,13 +166,15 @@ def figures(run_dir: Path) -> list[tuple[str, Any]]:
     return figs
 
 
-def build(run_dir: str | Path) -> Path:
-    """Write ``RUN_DIR/dashboard/index.html`` (atomically) and return its path."""
+def build(run_dir: str | Path, threshold: float | None = None) -> Path:
+    """Write ``RUN_DIR/dashboard/index.html`` (atomically) and return its path; regressions are
+    flagged above ``threshold`` (default: the run's own :func:`regression_threshold`)."""
     import plotly.io as pio
 
     run_dir = Path(run_dir)
+    threshold = regression_threshold(run_dir) if threshold is None else threshold
     parts = []
-    for i, (title, fig) in enumerate(figures(run_dir)):
+    for i, (title, fig) in enumerate(figures(run_dir, threshold)):
         parts.append(f"<h2>{title}</h2>" + pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0),
                                                        div_id=f"chart-{i}", config={"displaylogo": False}))
     rows = read_results(run_dir).num_rows

@@ -59,7 +59,7 @@ def run_evaluation(ckpt_dir: str | Path, data_dir: str | Path, cfg: EvalConfig, 
     write_tensorboard(run_dir, ev.rows)
     from eval.dashboard import build  # the dashboard reads the results table this module writes
 
-    dashboard = build(run_dir)  # every evaluation refreshes it
+    dashboard = build(run_dir, cfg.regression_threshold)  # every evaluation refreshes it
     return {"step": step, "results": str(path), "dashboard": str(dashboard), "rows": ev.rows, "generations": ev.generations,
             "regressions": regressions(ev.rows, before, cfg.regression_threshold), "previous": before,
             "seconds": ev.seconds, "tokens": ev.tokens}

@@ -118,6 +118,19 @@ class Stages:
         return outputs, reused
 
 
+def export_broken(export_dir: Path) -> str | None:
+    """Why a reused export cannot serve (its weights gone, or transformers cannot read its config), or None."""
+    from eval.export import check_export
+
+    if not (export_dir / "model.safetensors").is_file():
+        return "model.safetensors is missing"
+    try:
+        check_export(export_dir)
+    except Exception as e:  # whatever transformers raises for a file it cannot read
+        return f"transformers cannot load it ({type(e).__name__})"
+    return None
+
+
 @flow(name="pipeline", persist_result=False)
 def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
     """The main job (see the module docstring); returns the record of every stage and where the outputs are."""
@@ -203,7 +216,7 @@ def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
         stages.run_stage(xk, export_dir, lambda: {
             "export": str(task(export, name="export-hf", cache_policy=NONE, persist_result=False)(
                 final, export_dir, data_dir, cfg.export.dtype)), "step": read_meta(final)["step"]},
-            lambda outputs: None if (export_dir / "model.safetensors").is_file() else "model.safetensors is missing")
+            lambda outputs: export_broken(export_dir))
         result["export"] = str(export_dir)
     result["stages"] = stages.record
     write_json_atomic(run / RECORD, {"stages": {**stages.previous, **stages.record}, "outputs": result})

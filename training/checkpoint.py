@@ -373,13 +373,6 @@ def _zero3_weights(step_dir: Path, tp_rank: int, dtype: torch.dtype) -> dict[str
     return {k: v.to(dtype) for k, v in sd.items()}
 
 
-def saved_names(step_dir: str | Path) -> list[str]:
-    """The parameter names TP rank 0's files hold, as Bloom names (what load_model will load)."""
-    step_dir = Path(step_dir)
-    meta = read_meta(step_dir)
-    return list(_rank_weights(step_dir, meta, 0)[0])
-
-
 def load_model(ckpt_dir: str | Path, dtype: torch.dtype = torch.float32) -> tuple[Any, dict[str, Any]]:
     """The whole model of a checkpoint of any layout, as a single-device ``Bloom`` in ``dtype``
     (eval mode, on CPU), and the checkpoint's checked bloomline.json.

@@ -2,11 +2,17 @@ import pytest
 
 from data_prep.config import FilterConfig, QualityThresholds
 from data_prep.document import Document, Ledger
-from data_prep.filters import (QualityFilter, char_repetition_ratio, quality_reason, special_ratio, word_repetition_ratio,
+from data_prep.filters import (QualityFilter, char_repetition_ratio, first_failure, quality_scores, special_ratio, word_repetition_ratio,
                                words)
 
 GOOD = ("Every morning the baker opens her shop before sunrise. She kneads the dough, lights the oven and "
         "arranges fresh loaves on wooden shelves while the street slowly wakes up around her.")
+
+
+def quality_reason(text, t, han_chars=False):
+    """The first check ``text`` fails under thresholds ``t``, or None (the filter's own decision)."""
+    failed = first_failure(quality_scores(text, t, han_chars), t)
+    return failed[0] if failed else None
 
 
 def test_definitions_match_roots():

@@ -13,7 +13,7 @@ import pytest
 
 from bloomline.config import load_config
 from bloomline.io import sha256_file
-from eval.dashboard import all_regressions, build
+from eval.dashboard import all_regressions, build, regression_threshold
 from eval.metrics import LangTotals, metric_rows
 from eval.results import read_results, write_results
 from training.checkpoint import make_meta
@@ -45,7 +45,9 @@ def make_run(run: Path, demo: Path) -> None:
         ident = {"run": run.name, "step": step, "checkpoint": str(run / f"checkpoints/step_{step}"), "precision": "fp32",
                  "layout": "tp=1 pp=1 dp=1 zero_stage=1", "data_manifest_sha256": "a" * 64,
                  "evaluated_at": datetime.now(timezone.utc)}
-        write_results(run, step, [{**ident, **r} for r in metric_rows(per, {l: 10 * step for l in langs})], [])
+        gens = [{"run": run.name, "step": step, "lang": "sw", "k": 0, "prompt": "Habari za", "completion": f"asubuhi {step}",
+                 "precision": "fp32", "evaluated_at": ident["evaluated_at"]}]
+        write_results(run, step, [{**ident, **r} for r in metric_rows(per, {l: 10 * step for l in langs})], gens)
     (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 8 - s / 100, "lr": 1e-4 * min(1, s / 50)}) + "\n"
                                                for s in range(1, 301)))
     r = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml")
@@ -61,8 +63,14 @@ def make_run(run: Path, demo: Path) -> None:
 def test_dashboard_renders_offline_in_chromium(demo, tmp_path):
     run = tmp_path / "run"
     make_run(run, demo)
-    regs = all_regressions(read_results(run).to_pylist())
+    regs = all_regressions(read_results(run).to_pylist(), regression_threshold(run))
     assert [(g["lang"], g["step"]) for g in regs] == [("sw", 300)] and math.isclose(regs[0]["change"], 0.7 * 1.3 / 0.8 - 1, rel_tol=1e-9)
+    # the run's own regression_threshold rules the dashboard too (its recipe.json)
+    recipe = json.loads((run / "recipe.json").read_text()) if (run / "recipe.json").exists() else None
+    assert regression_threshold(run) == (recipe["evaluation"]["settings"]["regression_threshold"] if recipe else 0.02)
+    (run / "recipe.json").write_text(json.dumps({"evaluation": {"settings": {"regression_threshold": 0.9}}}))
+    assert regression_threshold(run) == 0.9 and "more than 90%): 0" in build(run).read_text()
+    (run / "recipe.json").unlink()
     page = build(run)
     html = page.read_text()
     from html.parser import HTMLParser
@@ -83,9 +91,10 @@ def test_dashboard_renders_offline_in_chromium(demo, tmp_path):
     log = subprocess.run([*base, "--enable-logging=stderr", "--v=0", "--window-size=1400,5000", f"--screenshot={shot}", url],
                          capture_output=True, text=True, timeout=180).stderr
     charts = len(re.findall(r'id="chart-\d+"', html))
-    assert charts == 7
+    assert charts == 8
     assert len(re.findall(r'class="main-svg"', dom)) >= charts  # every chart drew its SVG
     assert "sw" in dom and "+13.8%" in dom  # the regression is in the table
+    assert "Generations at step 300" in dom and "asubuhi 300" in dom and "asubuhi 200" not in dom  # the latest step's
     console = [l for l in log.splitlines() if "CONSOLE" in l]
     assert not [l for l in console if re.search(r"error|uncaught", l, re.I)], console
     assert shot.stat().st_size > 50_000

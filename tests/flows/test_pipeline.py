@@ -157,3 +157,12 @@ def test_the_export_key_hashes_the_weights(tmp_path):
     assert export_key(cfg, ckpt).key == key
     (ckpt / "mp_rank_00_model_states.pt").write_bytes(b"other weights")  # same bloomline.json, other weights
     assert export_key(cfg, ckpt).key != key
+
+
+def test_a_reused_export_must_load_in_transformers(tmp_path):
+    from flows.pipeline import export_broken
+
+    assert export_broken(tmp_path) == "model.safetensors is missing"
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    (tmp_path / "config.json").write_text("{ not json")
+    assert export_broken(tmp_path).startswith("transformers cannot load it")

@@ -10,12 +10,19 @@ import torch
 
 from bloomline.config import load_config
 from bloomline.errors import CheckpointError
-from training.checkpoint import RunDir, detect_layout, load_model, make_meta, read_meta, saved_names, step_tag, tag_step
+from training.checkpoint import RunDir, detect_layout, load_model, make_meta, read_meta, step_tag, tag_step
 from training.config import TrainRecipe
 from training.layout import pipeline_prefixes, tp_slice
 from training.model import Bloom
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def saved_names(step_dir):
+    """The parameter names TP rank 0's files hold, as Bloom names (what load_model loads)."""
+    from training.checkpoint import _rank_weights
+
+    return list(_rank_weights(Path(step_dir), read_meta(step_dir), 0)[0])
 
 
 def recipe(*overrides):

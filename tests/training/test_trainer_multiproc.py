@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from bloomline.config import load_config, to_dict
-from training.checkpoint import RunDir, load_model, read_meta, saved_names
+from training.checkpoint import RunDir, load_model, read_meta
 from training.config import TrainRecipe
 from training.launch import EXIT_USER_ERROR, launch_command
 from training.model import Bloom
@@ -27,6 +27,13 @@ BASE = ["train.steps=4", "checkpoint.interval=2", "optim.decay_steps=30"]
 @pytest.fixture(scope="module")
 def data(demo_data):
     return demo_data  # prepared once per session (tests/conftest.py)
+
+
+def saved_names(step_dir):
+    """The parameter names TP rank 0's files hold, as Bloom names (what load_model loads)."""
+    from training.checkpoint import _rank_weights
+
+    return list(_rank_weights(Path(step_dir), read_meta(step_dir), 0)[0])
 
 
 def command(data: Path, out: Path, overrides: list[str]) -> list[str]:
