@@ -144,23 +144,39 @@ def checksum_error(path: Path, sha256: str) -> str | None:
     return f"shard {path} is corrupt: sha256 {digest[:12]}… does not match the manifest's {sha256[:12]}…"
 
 
-def open_shard(data_dir: str | Path, shard: dict[str, Any], verify: bool = True) -> pa.Table:
-    """Memory-map one shard as a Table, after checking its sha256 against the manifest."""
-    path = Path(data_dir) / shard["path"]
+def read_shard(path: str | Path, rows: int) -> list[pa.RecordBatch]:
+    """The one reader of a shard file: its record batches, memory-mapped (nothing is copied),
+    after checking the schema, the ``bloomline.format_version`` it was written with and the row
+    count the manifest gives. CorruptShardError naming the file otherwise."""
+    path = Path(path)
     if not path.is_file():
         raise CorruptShardError(f"shard missing: {path}")
-    if verify:
+    try:
+        reader = pa.ipc.open_stream(pa.memory_map(str(path), "r"))
+        schema = reader.schema
+        version = (schema.metadata or {}).get(b"bloomline.format_version", b"").decode()
+        if version != str(FORMAT_VERSION):
+            raise CorruptShardError(f"shard {path}: written with shard format {version or 'unknown'}, "
+                                    f"this bloomline reads {FORMAT_VERSION}: prepare the data again")
+        if not schema.remove_metadata().equals(SCHEMA):
+            raise CorruptShardError(f"shard {path}: its columns are not contract 1's (data_prep/FORMAT.md): {schema}")
+        batches = list(reader)
+    except pa.ArrowInvalid as e:
+        raise CorruptShardError(f"shard {path} is unreadable: {e}") from None
+    n = sum(b.num_rows for b in batches)
+    if n != rows:
+        raise CorruptShardError(f"shard {path}: {n} rows, the manifest says {rows}")
+    return batches
+
+
+def open_shard(data_dir: str | Path, shard: dict[str, Any], verify: bool = True) -> pa.Table:
+    """One shard of a manifest as a Table (memory-mapped), after checking its sha256."""
+    path = Path(data_dir) / shard["path"]
+    if verify and path.is_file():
         error = checksum_error(path, shard["sha256"])
         if error:
             raise CorruptShardError(error)
-    try:
-        with pa.memory_map(str(path), "r") as source:
-            table = pa.ipc.open_stream(source).read_all()
-    except pa.ArrowInvalid as e:
-        raise CorruptShardError(f"shard {path} is unreadable: {e}") from None
-    if table.num_rows != shard["rows"]:
-        raise CorruptShardError(f"shard {path}: {table.num_rows} rows, manifest says {shard['rows']}")
-    return table
+    return pa.Table.from_batches(read_shard(path, shard["rows"]), schema=SCHEMA)
 
 
 def check_model_fits(manifest: dict[str, Any], data_dir: str | Path, vocab_size: int, seq_len: int) -> None:

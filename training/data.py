@@ -26,12 +26,11 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
-import pyarrow as pa
 import torch
 
 from bloomline.errors import DataError
 from bloomline.io import write_json_atomic
-from data_prep.shards import CorruptShardError, checksum_error, load_manifest, manifest_sha256, pad_id
+from data_prep.shards import CorruptShardError, checksum_error, load_manifest, manifest_sha256, pad_id, read_shard
 from training.model import IGNORE_INDEX
 from training.work import document_pairs
 
@@ -54,21 +53,13 @@ class ShardRows:
     def _open(self) -> list[tuple[np.ndarray, ...]]:
         if self._cols is not None:
             return self._cols
-        if not self.path.is_file():
-            raise CorruptShardError(f"shard missing: {self.path}")
-        try:
-            batches = list(pa.ipc.open_stream(pa.memory_map(str(self.path), "r")))
-            # per batch (ids offsets, ids values, doc_offsets offsets, doc_offsets values): numpy views
-            # of the list columns' buffers (a list array's buffers: validity, offsets, child
-            # validity, child values), so nothing is copied
-            cols = [tuple(np.frombuffer(buf, dtype=np.int32) for c in ("input_ids", "doc_offsets")
-                          for buf in b.column(c).buffers()[1::2]) for b in batches]
-        except (pa.ArrowInvalid, KeyError) as e:
-            raise CorruptShardError(f"shard {self.path} is unreadable: {e}") from None
-        starts = np.cumsum([0] + [b.num_rows for b in batches])
-        if starts[-1] != self.rows:
-            raise CorruptShardError(f"shard {self.path}: {starts[-1]} rows, the manifest says {self.rows}")
-        self._cols, self._starts = cols, starts
+        batches = read_shard(self.path, self.rows)  # the schema and format version checked there
+        # per batch (ids offsets, ids values, doc_offsets offsets, doc_offsets values): numpy views
+        # of the list columns' buffers (a list array's buffers: validity, offsets, child validity,
+        # child values), so nothing is copied
+        cols = [tuple(np.frombuffer(buf, dtype=np.int32) for c in ("input_ids", "doc_offsets")
+                      for buf in b.column(c).buffers()[1::2]) for b in batches]
+        self._cols, self._starts = cols, np.cumsum([0] + [b.num_rows for b in batches])
         return cols
 
     def fetch(self, row: int) -> tuple[np.ndarray, np.ndarray]:

@@ -43,6 +43,30 @@ def test_corrupt_shard_names_the_file(tmp_path):
         open_shard(tmp_path, shard)
 
 
+def test_the_reader_checks_format_version_schema_and_rows(tmp_path):
+    """read_shard, the one reader (the trainer's and open_shard's), refuses a shard of another
+    format version or other columns, and one whose rows are not the manifest's, naming the file."""
+    from data_prep.shards import SCHEMA, read_shard
+
+    samples, shard = write(tmp_path)
+    path = tmp_path / shard["path"]
+    assert sum(b.num_rows for b in read_shard(path, 2500)) == 2500
+    with pytest.raises(CorruptShardError, match=r"x\.arrow: 2500 rows, the manifest says 2499"):
+        read_shard(path, 2499)
+    table = pa.Table.from_batches(read_shard(path, 2500))
+    for meta, columns, match in (({b"bloomline.format_version": b"0"}, table.columns, "written with shard format 0"),
+                                 ({}, table.columns, "written with shard format unknown"),
+                                 ({b"bloomline.format_version": b"1"}, [c.cast(pa.list_(pa.int64())) if i in (0, 2) else c
+                                                                       for i, c in enumerate(table.columns)],
+                                  "its columns are not contract 1's")):
+        other = tmp_path / "other.arrow"
+        t = pa.table(columns, names=SCHEMA.names).replace_schema_metadata(meta)
+        with pa.OSFile(str(other), "wb") as sink, pa.ipc.new_stream(sink, t.schema) as w:
+            w.write_table(t)
+        with pytest.raises(CorruptShardError, match=match):
+            read_shard(other, 2500)
+
+
 def test_oversized_sample_is_refused(tmp_path):
     w = ShardWriter(tmp_path / "a.arrow", "en", 8, "train")
     with pytest.raises(ValueError):
