@@ -180,11 +180,11 @@ def build(run_dir: str | Path, threshold: float | None = None) -> Path:
     rows = read_results(run_dir).num_rows
     data = data_page(run_dir)
     if data is not None:
-        write_bytes_atomic(run_dir / "dashboard" / "data.html", data.encode("utf-8"))
+        write_bytes_atomic(RunDir(run_dir).dashboard / "data.html", data.encode("utf-8"))
     link = " · <a href='data.html'>data: filter report</a>" if data is not None else ""
     html = PAGE.format(title=run_dir.name, body=f"<h1>bloomline run {run_dir.name}</h1><p>{rows} result rows; "
                                                  f"evaluation contract: eval/RESULTS.md{link}</p>" + "".join(parts))
-    out = run_dir / "dashboard" / "index.html"
+    out = RunDir(run_dir).dashboard / "index.html"
     write_bytes_atomic(out, html.encode("utf-8"))
     return out
 

@@ -13,11 +13,7 @@ from training.config import EvalConfig
 from eval.evaluate import evaluate
 from eval.metrics import regressions
 from eval.results import read_results, write_results
-
-
-def run_dir_of(ckpt_dir: Path) -> Path:
-    """RUN_DIR of RUN_DIR/checkpoints/step_N."""
-    return ckpt_dir.resolve().parent.parent
+from training.checkpoint import RunDir
 
 
 def previous_rows(run_dir: Path, step: int) -> dict[str, dict[str, Any]]:
@@ -35,7 +31,7 @@ def write_tensorboard(run_dir: Path, rows: list[dict[str, Any]]) -> None:
     under BLOOM's names (``lm-loss-validation/<set>/lm loss validation``) plus bits per byte."""
     from torch.utils.tensorboard import SummaryWriter
 
-    w = SummaryWriter(str(run_dir / "tensorboard"), filename_suffix=".eval")
+    w = SummaryWriter(str(RunDir(run_dir).tensorboard), filename_suffix=".eval")
     for r in rows:
         name = r["lang"] if r["scope"] == "language" else f"{r['lang']}-{'tokens' if r['weighting'] == 'tokens' else 'mean'}"
         for tag, v in ((f"lm-loss-validation/{name}/lm loss validation", r["loss"]),
@@ -50,8 +46,8 @@ def run_evaluation(ckpt_dir: str | Path, data_dir: str | Path, cfg: EvalConfig, 
                    progress: Callable[[str], None] = lambda msg: None) -> dict[str, Any]:
     """Evaluate one checkpoint and publish its results into ``out`` (default: the checkpoint's run)."""
     ckpt_dir = Path(ckpt_dir)
-    run_dir = Path(out).resolve() if out else run_dir_of(ckpt_dir)
-    ev = evaluate(ckpt_dir, data_dir, cfg, run=run_dir.name, stamp=run_dir / "eval" / "data_verified.json",
+    run_dir = Path(out).resolve() if out else RunDir.of_checkpoint(ckpt_dir).root
+    ev = evaluate(ckpt_dir, data_dir, cfg, run=run_dir.name, stamp=RunDir(run_dir).eval_stamp,
                   progress=progress)
     step = ev.rows[0]["step"]
     before = previous_rows(run_dir, step)

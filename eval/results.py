@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from bloomline.errors import BloomlineError
 from bloomline.io import TMP_MARK, remove_stale_tmp
+from training.checkpoint import RunDir
 
 RESULTS_VERSION = 1
 VERSION_KEY = b"bloomline.results_version"
@@ -42,11 +43,11 @@ class ResultsError(BloomlineError):
 
 
 def results_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "eval" / "results"
+    return RunDir(run_dir).results
 
 
 def generations_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "eval" / "generations"
+    return RunDir(run_dir).generations
 
 
 def _write(folder: Path, step: int, rows: list[dict[str, Any]], schema: pa.Schema) -> Path:
@@ -102,7 +103,7 @@ def evaluated_steps(run_dir: str | Path) -> list[int]:
 
 
 def skipped_file(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "eval" / "skipped.jsonl"
+    return RunDir(run_dir).skipped
 
 
 def record_skipped(run_dir: str | Path, step: int, reason: str) -> None:

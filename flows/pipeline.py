@@ -190,7 +190,7 @@ def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
 
     # 3. evaluation of every kept checkpoint not evaluated yet (all of them when its settings changed)
     ek = evaluate_key(recipe, tk)
-    eval_dir = train_dir / "eval"
+    eval_dir = folder.eval
 
     def do_evaluate() -> dict[str, Any]:
         settings = to_dict(recipe.evaluation.settings)

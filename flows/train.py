@@ -138,9 +138,8 @@ def resume_notice(run: Path, recipe: TrainRecipe) -> str | None:
 def start_watcher(run: Path, recipe: TrainRecipe, data: str | Path, log_file: Path, env: dict[str, str]) -> subprocess.Popen:
     """The evaluation watcher (flows/watch.py), in its own session: it evaluates each checkpoint as
     it appears, at a lower priority, in a process that training never waits on."""
-    from flows.watch import DONE_FILE
 
-    (run / DONE_FILE).unlink(missing_ok=True)
+    RunDir(run).training_done.unlink(missing_ok=True)
     log_file.parent.mkdir(parents=True, exist_ok=True)
     env = dict(env)
     try:  # its flow runs report to this flow's Prefect server (a second one would share its database)
@@ -162,10 +161,10 @@ def stop_watcher(proc: subprocess.Popen, run: Path, recipe: TrainRecipe, log: An
     """Tell the watcher training is over, let it finish what is pending (up to evaluation.drain_s),
     then stop it; what is still pending is recorded as skipped, with the reason."""
     from eval.results import evaluated_steps, record_skipped, skipped_steps
-    from flows.watch import DONE_FILE, pending, record_pruned
+    from flows.watch import pending, record_pruned
 
-    (run / DONE_FILE).parent.mkdir(parents=True, exist_ok=True)
-    (run / DONE_FILE).touch()
+    RunDir(run).training_done.parent.mkdir(parents=True, exist_ok=True)
+    RunDir(run).training_done.touch()
     waiting = pending(run)
     if waiting:
         log.info("training is over; %d checkpoint(s) still to evaluate: %s", len(waiting), waiting)

@@ -33,9 +33,6 @@ from eval.results import record_skipped, settled
 from training.checkpoint import RunDir
 from training.config import TrainRecipe
 
-DONE_FILE = Path("eval") / "training_done"
-
-
 def pending(run_dir: str | Path) -> list[int]:
     """Complete checkpoints neither evaluated nor recorded as skipped, newest first."""
     done = settled(run_dir)
@@ -104,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(recipe.evaluation.settings.threads or 1)
     try:
-        watch(args.run, args.data, recipe, done=lambda: (args.run / DONE_FILE).exists())
+        watch(args.run, args.data, recipe, done=lambda: RunDir(args.run).training_done.exists())
     finally:
         RunDir(args.run).hold_file.unlink(missing_ok=True)
     return 0

@@ -76,6 +76,19 @@ class RunDir:
     tensorboard = property(lambda self: self.root / "tensorboard")
     logs = property(lambda self: self.root / "logs")
     data_stamp = property(lambda self: self.root / "data_verified.json")  # training/data.py: verify_once
+    # what evaluation writes into the run (eval/RESULTS.md) and the dashboard reads
+    eval = property(lambda self: self.root / "eval")
+    results = property(lambda self: self.eval / "results")
+    generations = property(lambda self: self.eval / "generations")
+    skipped = property(lambda self: self.eval / "skipped.jsonl")
+    eval_stamp = property(lambda self: self.eval / "data_verified.json")  # the validation shards' checksums
+    training_done = property(lambda self: self.eval / "training_done")  # the watcher drains, then exits
+    dashboard = property(lambda self: self.root / "dashboard")
+
+    @classmethod
+    def of_checkpoint(cls, step_dir: str | Path) -> "RunDir":
+        """The run a checkpoint folder (``RUN_DIR/checkpoints/step_N``) belongs to."""
+        return cls(Path(step_dir).resolve().parent.parent)
 
     def step_dir(self, step: int) -> Path:
         return self.checkpoints / step_tag(step)
