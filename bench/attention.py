@@ -50,7 +50,7 @@ def packed_and_loose(workdir: Path) -> tuple[Path, Path]:
 
 def micro_batches(data: Path, seq: int, n: int) -> list[torch.Tensor]:
     """segment_ids of ``n`` micro-batches of TOKENS tokens from the ``seq`` bucket."""
-    from training.data import ShardIndex, materialize
+    from training.data import ShardIndex, collate
 
     index = ShardIndex(data, "train")
     refs = [(sid, row) for sid, s in enumerate(index.shards) if int(s["bucket"]) == seq for row in range(int(s["rows"]))]
@@ -59,7 +59,7 @@ def micro_batches(data: Path, seq: int, n: int) -> list[torch.Tensor]:
         raise SystemExit(f"{data}: only {len(refs)} samples in the {seq} bucket")
     step = len(refs) // (n * b)
     picked = refs[::step][:n * b]
-    return [materialize(index, picked[i * b:(i + 1) * b], seq, index.pad_id)["segment_ids"] for i in range(n)]
+    return [collate(index, picked[i * b:(i + 1) * b], seq, index.pad_id)["segment_ids"] for i in range(n)]
 
 
 def peak_mib(fn) -> float:

@@ -7,7 +7,7 @@ bench/attention.py prepares them; packed as bloomline packs, and loosely), dealt
 once by the sampler's balancer (cost model: padded length + w·Σ dᵢ(dᵢ+1)/2, w of bloom-560m) and
 once round-robin (sample i to rank i mod dp). Both are judged by one real measure: the FLOPs the
 ``flex`` kernel computes for each rank's micro-batches, read off the block masks it runs with
-(training/work.py), plus bloom-560m's linear FLOPs per padded position. Printed per dealing:
+(training/flops.py), plus bloom-560m's linear FLOPs per padded position. Printed per dealing:
 max/mean over ranks per step (mean and worst over steps) and the share of steps within 1.02.
 With ``sdpa`` every rank computes the same dense work whatever the dealing (ratio 1.0).
 """
@@ -30,12 +30,12 @@ from training.config import BatchConfig, ModelConfig  # noqa: E402
 
 
 def rank_flops(index, plan, cfg: ModelConfig, n_params: int) -> np.ndarray:
-    from training.data import materialize
-    from training.work import step_flops
+    from training.data import collate
+    from training.flops import step_flops
 
     out = []
     for rank in plan.ranks:
-        batches = [materialize(index, mb, plan.bucket, index.pad_id) for mb in rank]
+        batches = [collate(index, mb, plan.bucket, index.pad_id) for mb in rank]
         out.append(sum(step_flops(batches, "flex", cfg.num_layers, cfg.hidden_size, n_params)))
     return np.array(out)
 
@@ -50,7 +50,7 @@ def main() -> None:
         raise SystemExit(f"{SHARED} not found")
     from training.data import ShardIndex
     from training.sampler import DynamicBatchSampler
-    from training.work import model_pair_weight, model_params
+    from training.flops import model_pair_weight, model_params
 
     args.workdir.mkdir(parents=True, exist_ok=True)
     packed, loose = packed_and_loose(args.workdir)

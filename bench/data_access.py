@@ -41,9 +41,9 @@ from bloomline.config import load_config
 from training.config import TrainRecipe
 new = os.path.exists(os.path.join(os.environ["CODE"], "training", "data.py"))
 if new:
-    from training.data import ShardIndex, materialize, verify_once, torch_collectives
+    from training.data import ShardIndex, collate, verify_once, torch_collectives
 else:
-    from training.sampler import ShardIndex, materialize
+    from training.sampler import ShardIndex, collate
 from training.sampler import DynamicBatchSampler
 data, stamp, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 world = int(os.environ.get("WORLD_SIZE", "1")); rank = int(os.environ.get("RANK", "0"))
@@ -67,7 +67,7 @@ first = None
 for step in range(steps):
     plan = sampler.next_step()
     for mb in plan.ranks[rank]:
-        materialize(index, mb, plan.bucket, pad)
+        collate(index, mb, plan.bucket, pad)
     if first is None:
         first = time.perf_counter() - t0
 if world > 1:

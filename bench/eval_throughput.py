@@ -58,7 +58,7 @@ def eval_vs_forward(data: Path, dtype: torch.dtype) -> tuple[float, float]:
     from data_prep.tokenizer import token_bytes
     from training.config import EvalConfig
     from eval.evaluate import evaluate_model, language_samples
-    from training.data import ShardIndex, materialize
+    from training.data import ShardIndex, collate
     from training.loss import token_losses
     from training.model import Bloom
 
@@ -72,7 +72,7 @@ def eval_vs_forward(data: Path, dtype: torch.dtype) -> tuple[float, float]:
     batches = [(refs[i:i + max(1, cfg.batch_tokens // bucket)], bucket) for lang in index.languages
                for bucket, refs in language_samples(index, lang, None)
                for i in range(0, len(refs), max(1, cfg.batch_tokens // bucket))]
-    tokens = sum(int((materialize(index, r, b, index.pad_id)["labels"] != -100).sum()) for r, b in batches)
+    tokens = sum(int((collate(index, r, b, index.pad_id)["labels"] != -100).sum()) for r, b in batches)
     evaluate_model(model, index, cfg, tb, eos)  # warm-up
     best_eval = best_fwd = 0.0
     for _ in range(2):  # the better of two runs each, alternated
@@ -82,7 +82,7 @@ def eval_vs_forward(data: Path, dtype: torch.dtype) -> tuple[float, float]:
         t0 = time.perf_counter()
         with torch.no_grad():
             for refs, bucket in batches:
-                b = materialize(index, refs, bucket, index.pad_id)
+                b = collate(index, refs, bucket, index.pad_id)
                 token_losses(model(b["input_ids"], b["segment_ids"]), b["labels"])
         best_fwd = max(best_fwd, tokens / (time.perf_counter() - t0))
     return best_eval, best_fwd

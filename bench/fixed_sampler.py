@@ -78,7 +78,7 @@ class MegatronBatches:
         return toks, np.cumsum(doc)
 
     def next_step(self) -> list[list[dict[str, torch.Tensor]]]:
-        """``[rank][micro-batch]`` of tensors as training.data.materialize gives them."""
+        """``[rank][micro-batch]`` of tensors as training.data.collate gives them."""
         self.step += 1
         ranks = []
         for _ in range(self.dp):

@@ -97,7 +97,7 @@ def plain_tokens_per_s(data: Path, steps: int, weights: str = "bf16", megatron: 
     the common plain-PyTorch way, shown beside it. ``megatron``: Megatron-style batches of
     ``seq_len`` tokens (as many samples per step as the token budget holds, in micro-batches of
     ``micro_batch_tokens``) instead of bloomline's dynamic ones."""
-    from training.data import ShardIndex, materialize
+    from training.data import ShardIndex, collate
     from training.model import IGNORE_INDEX, Bloom
     from training.sampler import DynamicBatchSampler
     from training.ds_config import param_groups
@@ -126,7 +126,7 @@ def plain_tokens_per_s(data: Path, steps: int, weights: str = "bf16", megatron: 
             step_tokens = sum(b["input_ids"].numel() for b in batches)
         else:
             plan = sampler.next_step()
-            batches = [materialize(index, mb, plan.bucket, pad) for mb in plan.ranks[0]]
+            batches = [collate(index, mb, plan.bucket, pad) for mb in plan.ranks[0]]
             step_tokens = plan.tokens
         n = sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in batches)
         for b in batches:
@@ -170,9 +170,9 @@ def run_flops(run: Path, model: object) -> tuple[float, float]:
 
 
 def batching(data: Path, steps: int = 200, dp: int = 2) -> None:
-    from training.data import ShardIndex, materialize
+    from training.data import ShardIndex, collate
     from training.sampler import DynamicBatchSampler
-    from training.work import document_pairs, model_pair_weight, model_params, step_flops
+    from training.flops import document_pairs, model_pair_weight, model_params, step_flops
 
     r = recipe(data, steps)
     m = r.model
@@ -192,7 +192,7 @@ def batching(data: Path, steps: int = 200, dp: int = 2) -> None:
         return max(flops) / np.mean(flops), real, padded, causal, inside
 
     for name, make in (("dynamic (token budget, one bucket, balanced)",
-                        lambda: (lambda p: [[materialize(index, mb, p.bucket, index.pad_id) for mb in rank]
+                        lambda: (lambda p: [[collate(index, mb, p.bucket, index.pad_id) for mb in rank]
                                             for rank in p.ranks])(dyn.next_step())),
                        (f"Megatron-style ({mega.per_rank} x {m.seq_len} tokens/rank, docs concatenated)", mega.next_step)):
         rows = [judge(make()) for _ in range(steps)]

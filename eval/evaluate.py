@@ -3,7 +3,7 @@
 The model is the checkpoint's whole single-device ``Bloom`` (``training.checkpoint.load_model``,
 any layout); one process. Every language with a validation split is evaluated on the same fixed
 samples every round (its validation shards in manifest order, up to
-``eval.max_tokens_per_lang``), with the training's labels (``training.data.materialize``: no token
+``eval.max_tokens_per_lang``), with the training's labels (``training.data.collate``: no token
 is predicted across a document boundary, nor the first token of a document). Results are rows of
 contract 3 (``eval/results.py``, ``eval/RESULTS.md``).
 """
@@ -26,8 +26,8 @@ from training.config import EvalConfig
 from eval.metrics import LangTotals, metric_rows
 from data_prep.shards import manifest_path
 from training.checkpoint import META_FILE, PRECISIONS, load_model, trained_on
-from training.data import ShardIndex, materialize, verify_once
-from training.layout import show
+from training.data import ShardIndex, collate, verify_once
+from training.layout import layout_label
 from training.model import IGNORE_INDEX, Bloom
 
 
@@ -71,7 +71,7 @@ def evaluate_model(model: Bloom, index: ShardIndex, cfg: EvalConfig, token_bytes
         for bucket, refs in language_samples(index, lang, cfg.max_tokens_per_lang):
             m = max(1, cfg.batch_tokens // bucket)
             for i in range(0, len(refs), m):
-                b = materialize(index, refs[i:i + m], bucket, index.pad_id)
+                b = collate(index, refs[i:i + m], bucket, index.pad_id)
                 logits = model(b["input_ids"], b["segment_ids"])
                 mask = b["labels"] != IGNORE_INDEX
                 # per-token NLL in fp32, as the training loss computes it (a bf16 log-softmax over the
@@ -149,7 +149,7 @@ def evaluate(ckpt_dir: str | Path, data_dir: str | Path, cfg: EvalConfig, run: s
     gens = generations(model, index, cfg, sp.decode, eos) if cfg.prompts_per_lang and cfg.new_tokens else []
     now = dt.datetime.now(dt.timezone.utc)
     ident = {"run": run, "step": int(meta["step"]), "checkpoint": str(ckpt_dir.resolve()), "precision": cfg.precision,
-             "layout": show(meta["layout"]), "data_manifest_sha256": meta["data_manifest_sha256"], "evaluated_at": now}
+             "layout": layout_label(meta["layout"]), "data_manifest_sha256": meta["data_manifest_sha256"], "evaluated_at": now}
     rows = [{**ident, **r} for r in metric_rows(per_lang, meta["sampler"]["tokens_by_lang"])]
     gens = [{**{k: ident[k] for k in ("run", "step", "precision", "evaluated_at")}, **g} for g in gens]
     return Evaluation(rows, gens, time.perf_counter() - t0, sum(t.tokens for t in per_lang.values()))

@@ -29,7 +29,7 @@ from flows.progress import TrainProgress
 from training.checkpoint import RunDir, read_meta, saved_recipe, trained_on
 from training.config import TrainRecipe
 from training.launch import EXIT_OK, EXIT_USER_ERROR, check_hostfile, launch_command, launch_env, run_job
-from training.layout import layout_of, show
+from training.layout import layout_of, layout_label
 from training.schedule import schedule_change
 
 
@@ -100,14 +100,14 @@ def reshard_if_needed(run: Path, recipe: TrainRecipe, data: str | Path, log_file
     """When ``latest`` was written with another TP/PP/DP/ZeRO layout than the recipe's, lay it out
     for the recipe's (training/reshard.py) so the ranks can resume from it. Runs the converter
     as a subprocess: it loads whole tensors, and its memory is returned when it ends."""
-    from training.reshard import check_convertible, is_ready, reshard_command
+    from training.reshard import check_convertible, has_universal, reshard_command
 
     step_dir = RunDir(run).latest_dir()
     if step_dir is None:
         return None
     meta = read_meta(step_dir)
     saved, now = meta["layout"], layout_of(recipe.parallel)
-    if saved == now or is_ready(step_dir, now):
+    if saved == now or has_universal(step_dir, now):
         return None
     if not trained_on(meta, data):
         return None  # the trainer refuses it with its message; no conversion for nothing
@@ -122,8 +122,8 @@ def reshard_if_needed(run: Path, recipe: TrainRecipe, data: str | Path, log_file
                             env={**os.environ, "DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu")}).returncode
     if rc != 0:
         tail = log_file.read_text(errors="replace").splitlines()[-5:]
-        raise BloomlineError(f"converting {step_dir} to the layout {show(now)} failed (see {log_file}):\n" + "\n".join(tail))
-    return f"{step_dir.name}: {show(saved)} -> {show(now)}"
+        raise BloomlineError(f"converting {step_dir} to the layout {layout_label(now)} failed (see {log_file}):\n" + "\n".join(tail))
+    return f"{step_dir.name}: {layout_label(saved)} -> {layout_label(now)}"
 
 
 def resume_notice(run: Path, recipe: TrainRecipe) -> str | None:
@@ -189,7 +189,7 @@ def stop_watcher(proc: subprocess.Popen, run: Path, recipe: TrainRecipe, log: An
 
 
 def _error_line(log_file: Path) -> str | None:
-    """The message a rank printed for a user error (``error: ...``), to show it."""
+    """The message a rank printed for a user error (``error: ...``), to layout_label it."""
     lines = log_file.read_text(errors="replace").splitlines() if log_file.exists() else []
     return next((l.removeprefix("error: ") for l in reversed(lines) if l.startswith("error: ")), None)
 

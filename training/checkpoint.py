@@ -30,7 +30,7 @@ from bloomline.config import from_dict, to_dict
 from bloomline.errors import CheckpointError, ConfigError
 from bloomline.io import read_contract_json, sha256_file, write_bytes_atomic, write_json_atomic
 from training.config import ModelConfig, TrainRecipe
-from training.layout import (LAYOUT_KEYS, bloom_name, first_mismatch, layout_of, pipeline_prefixes, show, tp_merge,
+from training.layout import (LAYOUT_KEYS, bloom_name, first_mismatch, layout_of, pipeline_prefixes, layout_label, tp_merge,
                              tp_rules)
 
 FORMAT_VERSION = 1
@@ -41,11 +41,11 @@ _TAG = re.compile(r"^step_(\d+)$")
 
 # ------------------------------------------------------------------------------------ the folder
 
-def step_tag(step: int) -> str:
+def step_dir_name(step: int) -> str:
     return f"step_{step}"
 
 
-def tag_step(tag: str, where: Path | str = "") -> int:
+def step_of_dir_name(tag: str, where: Path | str = "") -> int:
     """N of ``step_N``; CheckpointError naming ``where`` for anything else."""
     m = _TAG.match(tag)
     if not m:
@@ -91,15 +91,15 @@ class RunDir:
         return cls(Path(step_dir).resolve().parent.parent)
 
     def step_dir(self, step: int) -> Path:
-        return self.checkpoints / step_tag(step)
+        return self.checkpoints / step_dir_name(step)
 
     def latest_step(self) -> Optional[int]:
         """The step ``latest`` points to (None before the first checkpoint)."""
         if not self.latest_file.is_file():
             return None
-        step = tag_step(self.latest_file.read_text().strip(), self.latest_file)
+        step = step_of_dir_name(self.latest_file.read_text().strip(), self.latest_file)
         if not (self.step_dir(step) / META_FILE).is_file():
-            raise CheckpointError(f"{self.latest_file} points to {step_tag(step)}, which has no {META_FILE}")
+            raise CheckpointError(f"{self.latest_file} points to {step_dir_name(step)}, which has no {META_FILE}")
         return step
 
     def latest_dir(self) -> Optional[Path]:
@@ -117,7 +117,7 @@ class RunDir:
         """After every rank has written its files: write bloomline.json, move ``latest`` to the
         step (atomically), then :meth:`prune` up to it."""
         write_json_atomic(self.step_dir(step) / META_FILE, meta)
-        write_bytes_atomic(self.latest_file, step_tag(step).encode())
+        write_bytes_atomic(self.latest_file, step_dir_name(step).encode())
         self.prune(keep, step)
 
     # -- the hold: another process (the evaluation watcher) asks prune to keep what it still needs
@@ -235,7 +235,7 @@ def read_meta(step_dir: str | Path) -> dict[str, Any]:
             raise CheckpointError(f"{path}: field '{key}' is missing")
         if not isinstance(meta[key], tp) or isinstance(meta[key], bool):
             raise CheckpointError(f"{path}: field '{key}' should be a {tp.__name__}, got {meta[key]!r}")
-    want = tag_step(step_dir.name, step_dir) if _TAG.match(step_dir.name) else meta["step"]
+    want = step_of_dir_name(step_dir.name, step_dir) if _TAG.match(step_dir.name) else meta["step"]
     if meta["step"] != want:
         raise CheckpointError(f"{path}: field 'step' is {meta['step']}, the folder is {step_dir.name}")
     for k in LAYOUT_KEYS:
@@ -425,7 +425,7 @@ def load_model(ckpt_dir: str | Path, dtype: torch.dtype = torch.float32) -> tupl
         whole = tp_merge(name, parts, dim, rows=shapes[name][0])
         if whole.shape != shapes[name]:
             raise CheckpointError(f"{step_dir}: parameter {name} merges to {tuple(whole.shape)}, the model "
-                                  f"{show(meta['layout'])} wants {tuple(shapes[name])}")
+                                  f"{layout_label(meta['layout'])} wants {tuple(shapes[name])}")
         merged[name] = whole
     with torch.device("meta"):
         model = Bloom(cfg)

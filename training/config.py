@@ -143,7 +143,7 @@ class BatchConfig:
     attn_weight: Optional[float] = None
     """Cost of one attended (query, key) pair, in padded positions, in the cost the sampler
     balances ranks by: padded length + attn_weight·Σ dᵢ(dᵢ+1)/2 over the sample's documents.
-    None: the model's FLOPs ratio 12·L·H / 6·N (training/work.py; bloom-560m 8.8e-5)."""
+    None: the model's FLOPs ratio 12·L·H / 6·N (training/flops.py; bloom-560m 8.8e-5)."""
     balance_tolerance: float = 0.02
     """Data-parallel ranks' cost (above) must be within this of the step's mean."""
 

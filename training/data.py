@@ -32,7 +32,7 @@ from bloomline.errors import DataError
 from bloomline.io import write_json_atomic
 from data_prep.shards import CorruptShardError, checksum_error, load_manifest, manifest_sha256, pad_id, read_shard
 from training.model import IGNORE_INDEX
-from training.work import document_pairs
+from training.flops import document_pairs
 
 SampleRef = tuple[int, int]
 """``(shard_id, row)``: shard_id indexes :attr:`ShardIndex.shards`."""
@@ -83,7 +83,7 @@ class ShardRows:
         return out
 
     def pairs(self, rows: np.ndarray) -> np.ndarray:
-        """(query, key) pairs the document-causal mask admits (training.work.document_pairs), per row."""
+        """(query, key) pairs the document-causal mask admits (training.flops.document_pairs), per row."""
         out = np.empty(len(rows), dtype=np.int64)
         for i, row in enumerate(rows.tolist()):
             toks, offsets = self.fetch(row)
@@ -238,7 +238,7 @@ def torch_collectives() -> tuple[Callable[[Any], Any], Callable[[Any], list[Any]
 
 # ------------------------------------------------------------------------------------- collation
 
-def materialize(index: ShardIndex, micro_batch: Sequence[SampleRef], bucket: int, pad: int) -> dict[str, torch.Tensor]:
+def collate(index: ShardIndex, micro_batch: Sequence[SampleRef], bucket: int, pad: int) -> dict[str, torch.Tensor]:
     """Tensors of one micro-batch, padded to ``bucket``.
 
     * ``input_ids`` LongTensor[m, bucket]: the sample's tokens, then ``pad``.

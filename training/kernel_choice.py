@@ -67,7 +67,7 @@ def resolve_attention(recipe: Any, index: Any, sampler: Any, dtype: torch.dtype,
     every layer of ``module``; rank 0's choice, so every rank runs the same kernel."""
     import numpy as np
 
-    from training.data import materialize
+    from training.data import collate
 
     cfg = recipe.model
     if cfg.attention != "auto":
@@ -75,7 +75,7 @@ def resolve_attention(recipe: Any, index: Any, sampler: Any, dtype: torch.dtype,
     stream = max(sampler.streams, key=lambda s: (s.bucket, s.size))
     m = min(max(1, recipe.batch.micro_batch_tokens // stream.bucket), stream.size)
     sids, rows = stream.locate(np.arange(m))
-    seg = materialize(index, list(zip(sids.tolist(), rows.tolist())), stream.bucket, index.pad_id)["segment_ids"]
+    seg = collate(index, list(zip(sids.tolist(), rows.tolist())), stream.bucket, index.pad_id)["segment_ids"]
     timings = measure_kernels(cfg, seg, dtype, device, heads=cfg.num_heads // mesh.tp)
     box = [(choose_kernel(timings), timings)]
     torch.distributed.broadcast_object_list(box, src=0)

@@ -42,7 +42,7 @@ def layout_of(parallel: Any) -> dict[str, int]:
     return {k: int(get(k)) for k in LAYOUT_KEYS}
 
 
-def show(layout: dict[str, int]) -> str:
+def layout_label(layout: dict[str, int]) -> str:
     return " ".join(f"{k}={layout[k]}" for k in LAYOUT_KEYS if k in layout)
 
 

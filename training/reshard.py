@@ -34,7 +34,7 @@ from typing import Any
 from bloomline.host import available_cpus
 from training.checkpoint import model_config, read_meta
 from training.config import ModelConfig
-from training.layout import EMBEDDING, LAYOUT_KEYS, bloom_name, layout_name, show, tp_dim
+from training.layout import EMBEDDING, LAYOUT_KEYS, bloom_name, layout_name, layout_label, tp_dim
 
 MARKER = "bloomline_layout.json"  # in step_N/universal: written last, says which layout it is laid out for
 
@@ -92,7 +92,7 @@ def reshard_command(step_dir: str | Path, layout: dict[str, int]) -> list[str]:
     return cmd
 
 
-def is_ready(step_dir: Path, layout: dict[str, int]) -> bool:
+def has_universal(step_dir: Path, layout: dict[str, int]) -> bool:
     """``step_dir/universal`` is complete and laid out for ``layout``."""
     try:
         return json.loads((step_dir / "universal" / MARKER).read_text()).get("layout") == layout
@@ -109,7 +109,7 @@ def convert(step_dir: str | Path, layout: dict[str, int]) -> Path:
 
     step_dir = Path(step_dir)
     out = step_dir / "universal"
-    if is_ready(step_dir, layout):
+    if has_universal(step_dir, layout):
         return out
     meta = read_meta(step_dir)
     model = model_config(meta)
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     layout = {k: getattr(args, k) for k in LAYOUT_KEYS}
     out = convert(Path(args.step_dir), layout)
-    print(f"{out}: laid out for {show(layout)}")
+    print(f"{out}: laid out for {layout_label(layout)}")
     return 0
 
 

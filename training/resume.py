@@ -19,8 +19,8 @@ import torch
 from bloomline.errors import BloomlineError
 from training.checkpoint import RunDir, read_meta, trained_on
 from training.config import ParallelConfig
-from training.layout import layout_of, show
-from training.reshard import is_ready, reshard_command
+from training.layout import layout_of, layout_label
+from training.reshard import has_universal, reshard_command
 
 
 def plan_resume(run: RunDir, data_dir: Path, parallel: ParallelConfig) -> tuple[Optional[int], bool]:
@@ -37,9 +37,9 @@ def plan_resume(run: RunDir, data_dir: Path, parallel: ParallelConfig) -> tuple[
     saved, now = meta["layout"], layout_of(parallel)
     if saved == now:
         return step, False
-    if not is_ready(step_dir, now):
+    if not has_universal(step_dir, now):
         raise BloomlineError(
-            f"{step_dir} was written with {show(saved)}; this run has {show(now)}. `bloomline train` converts it "
+            f"{step_dir} was written with {layout_label(saved)}; this run has {layout_label(now)}. `bloomline train` converts it "
             f"before resuming; by hand: python -m training.reshard " + " ".join(reshard_command(step_dir, now)[3:]))
     return step, True
 

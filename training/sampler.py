@@ -10,7 +10,7 @@ inside one bucket.
 Why load balancing: data-parallel ranks wait for each other at every gradient all-reduce, so a
 step is as slow as its slowest rank. All ranks run the same number of micro-batches of the same
 shape (DeepSpeed's pipeline and ZeRO need that); within that constraint the drawn samples are
-dealt so that every rank's cost (training/work.py: padded length + w·Σ dᵢ(dᵢ+1)/2 over the
+dealt so that every rank's cost (training/flops.py: padded length + w·Σ dᵢ(dᵢ+1)/2 over the
 sample's documents, w the model's FLOPs of one attended pair over one position's linear FLOPs)
 is as equal as possible. With the ``flex`` kernel that is what the ranks compute (tiles across
 documents are skipped); with ``sdpa`` every sample of a bucket costs the same dense work, and the
@@ -39,7 +39,7 @@ import numpy as np
 from bloomline.errors import ConfigError, DataError
 from training.config import BatchConfig
 from training.data import SampleRef, ShardIndex, Stream
-from training.work import sample_cost
+from training.flops import sample_cost
 
 STATE_VERSION = 2  # 2: permutations by permutation_at (1 drew numpy permutations)
 
@@ -245,7 +245,7 @@ class DynamicBatchSampler:
     def __init__(self, index: ShardIndex, batch: BatchConfig, dp_size: int, seq_len: int, seed: int,
                  blend: Optional[dict[str, float]] = None, pair_weight: Optional[float] = None,
                  dealing: str = "balanced"):
-        """``pair_weight``: the cost of one attended pair in padded positions (training.work.model_pair_weight
+        """``pair_weight``: the cost of one attended pair in padded positions (training.flops.model_pair_weight
         of the model); ``batch.attn_weight`` overrides it, and without either it is 2/seq_len (a full
         sample's attention costs as much as its linear part). ``dealing="round_robin"`` deals the
         drawn samples by position (sample i to rank i mod dp) instead, the baseline of bench/balance.py."""

@@ -21,9 +21,9 @@ import torch
 
 from bloomline.errors import BloomlineError
 from data_prep.shards import check_model_fits, manifest_sha256
-from training.checkpoint import PRECISIONS, RunDir, make_meta, read_meta, saved_recipe, step_tag
+from training.checkpoint import PRECISIONS, RunDir, make_meta, read_meta, saved_recipe, step_dir_name
 from training.config import ModelConfig, TrainRecipe
-from training.data import ShardIndex, materialize, torch_collectives, verify_once
+from training.data import ShardIndex, collate, torch_collectives, verify_once
 from training.distributed import Mesh, init_distributed
 from training.ds_config import allow_cpu_fp16, deepspeed_config, param_groups
 from training.kernel_choice import resolve_attention
@@ -34,7 +34,7 @@ from training.parallelize import parallelize
 from training.resume import plan_resume, restore_rng, rng_state
 from training.sampler import DynamicBatchSampler
 from training.schedule import lr_at, schedule_change
-from training.work import ForwardTimer, balance_over_dp, model_pair_weight, model_params, step_flops
+from training.flops import ForwardTimer, balance_over_dp, model_pair_weight, model_params, step_flops
 
 
 class Trainer:
@@ -75,7 +75,7 @@ class Trainer:
         self.kernel = resolve_attention(recipe, self.index, self.sampler, self.dtype, self.device, self.mesh,
                                         self.engine.module)
         self.forward_timer = ForwardTimer(self.engine.module)
-        self._flops = 0.0  # FLOPs this rank's replica computed in the current step (training/work.py)
+        self._flops = 0.0  # FLOPs this rank's replica computed in the current step (training/flops.py)
         self.step = 0
         self.skipped = 0
         self.saved_step = -1
@@ -104,7 +104,7 @@ class Trainer:
             lr = lr_at(self.step, r) * plan.lr_scale
             for g in self.optimizer.param_groups:
                 g["lr"] = lr
-            batches = [materialize(self.index, mb, plan.bucket, self.index.pad_id) for mb in plan.ranks[self.mesh.dp_rank]]
+            batches = [collate(self.index, mb, plan.bucket, self.index.pad_id) for mb in plan.ranks[self.mesh.dp_rank]]
             labelled = torch.tensor([sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in batches)], dtype=torch.long,
                                     device=self.device)
             torch.distributed.all_reduce(labelled)  # over all ranks = dp · tp · pp copies of each replica
@@ -232,7 +232,7 @@ class Trainer:
     def save(self) -> None:
         """Every rank writes its DeepSpeed files (with its RNG states, training/resume.py); then
         rank 0 publishes bloomline.json and ``latest``."""
-        self.engine.save_checkpoint(str(self.run.checkpoints), tag=step_tag(self.step),
+        self.engine.save_checkpoint(str(self.run.checkpoints), tag=step_dir_name(self.step),
                                     client_state={"rng": rng_state()}, save_latest=False)
         torch.distributed.barrier()
         if self.mesh.rank == 0:
@@ -253,7 +253,7 @@ class Trainer:
             _, client = self.engine.load_checkpoint(str(step_dir), tag="universal", load_optimizer_states=True,
                                                     load_lr_scheduler_states=False)
         else:
-            _, client = self.engine.load_checkpoint(str(self.run.checkpoints), tag=step_tag(self._resume_step),
+            _, client = self.engine.load_checkpoint(str(self.run.checkpoints), tag=step_dir_name(self._resume_step),
                                                     load_optimizer_states=True, load_lr_scheduler_states=False)
         # DeepSpeed restores the checkpoint's clipping threshold with the optimizer; the recipe rules.
         if hasattr(self.engine.optimizer, "clip_grad"):

@@ -10,7 +10,7 @@ import torch
 
 from bloomline.config import load_config
 from bloomline.errors import CheckpointError
-from training.checkpoint import RunDir, detect_layout, load_model, make_meta, read_meta, step_tag, tag_step
+from training.checkpoint import RunDir, detect_layout, load_model, make_meta, read_meta, step_dir_name, step_of_dir_name
 from training.config import TrainRecipe
 from training.layout import pipeline_prefixes, tp_slice
 from training.model import Bloom
@@ -141,7 +141,7 @@ def test_run_folder_latest_keep_and_tags(tmp_path):
     run.step_dir(9).mkdir()
     run.publish(9, meta, keep=1)
     assert run.latest_step() == 9 and sorted(p.name for p in run.checkpoints.iterdir()) == ["latest", "step_9"]
-    assert step_tag(12) == "step_12" and tag_step("step_12") == 12
+    assert step_dir_name(12) == "step_12" and step_of_dir_name("step_12") == 12
     run.latest_file.write_text("global_step12")
     with pytest.raises(CheckpointError, match="'global_step12' is not a checkpoint name"):
         run.latest_step()

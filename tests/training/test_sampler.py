@@ -15,7 +15,7 @@ from data_prep.packing import Sample
 from data_prep.workdir import shard_path
 from data_prep.shards import CorruptShardError, ShardWriter
 from training.config import BatchConfig
-from training.data import ShardIndex, materialize, verify_once
+from training.data import ShardIndex, collate, verify_once
 from training.sampler import DynamicBatchSampler, permutation_at
 
 BUCKETS = [128, 256, 512]
@@ -230,7 +230,7 @@ def test_materialize_labels_segments_and_ids(data, index):
     # add a sample with several documents, to be sure boundaries are exercised
     multi = next((sid, row) for sid, row, _, b in all_samples(index) if b == 128 and len(index.fetch(sid, row)[1]) >= 3)
     mb = mb + [multi]
-    out = materialize(index, mb, 512, PAD)
+    out = collate(index, mb, 512, PAD)
     assert out["input_ids"].shape == out["labels"].shape == out["segment_ids"].shape == (len(mb), 512)
     for i, (sid, row) in enumerate(mb):
         ids, offsets = read_row(data, index, sid, row)

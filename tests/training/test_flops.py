@@ -1,4 +1,4 @@
-"""The cost model and the computed-work counts (training/work.py) against brute force."""
+"""The cost model and the computed-work counts (training/flops.py) against brute force."""
 
 import time
 from pathlib import Path
@@ -10,7 +10,7 @@ import torch
 from bloomline.config import load_config
 from training.config import ModelConfig
 from training.model import Bloom, segment_ids_from_offsets
-from training.work import (ForwardTimer, balance_over_dp, computed_pairs, document_pairs, model_pair_weight,
+from training.flops import (ForwardTimer, balance_over_dp, computed_pairs, document_pairs, model_pair_weight,
                            model_params, step_flops)
 
 REPO = Path(__file__).resolve().parents[2]
