@@ -61,15 +61,24 @@ def write_task(data_dir: str | Path, lang: str, folder: str | Path) -> str:
 def lm_eval_bits_per_byte(hf_dir: str | Path, data_dir: str | Path, lang: str, work: str | Path,
                           max_length: int) -> dict[str, Any]:
     """Run lm-eval offline on the export ``hf_dir``; ``max_length`` is passed explicitly because
-    BLOOM's config has no ``n_positions`` for lm-eval to read."""
-    for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        os.environ[k] = "1"
-    import lm_eval
-    from lm_eval.tasks import TaskManager
+    BLOOM's config has no ``n_positions`` for lm-eval to read. The process's environment is as it
+    was afterwards (the offline switches hold for this call only)."""
+    offline = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+    before = {k: os.environ.get(k) for k in offline}
+    os.environ.update({k: "1" for k in offline})
+    try:
+        import lm_eval
+        from lm_eval.tasks import TaskManager
 
-    name = write_task(data_dir, lang, work)
-    res = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={hf_dir},max_length={max_length},dtype=float32",
-                                  tasks=[name], task_manager=TaskManager(include_path=str(work)), batch_size=1,
-                                  device="cpu")
+        name = write_task(data_dir, lang, work)
+        res = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={hf_dir},max_length={max_length},dtype=float32",
+                                      tasks=[name], task_manager=TaskManager(include_path=str(work)), batch_size=1,
+                                      device="cpu")
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return {"task": name, "bits_per_byte": float(res["results"][name]["bits_per_byte,none"]),
             "documents": len(validation_documents(data_dir, lang))}

@@ -360,7 +360,7 @@ def serve(
     """Start (or use) a Prefect server and serve pipeline, prepare, train and evaluate as deployments."""
 
     def body() -> None:
-        from flows.serve import DEPLOYMENT, LOOPBACK, serve_deployments, start_server, stop, wait_healthy
+        from flows.serve import DEPLOYMENT, LOOPBACK, api_url as url_of, serve_deployments, start_server, stop, wait_healthy
 
         server = None
         url = api_url
@@ -370,7 +370,7 @@ def serve(
                               f"it has no authentication unless PREFECT_SERVER_API_AUTH_STRING is set")
             home = Path(os.environ.get("PREFECT_HOME", Path.home() / ".prefect"))
             server = start_server(host, port, home / "bloomline-server.log")
-            url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/api"
+            url = url_of(host, port)
         try:
             wait_healthy(url)
             os.environ["PREFECT_API_URL"] = url

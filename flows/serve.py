@@ -29,6 +29,13 @@ DEPLOYMENT = "bloomline"  # each flow's deployment name: run it as "<flow>/bloom
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
+def api_url(host: str, port: int) -> str:
+    """The API address of a server listening on ``host``: a wildcard is reached through loopback,
+    and an IPv6 address goes in brackets (RFC 3986)."""
+    reach = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    return f"http://{f'[{reach}]' if ':' in reach else reach}:{port}/api"
+
+
 def wait_healthy(api_url: str, timeout: float = 180.0) -> None:
     """Until ``GET {api_url}/health`` answers (the temporary SQLite database is migrated first)."""
     deadline = time.monotonic() + timeout

@@ -28,7 +28,8 @@ from data_prep.shards import check_model_fits, load_manifest
 from flows.progress import TrainProgress
 from training.checkpoint import RunDir, read_meta, saved_recipe, trained_on
 from training.config import TrainRecipe
-from training.launch import EXIT_OK, EXIT_USER_ERROR, check_hostfile, launch_command, launch_env, run_job
+from training.launch import (EXIT_OK, EXIT_USER_ERROR, check_hostfile, cpu_comm_kernel_built, launch_command, launch_env,
+                             run_job)
 from training.layout import layout_of, layout_label
 from training.schedule import schedule_change
 
@@ -222,6 +223,9 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
     watcher = start_watcher(run, r, data, logs / "evaluation.log", env) if r.evaluation.enabled else None
     if watcher:
         log.info("evaluating each checkpoint in a separate process (pid %d, log %s)", watcher.pid, logs / "evaluation.log")
+    if env.get("DS_ACCELERATOR") == "cpu" and not cpu_comm_kernel_built():
+        log.info("first run on this machine: DeepSpeed builds its CPU communication kernel before the first step "
+                 "(about 30 s; cached for the runs after)")
     try:
         for attempt in range(attempts):
             start = folder.latest_step() or 0

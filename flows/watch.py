@@ -50,9 +50,10 @@ def record_pruned(run_dir: str | Path) -> set[int]:
     return done
 
 
-def settle(run_dir: str | Path, max_deferred: int) -> None:
-    """:func:`record_pruned`, then hold every checkpoint still unsettled (for this process's life)."""
-    RunDir(run_dir).hold(os.getpid(), record_pruned(run_dir), max_deferred)
+def settle(run_dir: str | Path, max_deferred: int, busy: int | None = None) -> None:
+    """:func:`record_pruned`, then hold every checkpoint still unsettled (for this process's life),
+    and ``busy``, the one being evaluated, whatever happens."""
+    RunDir(run_dir).hold(os.getpid(), record_pruned(run_dir), max_deferred, busy)
 
 
 def watch(run_dir: Path, data: Path, recipe: TrainRecipe, done: Callable[[], bool], poll_s: float = 1.0,
@@ -72,6 +73,7 @@ def watch(run_dir: Path, data: Path, recipe: TrainRecipe, done: Callable[[], boo
             time.sleep(poll_s)
             continue
         step = todo[0]
+        settle(run_dir, recipe.evaluation.max_deferred, busy=step)
         t0 = time.perf_counter()
         try:
             evaluate(str(folder.step_dir(step)), str(data), settings, str(run_dir))

@@ -124,11 +124,12 @@ class RunDir:
     hold_file = property(lambda self: self.checkpoints / "hold.json")
     pruned_log = property(lambda self: self.checkpoints / "pruned.jsonl")
 
-    def hold(self, pid: int, released: Iterable[int], max_deferred: int) -> None:
+    def hold(self, pid: int, released: Iterable[int], max_deferred: int, busy: Optional[int] = None) -> None:
         """While process ``pid`` lives, :meth:`prune` keeps every complete checkpoint not in
-        ``released``, up to ``max_deferred`` of them (``checkpoints/hold.json``, CHECKPOINT.md)."""
-        write_json_atomic(self.hold_file, {"pid": pid, "released": sorted(set(released)), "max_deferred": max_deferred},
-                          durable=False)
+        ``released``, up to ``max_deferred`` of them, and the one it is ``busy`` with in any case
+        (``checkpoints/hold.json``, CHECKPOINT.md)."""
+        write_json_atomic(self.hold_file, {"pid": pid, "released": sorted(set(released)), "max_deferred": max_deferred,
+                                           "busy": busy}, durable=False)
 
     def holder(self) -> Optional[dict[str, Any]]:
         """The hold, when its process is alive (a hold left by a dead process holds nothing)."""
@@ -164,6 +165,9 @@ class RunDir:
         released, max_deferred = (set(hold["released"]), hold["max_deferred"]) if hold else (set(), 0)
         deferred = [s for s in complete[:-keep] if hold and s not in released]
         late = deferred[:len(deferred) - max_deferred] if len(deferred) > max_deferred else []
+        if hold and hold.get("busy") is not None:  # being read now: never pulled from under its reader
+            kept.add(hold["busy"])
+            late = [s for s in late if s != hold["busy"]]
         if late:
             with open(self.pruned_log, "a", encoding="utf-8") as log:  # one short line per write: appends do not interleave
                 for s in late:

@@ -134,3 +134,14 @@ def check_hostfile(launch: Any, world: int) -> None:
                                              f"the layout needs tp·pp·dp = {world} ranks")
     if launch.no_ssh and launch.node_rank >= len(slots):
         raise ConfigError("launch.node_rank", f"{launch.node_rank}, but {launch.hostfile} lists {len(slots)} node(s)")
+
+
+def cpu_comm_kernel_built() -> bool:
+    """Whether DeepSpeed's CPU communication kernel (``deepspeed_shm_comm``, built just in time
+    with torch's C++ extension loader, about 30 s on 2 cores) is in torch's extension cache, so
+    the ranks' first step does not wait for a compiler."""
+    try:  # torch's own rule for where its JIT loader builds (the folder it names is created, empty, if absent)
+        from torch.utils.cpp_extension import _get_build_directory
+    except ImportError:
+        return True  # cannot tell: say nothing
+    return (Path(_get_build_directory("deepspeed_shm_comm", False)) / "deepspeed_shm_comm.so").is_file()

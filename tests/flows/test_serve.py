@@ -68,3 +68,15 @@ asyncio.run(main())
 
         for p in procs[::-1]:
             stop(p)
+
+
+def test_the_api_address_of_each_host():
+    """An IPv6 host goes in brackets (``http://::1:4200/api`` is no URL: the server was waited for
+    180 s, then given up on); a wildcard is reached through loopback."""
+    from flows.serve import api_url
+
+    assert api_url("::1", 4200) == "http://[::1]:4200/api"
+    assert api_url("::", 4200) == "http://[::1]:4200/api"
+    assert api_url("0.0.0.0", 4200) == "http://127.0.0.1:4200/api"
+    assert api_url("127.0.0.1", 4300) == "http://127.0.0.1:4300/api"
+    assert api_url("fe80::1", 80) == "http://[fe80::1]:80/api"

@@ -61,3 +61,15 @@ def test_checkpoints_wait_for_their_evaluation_up_to_max_deferred(tmp_path):
     run.hold(int(dead.stdout), released=[], max_deferred=2)
     assert run.holder() is None and run.prune(keep=1) == [3, 4] and run.complete_steps() == [5]
     assert [r["step"] for r in run.pruned()] == [2]  # deleting without a hold is not logged
+
+
+def test_the_checkpoint_being_evaluated_is_never_deleted(tmp_path):
+    """The watcher evaluates newest first; the oldest waiting checkpoint, the one prune would give
+    up first, may be the one it is reading: busy keeps it."""
+    import os
+
+    run = RunDir(tmp_path)
+    complete(run, 1, 2, 3, 4, 5)
+    run.hold(os.getpid(), released=[], max_deferred=1, busy=2)
+    assert run.prune(keep=1) == [1, 3]  # 4 waits (max_deferred=1), 2 is busy, 5 is the newest
+    assert run.complete_steps() == [2, 4, 5] and [r["step"] for r in run.pruned()] == [1, 3]

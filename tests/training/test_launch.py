@@ -159,3 +159,15 @@ def test_bloom_176b_launches_on_48_nodes(tmp_path):
     (tmp_path / "short").write_text("gpu-00 slots=8\n")
     with pytest.raises(Exception, match="1 node.*needs tp·pp·dp = 384"):
         check_hostfile(recipe.launch, recipe.parallel.world_size)
+
+
+def test_the_cpu_kernel_build_is_announced_when_it_is_not_cached(tmp_path, monkeypatch):
+    """A fresh machine builds DeepSpeed's CPU communication kernel before the first step (about
+    30 s of silence): the train flow says so when torch's extension cache lacks it."""
+    from training.launch import cpu_comm_kernel_built
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    assert not cpu_comm_kernel_built()
+    (tmp_path / "deepspeed_shm_comm").mkdir(exist_ok=True)
+    (tmp_path / "deepspeed_shm_comm" / "deepspeed_shm_comm.so").write_bytes(b"")
+    assert cpu_comm_kernel_built()
