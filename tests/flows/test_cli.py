@@ -168,7 +168,6 @@ def test_strict_fails_fast(tmp_path, bad_inputs):
 
 
 def test_train_refuses_bad_configuration_before_any_rank_starts(demo_data, tmp_path):
-    t0 = time.time()
     one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "model.vocab_size=5000"),
                    "tokenized with a 4000-piece tokenizer")
     one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "parallel.tp=3"),
@@ -179,7 +178,7 @@ def test_train_refuses_bad_configuration_before_any_rank_starts(demo_data, tmp_p
                    "longer than the model's seq_len 256")
     one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "train.precision=fp16"),
                    "fp16 needs GPUs")
-    assert time.time() - t0 < 120 and not (tmp_path / "r").exists()
+    assert not (tmp_path / "r").exists()  # no run folder: no rank, no launcher, no log was started
 
 
 @pytest.mark.slow
@@ -308,7 +307,8 @@ def test_every_checkpoint_is_evaluated_while_training_runs(demo_data, tmp_path):
     print(f"evaluated during training: {overlap}; step seconds: {[round(m['step_seconds'], 2) for m in metrics]}")
     assert (out / "dashboard" / "index.html").is_file()
     log = next(out.glob("logs/run-*/evaluation.log")).read_text()
-    assert [int(x) for x in re.findall(r"evaluated step (\d+)", log)] == sorted(evaluated_at)
+    done = [int(x) for x in re.findall(r"evaluated step (\d+)", log)]
+    assert sorted(done) == sorted(evaluated_at) and len(set(done)) == len(done)  # each once, in whatever order they queued
 
 
 @pytest.mark.slow

@@ -133,10 +133,11 @@ def test_3d_layout_trains_resumes_and_loads_as_the_single_device_model(data, tmp
     assert [m["step"] for m in b] == [1, 2, 3, 4]
     for x, y in zip(a, b):
         assert y["loss"] == pytest.approx(x["loss"], rel=1e-5) and y["grad_norm"] == pytest.approx(x["grad_norm"], rel=1e-3)
-    # dense sdpa, same shapes on both DP ranks: the computed work is equal; the measured forward
-    # times of two ranks are two real clock readings, never exactly equal (a constant or one
-    # rank's own figure would give exactly 1.0), and with two ranks max/mean stays below 2
-    assert all(m["dp_balance"] == 1.0 and 1.0 < m["dp_time_balance"] < 2.0 for m in b)
+    # dense sdpa on equal shapes: both DP ranks compute the same FLOPs, so their balance is 1 by
+    # construction (tests/training/test_flops.py checks balance_over_dp on unequal work); the
+    # measured forward times are two real clock readings, never exactly equal: a constant, or one
+    # rank's own figure copied, would give exactly 1.0
+    assert all(m["dp_balance"] == 1.0 and m["dp_time_balance"] > 1.0 for m in b)
     assert all(m["flops"] == pytest.approx(m["padded_tokens"] * FLOPS_PER_TOKEN(m["bucket"]), rel=1e-9) for m in b)
     ck = three_d / "checkpoints" / "step_4"
     assert len(list(ck.glob("*optim_states.pt"))) == 8  # one ZeRO-1 shard per rank
