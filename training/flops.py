@@ -8,6 +8,9 @@ in two parts:
 * **attention**: 12·H per layer per (query, key) pair the kernel computes (QKᵀ and attention·V:
   4·H forward, twice that backward).
 
+With activation checkpointing each block's forward runs again in the backward (2N and 4·L·H
+more): not counted here, as MFU conventionally leaves it out (it is HFU's).
+
 Which pairs are computed depends on the kernel (``model.attention``):
 
 * ``sdpa`` adds a dense ``[T, T]`` bias: it computes all m·T² pairs, whatever the documents;

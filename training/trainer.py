@@ -145,8 +145,8 @@ class Trainer:
                     self.loss_ema = loss if self.loss_ema is None else 0.9 * self.loss_ema + 0.1 * loss
                 else:
                     self.overflows += 1
-            dt = time.perf_counter() - t0
-            self._log(plan, loss, lr, grad_norm, dt, skip, self._work_balance())
+            work = self._work_balance()  # a collective of the step: inside its time
+            self._log(plan, loss, lr, grad_norm, time.perf_counter() - t0, skip, work)
             if (self.step % r.checkpoint.interval == 0 or self.step == r.train.steps) and self.saved_step != self.step:
                 self.save()
 
