@@ -4,8 +4,10 @@ language's validation documents, scored with ``loglikelihood_rolling`` into ``bi
 The documents are the language's validation segments decoded from the shards (so the text is the
 one bloomline evaluates, after normalisation and PII redaction). The numbers differ from
 bloomline's ``bpb`` by definition, not by error (tested to match a reimplementation of lm-eval's
-rule): lm-eval predicts a document's first token too, conditioned on the end-of-text token, and
-divides by all of the document's bytes, while bloomline does not predict a document's first
+rule): lm-eval predicts a document's first token too, conditioned on the end-of-text token ``</s>``
+(passed as its ``prefix_token_id``: by default it would take the tokenizer's ``<s>``, which
+training never saw; a document always follows a ``</s>`` in packed samples), and divides by all
+of the document's bytes, while bloomline does not predict a document's first
 token (there is no context for it in a packed sample) and leaves its bytes out; and lm-eval
 re-tokenizes the decoded text, which at a piece cut inside a word or a character is not always
 the tokens bloomline scored.
@@ -71,7 +73,11 @@ def lm_eval_bits_per_byte(hf_dir: str | Path, data_dir: str | Path, lang: str, w
         from lm_eval.tasks import TaskManager
 
         name = write_task(data_dir, lang, work)
-        res = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={hf_dir},max_length={max_length},dtype=float32",
+        # prefix_token_id: the first token is conditioned on </s>, what precedes every document in
+        # training (packed samples); lm-eval would take the tokenizer's BOS, <s>, which training never saw
+        eos = json.loads((Path(hf_dir) / "config.json").read_text())["eos_token_id"]
+        res = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={hf_dir},max_length={max_length},"
+                                                           f"dtype=float32,prefix_token_id={eos}",
                                       tasks=[name], task_manager=TaskManager(include_path=str(work)), batch_size=1,
                                       device="cpu")
     finally:
