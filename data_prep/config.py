@@ -273,6 +273,9 @@ class DaskConfig:
 
     def validate(self) -> None:
         check(self.n_workers is None or self.n_workers >= 1, "n_workers", "must be >= 1")
+        check(self.address is None or "@" not in self.address.split("://", 1)[-1], "address",
+              "a Dask address takes no user or password (tcp://host:port; a cluster's authentication is its "
+              "TLS settings, distributed.comm.tls)")
 
     def workers(self) -> int:
         return self.n_workers or available_cpus()

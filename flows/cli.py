@@ -22,7 +22,8 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 import typer
 from rich.console import Console
 
-from bloomline.errors import BloomlineError
+from bloomline.errors import BloomlineError, ConfigError
+from flows.params import masked
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_CONFIG = REPO / "configs" / "data" / "demo.yaml"
@@ -119,6 +120,10 @@ def check_inputs(cfg) -> None:
     """Fail on a missing input, or one that does not fit ``memory_gib``, before any server or cluster starts."""
     if not cfg.sources:
         raise BloomlineError("no inputs: give INPUT arguments or 'sources' in the config")
+    try:
+        cfg.dask.validate()  # --dask-address is set after the recipe was checked
+    except ConfigError as e:
+        raise ConfigError(f"dask.{e.key}", e.message) from None
     from data_prep import budget
     from data_prep.readers import discover
 
@@ -152,7 +157,7 @@ def pipeline(
 
         flows.prepare.PROGRESS = progress = RichProgress()
         try:
-            res = pipeline_flow(to_dict(cfg), str(out.resolve()))
+            res = pipeline_flow(masked(to_dict(cfg)), str(out.resolve()))
         finally:
             progress.stop()
             flows.prepare.PROGRESS = None
@@ -198,7 +203,7 @@ def train(
             return
         from flows.train import train as train_flow
 
-        res = train_flow(to_dict(recipe), str(data.resolve()), str(out.resolve()))
+        res = train_flow(masked(to_dict(recipe)), str(data.resolve()), str(out.resolve()))
         last = res.get("last", {})
         if res["stopped_by_kill_switch"]:
             console.print(f"[yellow]stopped by the kill switch[/] at step {res['step']}: remove {out / 'STOP'} and rerun to continue")
@@ -238,7 +243,8 @@ def evaluate(
         read_meta(checkpoint)  # a bad checkpoint folder is refused before any server starts
         from flows.evaluate import evaluate_flow
 
-        res = evaluate_flow(str(checkpoint.resolve()), str(data.resolve()), to_dict(cfg), str(out.resolve()) if out else None)
+        res = evaluate_flow(str(checkpoint.resolve()), str(data.resolve()), masked(to_dict(cfg)),
+                            str(out.resolve()) if out else None)
         console.print(f"[bold green]done[/]: step {res['step']}, {res['tokens']:,} tokens in {res['seconds']:.1f} s; "
                       f"results in {res['results']}")
         for g in res["regressions"]:

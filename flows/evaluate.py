@@ -17,6 +17,8 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
 from bloomline.config import from_dict, to_dict
+from bloomline.secrets import mask_text, mask_tree
+from flows.params import real
 from training.config import EvalConfig
 from eval.publish import run_evaluation
 
@@ -54,15 +56,15 @@ def evaluate_flow(checkpoint: str, data: str, config: dict[str, Any], out: str |
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
     log = get_run_logger()
-    cfg = from_dict(EvalConfig, config)
+    cfg = from_dict(EvalConfig, real(config))
     res = task(run_evaluation, name="evaluate-checkpoint", cache_policy=NONE, persist_result=False)(
         checkpoint, data, cfg, out, progress=log.info)
     run = Path(res["results"]).parents[2].name
     cols = ("lang", "family", "loss", "ppl", "bpb", "tokens", "bytes", "docs", "tokens_seen")
     table = [{k: (round(r[k], 6) if isinstance(r[k], float) else r[k]) for k in cols}
              for r in res["rows"] if r["scope"] == "language"]
-    create_table_artifact(table, key=artifact_key("evaluation", run), description=f"step {res['step']}")
-    create_markdown_artifact(summary_markdown(res), key=artifact_key("evaluation-summary", run),
+    create_table_artifact(mask_tree(table), key=artifact_key("evaluation", run), description=f"step {res['step']}")
+    create_markdown_artifact(mask_text(summary_markdown(res)), key=artifact_key("evaluation-summary", run),
                              description=f"step {res['step']}")
     for g in res["regressions"]:
         log.warning("regression: %s bits per byte %.4f -> %.4f (%+.1f%%)", g["lang"], g["previous_bpb"], g["bpb"],

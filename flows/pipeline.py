@@ -31,6 +31,7 @@ from bloomline.io import read_json, sha256_file, write_json_atomic
 from data_prep.shards import manifest_path, manifest_sha256
 from training.checkpoint import read_meta, weights_digest
 from bloomline.secrets import mask_tree
+from flows.params import masked, real
 from flows.config import PipelineConfig
 from flows.stages import MARKER, StageKey, code_digest, completed, content_digest, mark_complete, why_rerun
 
@@ -144,7 +145,7 @@ def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
     from training.checkpoint import RunDir
 
     log = get_run_logger()
-    cfg = from_dict(PipelineConfig, config)
+    cfg = from_dict(PipelineConfig, real(config))
     run = Path(out).resolve()
     run.mkdir(parents=True, exist_ok=True)
     stages = Stages(run, log)
@@ -154,7 +155,7 @@ def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
     data_dir = pk.folder(run)
 
     def do_prepare() -> dict[str, Any]:
-        m = prepare(to_dict(cfg.data), str(data_dir))
+        m = prepare(masked(to_dict(cfg.data)), str(data_dir))
         return {"data": str(data_dir), "manifest_sha256": manifest_sha256(data_dir),
                 "languages": len(m.get("languages", {})), "train_tokens": m.get("totals", {}).get("train_tokens")}
 
@@ -174,7 +175,7 @@ def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
 
     def do_train() -> dict[str, Any]:
         validate(recipe, data_dir)
-        res = train(to_dict(recipe), str(data_dir), str(train_dir))
+        res = train(masked(to_dict(recipe)), str(data_dir), str(train_dir))
         if res["stopped_by_kill_switch"]:
             raise BloomlineError(f"stopped by the kill switch at step {res['step']}/{res['steps']}: remove "
                                  f"{train_dir / 'STOP'} and rerun to continue")
@@ -197,7 +198,7 @@ def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
         fresh = (eval_dir / MARKER).exists()  # an evaluation with other settings or of another run: redo all
         todo = [s for s in folder.complete_steps() if fresh or s not in evaluated_steps(train_dir)]
         for step in todo:
-            evaluate_flow(str(folder.step_dir(step)), str(data_dir), settings, str(train_dir))
+            evaluate_flow(str(folder.step_dir(step)), str(data_dir), masked(settings), str(train_dir))
         return {"evaluated": evaluated_steps(train_dir), "skipped": {str(k): v for k, v in skipped_steps(train_dir).items()},
                 "evaluated_now": todo}
 

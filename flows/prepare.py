@@ -21,6 +21,8 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 
 from bloomline.config import from_dict, to_dict
+from bloomline.secrets import install_log_masking, mask_text, mask_tree
+from flows.params import masked, real
 from data_prep.config import PrepareConfig
 from data_prep.pipeline import Progress, run_all
 from flows.summary import summary_rows
@@ -30,13 +32,19 @@ for _name in ("distributed", "distributed.scheduler", "distributed.nanny", "dist
     logging.getLogger(_name).setLevel(logging.WARNING)
 
 
+def _mask_worker_logs(worker: Any = None) -> None:
+    install_log_masking()
+
+
 @contextmanager
 def dask_client(cfg: PrepareConfig) -> Iterator[Any]:
-    """A Dask client: the scheduler at ``dask.address``, else a LocalCluster of processes."""
+    """A Dask client: the scheduler at ``dask.address``, else a LocalCluster of processes; on
+    every worker, log records are masked (bloomline/secrets.py) before Dask sees them."""
     from distributed import Client, LocalCluster
 
     if cfg.dask.address:
         with Client(cfg.dask.address) as client:
+            client.register_worker_callbacks(_mask_worker_logs)  # also on workers that join later
             yield client
         return
     # One single-threaded process per core: SentencePiece, fastText and the filters are
@@ -44,6 +52,7 @@ def dask_client(cfg: PrepareConfig) -> Iterator[Any]:
     with LocalCluster(n_workers=cfg.dask.workers(), threads_per_worker=1, processes=True,
                       dashboard_address=None, memory_limit=cfg.dask.memory_limit,
                       silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+        client.register_worker_callbacks(_mask_worker_logs)
         yield client
 
 
@@ -74,20 +83,20 @@ PROGRESS: Progress | None = None
 @flow(name="prepare", log_prints=False, persist_result=False)
 def prepare(config: dict[str, Any], out: str, strict: bool = False) -> dict[str, Any]:
     """Raw corpora → length-bucketed Arrow shards + manifest.json in ``out``."""
-    cfg = from_dict(PrepareConfig, config)
+    cfg = from_dict(PrepareConfig, real(config))
     log = get_run_logger()
     log.info("preparing %d source(s) into %s", len(cfg.sources), out)
     with dask_client(cfg) as client:
         manifest = run_all(cfg, out, strict=strict, map_fn=dask_map(client), stage=_stage,
                            progress=PROGRESS or Progress())
     rows = summary_rows(manifest)
-    create_table_artifact(key="prepare-summary", table=rows,
-                          description=f"Per-language summary of `bloomline prepare` → {Path(out).resolve()}")
+    create_table_artifact(key="prepare-summary", table=mask_tree(rows),
+                          description=mask_text(f"Per-language summary of `bloomline prepare` → {Path(out).resolve()}"))
     from data_prep.filter_report import report
 
-    create_markdown_artifact(report(out, examples=3), key="filter-report",
-                             description=f"Drops by language and reason, and kept documents near a threshold → "
-                                         f"{Path(out).resolve()}")
+    create_markdown_artifact(mask_text(report(out, examples=3)), key="filter-report",
+                             description=mask_text(f"Drops by language and reason, and kept documents near a "
+                                                   f"threshold → {Path(out).resolve()}"))
     return manifest
 
 
@@ -95,6 +104,6 @@ def run_prepare(cfg: PrepareConfig, out: str, strict: bool = False, progress: Pr
     global PROGRESS
     PROGRESS = progress
     try:
-        return prepare(to_dict(cfg), str(out), strict)
+        return prepare(masked(to_dict(cfg)), str(out), strict)
     finally:
         PROGRESS = None

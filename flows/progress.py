@@ -13,6 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
+from bloomline.secrets import mask_text
 from training.metrics_log import read_metrics
 
 # Steps of the ETA's moving window: long enough to smooth the dynamic batches' varying
@@ -81,8 +82,9 @@ class TrainProgress:
             from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
             if self.artifact_id is None:
-                self.artifact_id = create_progress_artifact(progress=percent, key=self.artifact_key, description=text)
+                self.artifact_id = create_progress_artifact(progress=percent, key=self.artifact_key,
+                                                            description=mask_text(text))
             else:
-                update_progress_artifact(self.artifact_id, progress=percent, description=text)
+                update_progress_artifact(self.artifact_id, progress=percent, description=mask_text(text))
         except Exception:  # noqa: BLE001 - no Prefect run context (a plain call), or the server is gone
             self.artifact_key = None

@@ -24,12 +24,14 @@ from bloomline.config import from_dict, to_dict
 from bloomline.errors import BloomlineError, ConfigError
 from bloomline.io import write_json_atomic
 from bloomline.secrets import mask_tree
+from flows.params import real
 from data_prep.shards import check_model_fits, load_manifest
 from flows.progress import TrainProgress
+from training.metrics_log import read_metrics
 from training.checkpoint import RunDir, read_meta, saved_recipe, trained_on
 from training.config import TrainRecipe
 from training.launch import (EXIT_OK, EXIT_USER_ERROR, check_hostfile, cpu_comm_kernel_built, launch_command, launch_env,
-                             run_job)
+                             run_job, spawn_logged)
 from training.layout import layout_of, layout_label
 from training.schedule import schedule_change
 
@@ -51,6 +53,22 @@ def validate(recipe: TrainRecipe, data_dir: str | Path) -> dict[str, Any]:
     if not any(s["split"] == "train" for s in m["shards"]):
         raise BloomlineError(f"{data_dir} has no training shards")
     return m
+
+
+def ranks_recipe(r: TrainRecipe, folder: RunDir) -> Path:
+    """The recipe file the ranks read: the real values when it holds secrets and every rank runs
+    on this node (a file only this user can read, outside the run folder, removed after the job);
+    else the run's recipe.json. Ranks a launcher starts on other nodes read recipe.json, masked:
+    none of the settings they use holds a secret (secret-named settings are the launcher's, NCCL_*)."""
+    import tempfile
+
+    real = to_dict(r)
+    if mask_tree(real) == real or (r.launch.hostfile is not None and not r.launch.no_ssh):
+        return folder.recipe
+    fd, name = tempfile.mkstemp(prefix="bloomline-recipe-", suffix=".json")  # mode 0600
+    with os.fdopen(fd, "w") as f:
+        json.dump(real, f)
+    return Path(name)
 
 
 def job_env(recipe: TrainRecipe, logs: Path) -> dict[str, str]:
@@ -84,17 +102,23 @@ def run_worker_node(r: TrainRecipe, data: str | Path, out: str | Path, say: Any 
     logs = folder.logs / f"node-{node}"
     env = job_env(r, logs)
     attempts = r.checkpoint.max_restarts + 1
-    for attempt in range(attempts):
-        log_file = logs / f"attempt-{attempt + 1}.log"
-        say(f"node {node}: attempt {attempt + 1}/{attempts}, log {log_file}")
-        rc = run_job(launch_command(folder.recipe, data, run, r.parallel.world_size, r.launch), log_file, env)
-        if rc == EXIT_OK:
-            return attempt + 1
-        if rc == EXIT_USER_ERROR:
-            raise BloomlineError(f"training stopped: {_error_line(log_file) or f'exit status {rc}, see {log_file}'}")
-        say(f"node {node}: the job failed (exit {rc}); rejoining from the latest checkpoint")
-        time.sleep(1)
-    raise BloomlineError(f"training failed {attempts} times on node {node}; see {logs}")
+    recipe_file = ranks_recipe(r, folder)
+    try:
+        for attempt in range(attempts):
+            log_file = logs / f"attempt-{attempt + 1}.log"
+            say(f"node {node}: attempt {attempt + 1}/{attempts}, log {log_file}")
+            rc = run_job(launch_command(recipe_file, data, run, r.parallel.world_size, r.launch), log_file, env)
+            if rc == EXIT_OK:
+                return attempt + 1
+            if rc == EXIT_USER_ERROR:
+                raise BloomlineError(f"training stopped: {_error_line(log_file) or f'exit status {rc}, see {log_file}'}")
+            say(f"node {node}: the job failed (exit {rc}); rejoining from the latest checkpoint")
+            time.sleep(1)
+        raise BloomlineError(f"training failed {attempts} times on node {node}; see {logs}")
+    finally:
+        (logs / "launch.env").unlink(missing_ok=True)
+        if recipe_file != folder.recipe:
+            recipe_file.unlink(missing_ok=True)
 
 
 def reshard_if_needed(run: Path, recipe: TrainRecipe, data: str | Path, log_file: Path) -> str | None:
@@ -152,9 +176,8 @@ def start_watcher(run: Path, recipe: TrainRecipe, data: str | Path, log_file: Pa
         pass
     cmd = [sys.executable, "-m", "flows.watch", "--run", str(run), "--data", str(Path(data).resolve()), "--recipe",
            str(RunDir(run).recipe)]
-    with open(log_file, "ab") as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[1],
-                                env=env, start_new_session=True)
+    proc, _ = spawn_logged(cmd, log_file, env, cwd=Path(__file__).resolve().parents[1])  # masked as it logs
+    return proc
 
 
 def stop_watcher(proc: subprocess.Popen, run: Path, recipe: TrainRecipe, log: Any, drain_s: float | None = None,
@@ -199,14 +222,14 @@ def _error_line(log_file: Path) -> str | None:
 def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
     """Train (or resume) the recipe on prepared data; restarts from ``latest`` after a failure."""
     log = get_run_logger()
-    r = from_dict(TrainRecipe, recipe)
+    r = from_dict(TrainRecipe, real(recipe))
     r.resolve_paths(Path.cwd())
     validate(r, data)
     run = Path(out).resolve()
     run.mkdir(parents=True, exist_ok=True)
     folder = RunDir(run)
-    recipe_file = folder.recipe
-    write_json_atomic(recipe_file, mask_tree(to_dict(r)))
+    write_json_atomic(folder.recipe, mask_tree(to_dict(r)))  # for people: secrets masked
+    recipe_file = ranks_recipe(r, folder)
     world = r.parallel.world_size
     attempts = r.checkpoint.max_restarts + 1
     # One log folder per invocation, so an old run's last lines are never taken for this one's.
@@ -252,10 +275,15 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
         if watcher:  # a failed run: no waiting for evaluations
             stop_watcher(watcher, run, r, log, drain_s=0, why="training stopped with an error before it was evaluated")
         raise
+    finally:
+        (logs / "launch.env").unlink(missing_ok=True)  # the real NCCL settings of several nodes (launch_env)
+        if recipe_file != folder.recipe:
+            recipe_file.unlink(missing_ok=True)
     evaluation = stop_watcher(watcher, run, r, log) if watcher else None
     step = folder.latest_step() or 0
     metrics = folder.metrics
-    last = json.loads(metrics.read_text().splitlines()[-1]) if metrics.exists() and metrics.stat().st_size else {}
+    records = read_metrics(metrics)[0]
+    last = records[-1] if records else {}
     stopped = folder.stop.exists() and step < r.train.steps
     return {"step": step, "steps": r.train.steps, "last": last, "attempts": attempt + 1, "stopped_by_kill_switch": stopped,
             "evaluation": evaluation}

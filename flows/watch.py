@@ -30,6 +30,7 @@ from typing import Callable
 
 from bloomline.config import from_dict, to_dict
 from eval.results import record_skipped, settled
+from flows.params import masked
 from training.checkpoint import RunDir
 from training.config import TrainRecipe
 
@@ -76,7 +77,7 @@ def watch(run_dir: Path, data: Path, recipe: TrainRecipe, done: Callable[[], boo
         settle(run_dir, recipe.evaluation.max_deferred, busy=step)
         t0 = time.perf_counter()
         try:
-            evaluate(str(folder.step_dir(step)), str(data), settings, str(run_dir))
+            evaluate(str(folder.step_dir(step)), str(data), masked(settings), str(run_dir))
             evaluated.append(step)
             print(f"evaluated step {step} in {time.perf_counter() - t0:.1f} s", flush=True)
         except Exception as e:  # a deleted, damaged or refused checkpoint: say so, go on with the others

@@ -11,11 +11,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from bloomline.errors import ConfigError
+from bloomline.secrets import copy_masked
 from training.shm import release_job_shm
 
 # Exit statuses of a job (the DeepSpeed launcher passes on the first failing rank's):
@@ -84,9 +86,31 @@ def launch_env(launch: Any, env: dict[str, str], env_file: Path) -> dict[str, st
         lines["MASTER_ADDR"] = launch.master_addr  # srun / mpirun start ranks with no launcher to set it
     lines["MASTER_PORT"] = str(launch.master_port or MULTI_NODE_PORT)
     env_file.parent.mkdir(parents=True, exist_ok=True)
-    env_file.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+    # the real values, for DeepSpeed to export: readable by this user only, and removed with the
+    # job (flows/train.py), so no run folder keeps them
+    fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("".join(f"{k}={v}\n" for k, v in lines.items()))
     env["DS_ENV_FILE"] = str(env_file.resolve())  # an absolute name: DeepSpeed joins it to ~ and . and gets it back
     return env
+
+
+def spawn_logged(cmd: list[str], log_file: Path, env: dict[str, str],
+                 cwd: str | Path | None = None) -> tuple[subprocess.Popen, threading.Thread]:
+    """Start ``cmd`` in its own session, its output (stdout and stderr) appended to ``log_file``
+    with secrets masked as it comes (bloomline.secrets.copy_masked, a thread of this process)."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                            start_new_session=True)
+    log = open(log_file, "ab")
+
+    def copy() -> None:
+        with log:
+            copy_masked(proc.stdout, log)
+
+    copier = threading.Thread(target=copy, name=f"log {log_file.name}", daemon=True)
+    copier.start()
+    return proc, copier
 
 
 def run_job(cmd: list[str], log_file: Path, env: dict[str, str], timeout: float | None = None,
@@ -95,30 +119,29 @@ def run_job(cmd: list[str], log_file: Path, env: dict[str, str], timeout: float 
     TIMED_OUT. ``poll()`` is called every ``poll_s`` seconds while it runs (progress reports).
     However it ends (exit, timeout, our interruption), the whole process group is killed — a
     dead rank's peers would hang in a collective — and its shared memory released."""
-    log_file.parent.mkdir(parents=True, exist_ok=True)
     deadline = None if timeout is None else time.monotonic() + timeout
-    with open(log_file, "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
-        try:
-            while True:
-                wait = poll_s if poll else None
-                if deadline is not None:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return TIMED_OUT
-                    wait = left if wait is None else min(wait, left)
-                try:
-                    return proc.wait(timeout=wait)
-                except subprocess.TimeoutExpired:
-                    if poll:
-                        poll()
-        finally:
+    proc, copier = spawn_logged(cmd, log_file, env, cwd)
+    try:
+        while True:
+            wait = poll_s if poll else None
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return TIMED_OUT
+                wait = left if wait is None else min(wait, left)
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-            release_job_shm(cmd)
+                return proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                if poll:
+                    poll()
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        copier.join(timeout=30)  # a child that escaped the group could hold the pipe open
+        release_job_shm(cmd)
 
 
 def check_hostfile(launch: Any, world: int) -> None:
