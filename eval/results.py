@@ -10,6 +10,7 @@ file's schema and version at load time; plain pyarrow, pandas or DuckDB read the
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +139,32 @@ def skipped_steps(run_dir: str | Path) -> dict[int, str]:
 def settled(run_dir: str | Path) -> set[int]:
     """Checkpoints evaluated, or recorded as skipped: none of them is waiting for an evaluation."""
     return set(evaluated_steps(run_dir)) | set(skipped_steps(run_dir))
+
+
+EVALUATION_PARTS = ("results", "generations", "skipped")  # what evaluations of a run leave (RunDir's names)
+
+
+def clear_evaluations(run_dir: str | Path) -> None:
+    """Remove the run's evaluations (results, generations, the skipped list)."""
+    folder = RunDir(run_dir)
+    for part in EVALUATION_PARTS:
+        path = getattr(folder, part)
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def copy_evaluations(src_run: str | Path, dst_run: str | Path) -> None:
+    """Make run ``dst_run``'s evaluations (results, generations, the skipped list) a copy of
+    ``src_run``'s, replacing what it had: how the main job keeps and restores the evaluations of
+    each set of evaluation settings (flows/pipeline.py)."""
+    clear_evaluations(dst_run)
+    src, dst = RunDir(src_run), RunDir(dst_run)
+    for part in EVALUATION_PARTS:
+        a, b = getattr(src, part), getattr(dst, part)
+        if a.is_dir():
+            shutil.copytree(a, b)
+        elif a.is_file():
+            b.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(a, b)

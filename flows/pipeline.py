@@ -13,6 +13,8 @@ RUN_DIR layout::
     prepare/<key>/                prepared data (contract 1: manifest.json, shards/, tokenizer/)
     train/<key>/                  the training run (contract 2: checkpoints/, metrics.jsonl, tensorboard/)
         eval/                     its evaluations (contract 3), dashboard/index.html
+    evaluate/<key>/eval/          a copy of those evaluations, one folder per evaluation settings:
+                                  switching the settings back restores them instead of evaluating again
     export/<key>/                 the final checkpoint as a Hugging Face BloomForCausalLM
 """
 
@@ -33,7 +35,7 @@ from training.checkpoint import read_meta, weights_digest
 from bloomline.secrets import mask_tree
 from flows.params import masked, real
 from flows.config import PipelineConfig
-from flows.stages import MARKER, StageKey, code_digest, completed, content_digest, mark_complete, why_rerun
+from flows.stages import StageKey, code_digest, completed, content_digest, mark_complete, why_rerun
 
 RECORD = "pipeline.json"
 
@@ -138,7 +140,7 @@ def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
     from data_prep.shards import load_manifest
     from eval.dashboard import build
     from eval.export import export
-    from eval.results import evaluated_steps, skipped_steps
+    from eval.results import clear_evaluations, copy_evaluations, evaluated_steps, skipped_steps
     from flows.evaluate import evaluate_flow
     from flows.prepare import prepare
     from flows.train import train, validate
@@ -172,16 +174,33 @@ def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
     recipe = cfg.train
     tk = train_key(recipe, data_dir)
     train_dir = tk.folder(run)
+    folder = RunDir(train_dir)
+    ek = evaluate_key(recipe, tk)
+
+    def evaluated_with() -> str | None:
+        """The evaluation key the results in the run's eval/ were made with (None: unknown)."""
+        try:
+            return read_json(folder.evaluated_with)["key"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def mark_evaluated_with(key: StageKey | None) -> None:
+        if key is None:
+            folder.evaluated_with.unlink(missing_ok=True)
+        else:
+            write_json_atomic(folder.evaluated_with, {"key": key.key, "settings": mask_tree(key.config)})
 
     def do_train() -> dict[str, Any]:
         validate(recipe, data_dir)
+        if evaluated_with() != ek.key:  # the watcher evaluates with this recipe's settings: no mixing with others
+            mark_evaluated_with(None)
+            clear_evaluations(train_dir)
+            mark_evaluated_with(ek)
         res = train(masked(to_dict(recipe)), str(data_dir), str(train_dir))
         if res["stopped_by_kill_switch"]:
             raise BloomlineError(f"stopped by the kill switch at step {res['step']}/{res['steps']}: remove "
                                  f"{train_dir / 'STOP'} and rerun to continue")
         return {"run": str(train_dir), "step": res["step"], "loss": res["last"].get("loss"), "attempts": res["attempts"]}
-
-    folder = RunDir(train_dir)
 
     def train_intact(outputs: dict[str, Any]) -> str | None:
         step = folder.latest_step()
@@ -189,20 +208,35 @@ def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
 
     stages.run_stage(tk, train_dir, do_train, train_intact)
 
-    # 3. evaluation of every kept checkpoint not evaluated yet (all of them when its settings changed)
-    ek = evaluate_key(recipe, tk)
-    eval_dir = folder.eval
+    # 3. evaluation of every kept checkpoint not evaluated yet with these settings. The stage's own
+    # folder keeps a copy of the run's evaluations per settings, so switching a value back restores
+    # them rather than evaluating again; the run's eval/ (what the dashboard reads) always holds the
+    # evaluations of the current settings.
+    kept = ek.folder(run)
 
     def do_evaluate() -> dict[str, Any]:
-        settings = to_dict(recipe.evaluation.settings)
-        fresh = (eval_dir / MARKER).exists()  # an evaluation with other settings or of another run: redo all
-        todo = [s for s in folder.complete_steps() if fresh or s not in evaluated_steps(train_dir)]
+        if evaluated_with() != ek.key:  # made with other settings, or unknown: evaluate every checkpoint
+            mark_evaluated_with(None)
+            clear_evaluations(train_dir)
+        todo = [s for s in folder.complete_steps() if s not in evaluated_steps(train_dir)]
+        settings = masked(to_dict(recipe.evaluation.settings))
         for step in todo:
-            evaluate_flow(str(folder.step_dir(step)), str(data_dir), masked(settings), str(train_dir))
+            evaluate_flow(str(folder.step_dir(step)), str(data_dir), settings, str(train_dir))
+        mark_evaluated_with(ek)
+        copy_evaluations(train_dir, kept)
         return {"evaluated": evaluated_steps(train_dir), "skipped": {str(k): v for k, v in skipped_steps(train_dir).items()},
                 "evaluated_now": todo}
 
-    stages.run_stage(ek, eval_dir, do_evaluate)
+    def kept_intact(outputs: dict[str, Any]) -> str | None:
+        have = evaluated_steps(kept)
+        return None if have == outputs["evaluated"] else f"it keeps results of steps {have}, not {outputs['evaluated']}"
+
+    _, reused = stages.run_stage(ek, kept, do_evaluate, kept_intact)
+    if reused and evaluated_with() != ek.key:  # the run's eval/ holds other settings' results: restore these
+        mark_evaluated_with(None)
+        copy_evaluations(kept, train_dir)
+        mark_evaluated_with(ek)
+        log.info("evaluate: the run's evaluations restored from %s", kept)
     dashboard = task(build, name="dashboard", cache_policy=NONE, persist_result=False)(train_dir)
 
     # 4. the final checkpoint as a Hugging Face model

@@ -83,6 +83,8 @@ class RunDir:
     skipped = property(lambda self: self.eval / "skipped.jsonl")
     eval_stamp = property(lambda self: self.eval / "data_verified.json")  # the validation shards' checksums
     training_done = property(lambda self: self.eval / "training_done")  # the watcher drains, then exits
+    # the evaluation key (flows/pipeline.py) the results in eval/ were made with; absent: unknown
+    evaluated_with = property(lambda self: self.eval / "evaluated_with.json")
     dashboard = property(lambda self: self.root / "dashboard")
 
     @classmethod

@@ -12,7 +12,8 @@ from bloomline.config import load_config
 from training.config import EvalConfig
 from eval.evaluate import evaluate_model, generations, language_samples
 from eval.metrics import LangTotals, metric_rows
-from eval.results import ResultsError, evaluated_steps, read_results, write_results
+from eval.results import (ResultsError, clear_evaluations, copy_evaluations, evaluated_steps, read_results,
+                          record_skipped, skipped_steps, write_results)
 from eval.metrics import regressions
 from flows.evaluate import artifact_key
 from training.config import ModelConfig
@@ -129,6 +130,19 @@ def test_results_store_replaces_a_checkpoints_rows_and_refuses_foreign_files(tmp
     pq.write_table(bad, tmp_path / "eval" / "results" / "step_00000030.parquet")
     with pytest.raises(ResultsError, match="not the results schema"):
         read_results(tmp_path)
+
+
+def test_a_runs_evaluations_are_copied_and_restored_whole(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_results(a, 10, rows_for(10, 1.0), [])
+    write_results(a, 20, rows_for(20, 1.1), [])
+    record_skipped(a, 15, "deleted by checkpoint.keep")
+    write_results(b, 30, rows_for(30, 2.0), [])  # other settings' results: replaced, not mixed in
+    copy_evaluations(a, b)
+    assert evaluated_steps(b) == [10, 20] and skipped_steps(b) == {15: "deleted by checkpoint.keep"}
+    assert read_results(b).equals(read_results(a))
+    clear_evaluations(b)
+    assert evaluated_steps(b) == [] and skipped_steps(b) == {} and evaluated_steps(a) == [10, 20]
 
 
 def test_regressions_and_artifact_keys():

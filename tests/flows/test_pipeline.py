@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from eval.results import read_generations
+
 REPO = Path(__file__).resolve().parents[2]
 BLOOMLINE = [sys.executable, "-m", "flows.cli"]
 
@@ -76,14 +78,35 @@ def test_demo_pipeline_end_to_end_reuse_failure_and_rerun(tmp_path):
     assert all(s["reused"] for s in stages.values()), {k: s["why"] for k, s in stages.items()}
     assert "reused" in res.stderr
 
-    # 3. a stage that fails stops the flow with its own error, on one line, no traceback
+    # 3. an evaluation setting changed: training reused, every kept checkpoint evaluated again with
+    # it; switching it back restores the first evaluations (the same files) without evaluating
+    results = Path(first_train) / "eval" / "results"
+    first_results = {p.name: p.read_bytes() for p in results.glob("*.parquet")}
+    res = pipeline(out, "train.evaluation.settings.prompts_per_lang=1")
+    assert res.returncode == 0, res.stderr[-3000:]
+    stages = record(out)["stages"]
+    assert stages["train"]["reused"] and not stages["evaluate"]["reused"]
+    assert stages["evaluate"]["outputs"]["evaluated_now"] == stages["evaluate"]["outputs"]["evaluated"]
+    assert "prompts_per_lang: 2 → 1" in stages["evaluate"]["why"]
+    assert set(read_generations(first_train).column("k").to_pylist()) == {0}
+    # only the kept checkpoints can be evaluated again; the first settings' results of the deleted
+    # ones exist only in their keyed copy
+    assert {p.name for p in results.glob("*.parquet")} <= first_results.keys()
+    res = pipeline(out)
+    assert res.returncode == 0, res.stderr[-3000:]
+    stages = record(out)["stages"]
+    assert stages["evaluate"]["reused"] and stages["evaluate"]["outputs"]["evaluated"] == evaluated
+    assert {p.name: p.read_bytes() for p in results.glob("*.parquet")} == first_results
+    assert set(read_generations(first_train).column("k").to_pylist()) == {0, 1}
+
+    # 4. a stage that fails stops the flow with its own error, on one line, no traceback
     res = pipeline(out, "train.model.vocab_size=5000")
     assert res.returncode == 2
     errors = [l for l in res.stderr.splitlines() if l.startswith("error:")]
     assert len(errors) == 1 and "stage 'train' failed" in errors[0] and "4000-piece tokenizer" in errors[0], res.stderr[-3000:]
     assert "Traceback" not in res.stderr, res.stderr[-3000:]
 
-    # 4. one training value changed: data reused, training, evaluation and export rerun; the old run is kept
+    # 5. one training value changed: data reused, training, evaluation and export rerun; the old run is kept
     res = pipeline(out, "train.optim.lr=0.002")
     assert res.returncode == 0, res.stderr[-3000:]
     stages = record(out)["stages"]

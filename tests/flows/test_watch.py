@@ -1,9 +1,18 @@
 """The evaluation watcher's queue (flows/watch.py) and the checkpoints that wait for it (RunDir.hold)."""
 
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 from eval.results import evaluated_steps, record_skipped, skipped_steps, write_results
+from flows.train import stop_watcher
 from flows.watch import pending, watch
 from training.checkpoint import RunDir
+from training.config import TrainRecipe
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def complete(run: RunDir, *steps: int) -> None:
@@ -73,3 +82,22 @@ def test_the_checkpoint_being_evaluated_is_never_deleted(tmp_path):
     run.hold(os.getpid(), released=[], max_deferred=1, busy=2)
     assert run.prune(keep=1) == [1, 3]  # 4 waits (max_deferred=1), 2 is busy, 5 is the newest
     assert run.complete_steps() == [2, 4, 5] and [r["step"] for r in run.pruned()] == [1, 3]
+
+
+def test_a_watcher_killed_at_the_end_of_the_drain_leaves_no_hold(tmp_path):
+    """A watcher still busy when evaluation.drain_s runs out is SIGKILLed and cannot remove its
+    own hold: stopping it does, and records what it left as skipped."""
+    run = RunDir(tmp_path)
+    complete(run, 1, 2)
+    hang = (f"import os, time; from training.checkpoint import RunDir; "
+            f"RunDir({str(tmp_path)!r}).hold(os.getpid(), [], 4); time.sleep(120)")
+    proc = subprocess.Popen([sys.executable, "-c", hang], cwd=REPO, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not run.hold_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert run.holder() is not None
+    out = stop_watcher(proc, tmp_path, TrainRecipe(), logging.getLogger("test"), drain_s=0.1)
+    assert proc.returncode == -9  # it was killed, not drained
+    assert not run.hold_file.exists()
+    assert set(out["skipped"]) == {1, 2} and "drain_s" in out["skipped"][2]
+
