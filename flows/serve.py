@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bloomline.errors import BloomlineError
+from training.launch import kill_group
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOYMENT = "bloomline"  # each flow's deployment name: run it as "<flow>/bloomline"
@@ -66,11 +67,7 @@ def stop(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=20)
     except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        kill_group(proc)
 
 
 def default_parameters() -> dict[str, dict[str, Any]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -30,8 +29,8 @@ from flows.progress import TrainProgress
 from training.metrics_log import read_metrics
 from training.checkpoint import RunDir, read_meta, saved_recipe, trained_on
 from training.config import TrainRecipe
-from training.launch import (EXIT_OK, EXIT_USER_ERROR, check_hostfile, cpu_comm_kernel_built, launch_command, launch_env,
-                             run_job, spawn_logged)
+from training.launch import (EXIT_OK, EXIT_USER_ERROR, check_hostfile, cpu_comm_kernel_built, kill_group, launch_command,
+                             launch_env, run_job, spawn_logged)
 from training.layout import layout_of, layout_label
 from training.schedule import schedule_change
 
@@ -198,11 +197,7 @@ def stop_watcher(proc: subprocess.Popen, run: Path, recipe: TrainRecipe, log: An
     except subprocess.TimeoutExpired:
         pass
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        kill_group(proc)
     record_pruned(run)
     for step in pending(run):
         record_skipped(run, step, why or f"its evaluation had not finished evaluation.drain_s={drain_s:g} seconds "

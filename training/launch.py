@@ -113,6 +113,15 @@ def spawn_logged(cmd: list[str], log_file: Path, env: dict[str, str],
     return proc, copier
 
 
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group of a child started in its own session (what it started too), and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
 def run_job(cmd: list[str], log_file: Path, env: dict[str, str], timeout: float | None = None,
             cwd: str | Path | None = None, poll: Callable[[], None] | None = None, poll_s: float = 2.0) -> int:
     """Run ``cmd`` in its own session, output appended to ``log_file``; its exit status, or
@@ -135,11 +144,7 @@ def run_job(cmd: list[str], log_file: Path, env: dict[str, str], timeout: float 
                 if poll:
                     poll()
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        kill_group(proc)
         copier.join(timeout=30)  # a child that escaped the group could hold the pipe open
         release_job_shm(cmd)
 
