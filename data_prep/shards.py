@@ -4,9 +4,9 @@ Shards are Arrow IPC *stream* files — the format ``datasets.Dataset.from_file`
 so plain pyarrow (``pa.ipc.open_stream``) and ``datasets`` read them without bloomline.
 One shard holds samples of one split, one language and one bucket.
 
-:func:`load_manifest` checks the manifest's format version and fields; :func:`open_shard`
-verifies a shard's sha256 before returning it, and raises :class:`CorruptShardError` naming the
-file when it does not match.
+:func:`load_manifest` checks the manifest's format version and fields; :func:`read_shard`, the
+one reader of a shard, checks its schema, format version and rows, and :func:`checksum_error` its
+sha256 against the manifest; both name the file when it does not match.
 """
 
 from __future__ import annotations
@@ -167,16 +167,6 @@ def read_shard(path: str | Path, rows: int) -> list[pa.RecordBatch]:
     if n != rows:
         raise CorruptShardError(f"shard {path}: {n} rows, the manifest says {rows}")
     return batches
-
-
-def open_shard(data_dir: str | Path, shard: dict[str, Any], verify: bool = True) -> pa.Table:
-    """One shard of a manifest as a Table (memory-mapped), after checking its sha256."""
-    path = Path(data_dir) / shard["path"]
-    if verify and path.is_file():
-        error = checksum_error(path, shard["sha256"])
-        if error:
-            raise CorruptShardError(error)
-    return pa.Table.from_batches(read_shard(path, shard["rows"]), schema=SCHEMA)
 
 
 def check_model_fits(manifest: dict[str, Any], data_dir: str | Path, vocab_size: int, seq_len: int) -> None:

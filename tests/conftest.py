@@ -89,3 +89,22 @@ def dup_inputs(tmp_path_factory) -> Path:
     for k, rows in enumerate(out):
         (src / f"copies-{k}.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     return src
+
+
+@pytest.fixture
+def shard_table():
+    """A manifest's shard as a Table, read as the trainer reads it: sha256 checked against the
+    manifest, then the one reader (schema, format version, rows)."""
+    import pyarrow as pa
+
+    from data_prep.shards import SCHEMA, CorruptShardError, checksum_error, read_shard
+
+    def read(data_dir: Path, shard: dict) -> "pa.Table":
+        path = Path(data_dir) / shard["path"]
+        error = checksum_error(path, shard["sha256"])
+        if error:
+            raise CorruptShardError(error)
+        return pa.Table.from_batches(read_shard(path, shard["rows"]), schema=SCHEMA)
+
+    return read
+

@@ -12,7 +12,7 @@ from bloomline.config import load_config
 from bloomline.errors import DataError
 from data_prep.config import PrepareConfig, SourceConfig
 from data_prep.pipeline import run_all
-from data_prep.shards import load_manifest, open_shard
+from data_prep.shards import load_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,7 +38,7 @@ def run_demo(tmp_path, bad_inputs, *overrides):
     return cfg, out, run_all(cfg, out)
 
 
-def test_ledger_balances_and_contract_holds(tmp_path, bad_inputs):
+def test_ledger_balances_and_contract_holds(tmp_path, bad_inputs, shard_table):
     cfg, out, m = run_demo(tmp_path, bad_inputs)
     m = load_manifest(out)
     langs = m["languages"]
@@ -57,7 +57,7 @@ def test_ledger_balances_and_contract_holds(tmp_path, bad_inputs):
     # shards: checksums, one language per shard, offsets valid, sample fits bucket
     eos = m["tokenizer"]["eos_id"]
     for s in m["shards"]:
-        t = open_shard(out, s)
+        t = shard_table(out, s)
         assert set(t.column("lang").to_pylist()) == {s["lang"]}
         for ids, offs in zip(t.column("input_ids").to_pylist()[:50], t.column("doc_offsets").to_pylist()[:50]):
             assert len(ids) <= s["bucket"] and offs[0] == 0 and offs == sorted(set(offs))
@@ -138,7 +138,7 @@ def test_exact_and_near_duplicates_are_dropped_and_the_first_is_kept(tmp_path):
     assert log[0]["score"] == 1.0 and 0.8 <= log[1]["score"] < 1.0
 
 
-def test_pii_is_counted_end_to_end_and_redacted_in_the_shards(tmp_path):
+def test_pii_is_counted_end_to_end_and_redacted_in_the_shards(tmp_path, shard_table):
     """Emails, IP addresses and phone numbers in the input: the manifest's per-language ledger
     and stages.pii count them, and the token ids of the shards hold the placeholders, not them."""
     import sentencepiece as spm
@@ -155,6 +155,6 @@ def test_pii_is_counted_end_to_end_and_redacted_in_the_shards(tmp_path):
     assert m["languages"]["en"]["pii"] == want and m["stages"]["pii"] == want
     sp = spm.SentencePieceProcessor(model_file=str(out / m["tokenizer"]["path"]))
     decoded = "".join(sp.decode(ids) for s in m["shards"] if s["split"] == "train"
-                      for ids in open_shard(out, s).column("input_ids").to_pylist())
+                      for ids in shard_table(out, s).column("input_ids").to_pylist())
     assert decoded.count("<EMAIL>") == 2 and "<IP_ADDRESS>" in decoded and "<PHONE>" in decoded
     assert "example.org" not in decoded and "192.168" not in decoded and "7946" not in decoded
