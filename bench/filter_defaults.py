@@ -73,7 +73,7 @@ def halves(docs: Docs) -> tuple[Docs, Docs]:
     held: Docs = {}
     for lang, ds in docs.items():
         for d in ds:
-            (held if xxhash.xxh64_intdigest(f"half:{d[0]}") & 1 else tune).setdefault(lang, []).append(d)
+            (held if xxhash.xxh64_intdigest(f"half:{d[0]}".encode()) & 1 else tune).setdefault(lang, []).append(d)
     return tune, held
 
 
