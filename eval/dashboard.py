@@ -7,7 +7,8 @@ per byte per language over checkpoints, a language × checkpoint heatmap, the gr
 bits per byte against training tokens seen per language, the training loss and learning rate
 (``metrics.jsonl``), the flagged regressions, and the data ledger of the run's manifest; and,
 beside it, ``data.html``: the data's filter report (data_prep/filter_report.py: drops by language and
-reason with examples, kept documents near a threshold), linked from the main page.
+reason with examples, kept documents near a threshold), linked from the main page; and, for a run
+whose mixture was steered online, ``mixture.html`` (eval/mixture_page.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from bloomline.io import write_bytes_atomic
 from eval.metrics import regressions
+from eval.mixture_page import mixture_page
 from training.checkpoint import RunDir
 from training.metrics_log import read_metrics
 from eval.results import read_generations, read_results
@@ -182,6 +184,10 @@ def build(run_dir: str | Path, threshold: float | None = None) -> Path:
     if data is not None:
         write_bytes_atomic(RunDir(run_dir).dashboard / "data.html", data.encode("utf-8"))
     link = " · <a href='data.html'>data: filter report</a>" if data is not None else ""
+    mixture = mixture_page(run_dir, PAGE)
+    if mixture is not None:
+        write_bytes_atomic(RunDir(run_dir).dashboard / "mixture.html", mixture.encode("utf-8"))
+        link += " · <a href='mixture.html'>language mixture</a>"
     html = PAGE.format(title=run_dir.name, body=f"<h1>bloomline run {run_dir.name}</h1><p>{rows} result rows; "
                                                  f"evaluation contract: eval/RESULTS.md{link}</p>" + "".join(parts))
     out = RunDir(run_dir).dashboard / "index.html"

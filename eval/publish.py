@@ -1,6 +1,7 @@
 """Publishing one checkpoint's evaluation into its run: the results table (contract 3,
-eval/RESULTS.md), TensorBoard scalars under BLOOM's names, the refreshed dashboard, and the
-languages that regressed since the previous evaluation. The ``evaluate`` flow (flows/evaluate.py)
+eval/RESULTS.md), the per-language feedback an online mixture reads, TensorBoard scalars under
+BLOOM's names, the refreshed dashboard, and the languages that regressed since the previous
+evaluation. The ``evaluate`` flow (flows/evaluate.py)
 runs this and adds its Prefect artifacts."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from eval.evaluate import evaluate
 from eval.metrics import regressions
 from eval.results import read_results, write_results
 from training.checkpoint import RunDir
+from training.online_mixture import write_feedback
 
 
 def previous_rows(run_dir: Path, step: int) -> dict[str, dict[str, Any]]:
@@ -52,6 +54,9 @@ def run_evaluation(ckpt_dir: str | Path, data_dir: str | Path, cfg: EvalConfig, 
     step = ev.rows[0]["step"]
     before = previous_rows(run_dir, step)
     path = write_results(run_dir, step, ev.rows, ev.generations)
+    # what an online mixture steered by evaluations reads (training/online_mixture.py)
+    langs = [r for r in ev.rows if r["scope"] == "language"]
+    write_feedback(run_dir, step, {r["lang"]: r["bpb"] for r in langs}, {r["lang"]: r["tokens_seen"] for r in langs})
     write_tensorboard(run_dir, ev.rows)
     from eval.dashboard import build  # the dashboard reads the results table this module writes
 

@@ -34,6 +34,7 @@ class TrainProgress:
         self.reported_step = -1
         self.artifact_key = artifact_key
         self.artifact_id: Any = None
+        self.weights: dict[str, float] | None = None  # the mixture's last reported weights
 
     def read_new(self) -> list[dict[str, Any]]:
         out, self.offset = read_metrics(self.metrics, self.offset)
@@ -63,6 +64,9 @@ class TrainProgress:
             new = self.read_new()
             if not new:
                 return
+            for r in new:
+                if r.get("mixture_weights"):
+                    self._mixture_artifact(r)
             self.recent = (self.recent + new)[-ETA_WINDOW:]
             step = self.recent[-1]["step"]
             now = time.monotonic()
@@ -73,6 +77,25 @@ class TrainProgress:
             self.log(text)
             self._artifact(100.0 * step / self.steps, text)
         except Exception:  # noqa: BLE001 - a progress report must never stop training
+            return
+
+    def _mixture_artifact(self, r: dict[str, Any]) -> None:
+        """One table artifact per change of the online mixture's weights (key ``mixture-weights``:
+        Prefect keeps each change as a version), with the step and its cause."""
+        if self.artifact_key is None:
+            return
+        try:
+            from prefect.artifacts import create_table_artifact
+
+            before = self.weights or {}
+            cause = r.get("mixture_cause") or {}
+            rows = [{"lang": lang, "weight": round(w, 6), "before": round(before[lang], 6) if lang in before else None}
+                    for lang, w in sorted(r["mixture_weights"].items(), key=lambda kv: -kv[1])]
+            what = cause.get("signal", "") + (f", checkpoint {cause['checkpoint']}" if "checkpoint" in cause else "")
+            create_table_artifact(rows, key="mixture-weights",
+                                  description=mask_text(f"step {r['step']}: {cause.get('rule', '?')} ({what})"))
+            self.weights = dict(r["mixture_weights"])
+        except Exception:  # noqa: BLE001 - no Prefect run context (a plain call), or the server is gone
             return
 
     def _artifact(self, percent: float, text: str) -> None:

@@ -26,7 +26,9 @@ from bloomline.secrets import mask_tree
 from flows.params import real
 from data_prep.shards import check_model_fits, load_manifest
 from flows.progress import TrainProgress
+from eval.reference import reference_curve
 from training.metrics_log import read_metrics
+from training.online_mixture import write_reference
 from training.checkpoint import RunDir, read_meta, saved_recipe, trained_on
 from training.config import TrainRecipe
 from training.launch import (EXIT_OK, EXIT_USER_ERROR, check_hostfile, cpu_comm_kernel_built, kill_group, launch_command,
@@ -224,6 +226,13 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
     run.mkdir(parents=True, exist_ok=True)
     folder = RunDir(run)
     write_json_atomic(folder.recipe, mask_tree(to_dict(r)))  # for people: secrets masked
+    online = r.batch.online
+    if r.batch.mixture == "online" and online.reference:  # checked against this run, then read by every rank
+        languages = sorted(k for k, v in load_manifest(data)["blend"].items() if v > 0)
+        curve, checked = reference_curve(online.reference, data, languages)
+        write_reference(run, curve, checked)
+        log.info("mixture reference: %s (%d languages, %d evaluations)", online.reference, checked["languages"],
+                 checked["evaluations"])
     recipe_file = ranks_recipe(r, folder)
     world = r.parallel.world_size
     attempts = r.checkpoint.max_restarts + 1

@@ -33,7 +33,8 @@ from training.config import ModelConfig, TrainRecipe
 from training.layout import (LAYOUT_KEYS, bloom_name, first_mismatch, layout_of, pipeline_prefixes, layout_label, tp_merge,
                              tp_rules)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the online mixture's state (``mixture``); version 1 files read as a fixed mixture
+READS_VERSIONS = (1, 2)
 META_FILE = "bloomline.json"
 PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 _TAG = re.compile(r"^step_(\d+)$")
@@ -86,6 +87,11 @@ class RunDir:
     # the evaluation key (flows/pipeline.py) the results in eval/ were made with; absent: unknown
     evaluated_with = property(lambda self: self.eval / "evaluated_with.json")
     dashboard = property(lambda self: self.root / "dashboard")
+    # the online mixture (training/mixture.py): its changes, write-ahead; the evaluations it may
+    # read (written by eval/publish.py, one file per evaluated checkpoint); the reference run's curve
+    mixture_log = property(lambda self: self.root / "mixture.jsonl")
+    mixture_feedback = property(lambda self: self.root / "mixture" / "feedback")
+    mixture_reference = property(lambda self: self.root / "mixture" / "reference.json")
 
     @classmethod
     def of_checkpoint(cls, step_dir: str | Path) -> "RunDir":
@@ -196,7 +202,7 @@ def trained_on(meta: dict[str, Any], data_dir: str | Path) -> bool:
 
 
 def make_meta(step: int, recipe: TrainRecipe, data_dir: str | Path, data_manifest_sha256: str, sampler: dict[str, Any],
-              trainer: dict[str, Any]) -> dict[str, Any]:
+              trainer: dict[str, Any], mixture: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """The bloomline.json of a checkpoint (fields in training/CHECKPOINT.md)."""
     from training.model import full_shapes
 
@@ -213,6 +219,7 @@ def make_meta(step: int, recipe: TrainRecipe, data_dir: str | Path, data_manifes
         "sampler": sampler,
         "tp_rules": tp_rules(list(full_shapes(recipe.model))),
         "trainer": trainer,
+        "mixture": mixture,
         "recipe": mask_tree(to_dict(recipe)),
     }
 
@@ -233,9 +240,12 @@ def read_meta(step_dir: str | Path) -> dict[str, Any]:
                               f"is {step_dir} a complete bloomline checkpoint (RUN_DIR/checkpoints/step_N)?")
     if not isinstance(meta, dict) or "format_version" not in meta:
         raise CheckpointError(f"{path}: no field 'format_version' (written by a bloomline before checkpoint format 1?)")
-    if meta["format_version"] != FORMAT_VERSION:
+    if meta["format_version"] not in READS_VERSIONS:
         raise CheckpointError(f"{path}: field 'format_version' is {meta['format_version']!r}, this bloomline reads "
-                              f"{FORMAT_VERSION}")
+                              f"{' and '.join(map(str, READS_VERSIONS))}")
+    meta.setdefault("mixture", None)  # version 1: a fixed mixture
+    if meta["mixture"] is not None and not isinstance(meta["mixture"], dict):
+        raise CheckpointError(f"{path}: field 'mixture' should be null or a dict, got {meta['mixture']!r}")
     for key, tp in _FIELDS.items():
         if key not in meta:
             raise CheckpointError(f"{path}: field '{key}' is missing")

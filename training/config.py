@@ -13,6 +13,7 @@ from typing import Any, Literal, Optional, Union
 
 from bloomline.config import check
 from bloomline.errors import ConfigError
+from training.mixture import OnlineMixtureConfig
 
 
 @dataclass
@@ -146,6 +147,12 @@ class BatchConfig:
     None: the model's FLOPs ratio 12·L·H / 6·N (training/flops.py; bloom-560m 8.8e-5)."""
     balance_tolerance: float = 0.02
     """Data-parallel ranks' cost (above) must be within this of the step's mean."""
+    mixture: Literal["fixed", "online"] = "fixed"
+    """The language blend while training runs: ``fixed`` samples every step from the starting
+    blend (the data's manifest: BLOOM's α-smoothed weights, or ``blend.weights``); ``online`` lets
+    ``batch.online``'s rule move it at step boundaries (training/mixture.py)."""
+    online: OnlineMixtureConfig = field(default_factory=OnlineMixtureConfig)
+    """The rule and its settings, with ``mixture: online``."""
 
     def validate(self) -> None:
         check(self.tokens_per_step >= 1, "tokens_per_step", "must be >= 1")
@@ -403,6 +410,9 @@ class TrainRecipe:
         check(not (self.train.precision == "fp32" and self.parallel.zero_stage == 0), "parallel.zero_stage",
               "fp32 with zero_stage 0 cannot skip a NaN/inf batch (DeepSpeed's plain optimizer path has no overflow "
               "check); use zero_stage >= 1 or bf16")
+        check(not (self.batch.mixture == "online" and self.batch.online.rule == "evaluation"
+                   and not self.evaluation.enabled), "batch.online.rule",
+              "evaluation steers by the evaluations made while training runs: it needs evaluation.enabled=true")
 
     def check_device(self, gpu: bool, torch_version: str = "") -> None:
         """What this recipe needs of the machine it trains on: fp16 and FlexAttention train on GPUs only."""

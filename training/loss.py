@@ -12,7 +12,13 @@ from training.model import IGNORE_INDEX
 
 
 def token_losses(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sum of per-token cross-entropy over labelled positions, number of them), fp32.
+    """(sum of per-token cross-entropy over labelled positions, number of them), fp32."""
+    per_sample, n = sample_losses(logits, labels)
+    return per_sample.sum(), n.sum()
+
+
+def sample_losses(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per sample (row): (sum of per-token cross-entropy over labelled positions, number of them), fp32.
 
     Vocabulary-parallel logits go through megatron-core's ``vocab_parallel_cross_entropy``
     (each rank holds V/tp columns; the softmax normaliser is all-reduced)."""
@@ -25,7 +31,7 @@ def token_losses(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tens
         per_token = vocab_parallel_cross_entropy(logits.float(), safe)
     else:
         per_token = F.cross_entropy(logits.float().flatten(0, 1), safe.flatten(), reduction="none").view_as(labels)
-    return (per_token * mask).sum(), mask.sum()
+    return (per_token * mask).sum(dim=1), mask.sum(dim=1)
 
 
 class StepLoss:
@@ -40,22 +46,41 @@ class StepLoss:
     ``spike_limit``, its loss is made NaN on purpose. The NaN reaches every rank's gradients
     through the all-reduces, DeepSpeed finds the global gradient norm invalid and skips the
     optimizer step on all ranks alike (counted in ``engine.skipped_steps``). ``poison`` does the
-    same to a good batch (the ``train.inject_nan_at`` fault drill)."""
+    same to a good batch (the ``train.inject_nan_at`` fault drill).
 
-    def __init__(self) -> None:
+    Per language: given each micro-batch's sample languages (``set_step(langs=...)``, in the
+    order the micro-batches run; with PP only the last stage computes losses, in that order),
+    it sums each language's token loss and labelled tokens over the step (``lang_loss``,
+    ``lang_tokens``), what the online mixture and the metrics read once the step has ended."""
+
+    def __init__(self, languages: int = 0) -> None:
         self.scale = 1.0
         self.spike_limit = math.inf
         self.poison = False
         self.bad = False
+        self.languages = languages
+        self.langs: list[torch.Tensor] = []
+        self.lang_loss = torch.zeros(languages, dtype=torch.float64)
+        self.lang_tokens = torch.zeros(languages, dtype=torch.float64)
 
-    def set_step(self, gas: int, dp: int, step_tokens: int, spike_limit: float = math.inf, poison: bool = False) -> None:
+    def set_step(self, gas: int, dp: int, step_tokens: int, spike_limit: float = math.inf, poison: bool = False,
+                 langs: list[torch.Tensor] | None = None) -> None:
+        """``langs[g]``: the language index of each sample of micro-batch ``g`` (int64)."""
         self.scale = gas * dp / max(step_tokens, 1)
         self.spike_limit = spike_limit
         self.poison = poison
         self.bad = False
+        self.langs = list(langs or [])
+        self.lang_loss = torch.zeros(self.languages, dtype=torch.float64)
+        self.lang_tokens = torch.zeros(self.languages, dtype=torch.float64)
 
     def __call__(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        total, n = token_losses(logits, labels)
+        per_sample, counts = sample_losses(logits, labels)
+        total, n = per_sample.sum(), counts.sum()
+        if self.langs:
+            ids = self.langs.pop(0)
+            self.lang_loss.index_add_(0, ids, per_sample.detach().cpu().double())
+            self.lang_tokens.index_add_(0, ids, counts.cpu().double())
         mean = float(total.detach()) / max(int(n), 1)
         if self.poison or not math.isfinite(mean) or mean > self.spike_limit:
             self.bad = True

@@ -66,6 +66,10 @@ class MetricsLog:
               "bloomline/dp_balance": rec["dp_balance"], "bloomline/dp_time_balance": rec["dp_time_balance"],
               "bloomline/skipped_batches": rec["skipped_batches"],
               "loss-scale/loss-scale": rec["loss_scale"], "bloomline/fp16_overflows": rec["fp16_overflows"]}
+        for lang, v in (rec.get("lang_loss") or {}).items():
+            tb[f"lm-loss-training/{lang}"] = v  # per-language training loss (training/loss.py StepLoss)
+        for lang, v in (rec.get("mixture_weights") or {}).items():
+            tb[f"mixture/{lang}"] = v  # the online mixture's weights, at the steps they change
         for k, v in tb.items():
             if v is not None:
                 self._tb.add_scalar(k, v, step)

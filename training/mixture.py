@@ -71,9 +71,12 @@ class OnlineMixtureConfig:
     loss_smoothing: float = 0.5
     """bandit: each language's reward is an exponential moving average of its loss, the old
     value kept with this factor (ODM's α: 0.9 in its code, 0.5 in its 1B runs)."""
-    explore: bool = True
+    explore: bool = False
     """bandit: mix the target with uniform by EXP3's ε_t = min(1/K, sqrt(ln K / (K·t))), t the
-    number of updates (ODM, section 3)."""
+    number of updates (ODM, section 3). Off by default: EXP3 explores because a bandit sees one
+    arm's loss per round, while the trainer measures every language it drew (full information,
+    Hedge); and with BLOOM's K = 59 languages, ε_t = 1/K (the target exactly uniform) for the
+    first K·ln K ≈ 240 updates."""
     smoothing: float = 0.5
     """Each change moves the weights this fraction of the way to the rule's target (1: jump)."""
     min_weight: float = 0.002
@@ -188,10 +191,11 @@ class ReferenceCurve:
 
 @dataclass
 class Change:
-    """One change of the weights: the step after which it applies, the weights, and its cause."""
+    """One decision: the step after which it applies, the new weights (None: results taken in,
+    weights unchanged), and its cause."""
 
     step: int
-    weights: dict[str, float]
+    weights: Optional[dict[str, float]]
     cause: dict[str, Any]
 
     def to_json(self) -> dict[str, Any]:
@@ -251,13 +255,17 @@ class MixtureController:
         self.reward[again] = a * self.reward[again] + (1 - a) * mean[again]
         window = (int(self.window_tokens.sum()), int(seen.sum()))
         self.window_loss[:], self.window_tokens[:] = 0, 0
-        if np.isnan(self.reward).any():  # a language not measured yet: wait (its floor keeps it sampled)
+        if np.isnan(self.reward).all():
             return None
+        # A language not measured yet (small steps draw a few languages each) counts as average:
+        # neither favoured nor starved until its own loss is known.
+        reward = np.where(np.isnan(self.reward), np.nanmean(self.reward), self.reward)
         eps = exploration(self.updates + 1, len(self.languages)) if self.cfg.explore else 0.0
-        target = bandit_target(self.prior, self.reward, self.cfg.eta, eps)
+        target = bandit_target(self.prior, reward, self.cfg.eta, eps)
         return self._move(step, target, {"rule": "bandit", "signal": "training loss", "tokens": window[0],
                                          "exploration": eps,
-                                         "reward": {l: round(float(r), 6) for l, r in zip(self.languages, self.reward)}})
+                                         "reward": {l: (None if math.isnan(r) else round(float(r), 6))
+                                                    for l, r in zip(self.languages, self.reward)}})
 
     # ----------------------------------------------------------------------- evaluation
     def observe_results(self, step: int, checkpoint: int, bpb: dict[str, float], seen: dict[str, int]) -> Optional[Change]:
@@ -278,8 +286,10 @@ class MixtureController:
             ref = np.array([self.reference.at(l, int(t)) for l, t in zip(self.languages, tokens)])
             signal = np.maximum(now - ref, 0.0)
             cause = {"signal": f"excess bpb over {self.reference.run}"}
-        elif previous is None:
-            return None  # progress needs two evaluations
+        elif previous is None:  # progress needs two evaluations: taken in, no change yet
+            return Change(step, None, {"rule": "evaluation", "checkpoint": checkpoint,
+                                       "signal": "bpb progress per doubling of tokens seen",
+                                       "held": "the first evaluation: progress needs a second"})
         else:
             signal = progress(np.array(previous["bpb"]), now, np.array(previous["seen"]), tokens)
             cause = {"signal": "bpb progress per doubling of tokens seen", "since": previous["checkpoint"]}

@@ -259,19 +259,33 @@ class DynamicBatchSampler:
                             else pair_weight if pair_weight is not None else 2.0 / self.seq_len)
         self.weights = self._resolve_blend(index.manifest["blend"] if blend is None else blend)
         self.streams = [s for s in index.streams.values() if self.weights.get(s.lang, 0.0) > 0 and s.size]
-        lang_tok = {lg: index.lang_tokens(lg) for lg in self.weights}
-        # Per bucket: the languages present and their draw weights w·rows/tokens (step 4).
-        grouped: dict[int, list[Stream]] = {}
-        for s in self.streams:
-            grouped.setdefault(s.bucket, []).append(s)
-        self._by_bucket: dict[int, tuple[list[Stream], np.ndarray]] = {
-            b: (ss, np.array([self.weights[s.lang] * s.size / lang_tok[s.lang] for s in ss]))
-            for b, ss in sorted(grouped.items())}
+        self._lang_tokens = {lg: index.lang_tokens(lg) for lg in self.weights}
+        self._by_bucket = self._draw_weights()
         self._rampup = self._rampup_schedule(batch)
         self.step = 0
         self.consumed_tokens = 0
         self.tokens_by_lang: dict[str, int] = {}  # real tokens drawn per language so far (evaluation reads it)
         self.positions: dict[str, list[int]] = {s.key: [0, 0] for s in self.streams}  # key -> [epoch, pos]
+
+    def _draw_weights(self) -> dict[int, tuple[list[Stream], np.ndarray]]:
+        """Per bucket: its streams and their draw weights ``w_lang·rows/tokens(lang)`` (step 4)."""
+        grouped: dict[int, list[Stream]] = {}
+        for s in self.streams:
+            grouped.setdefault(s.bucket, []).append(s)
+        return {b: (ss, np.array([self.weights[s.lang] * s.size / self._lang_tokens[s.lang] for s in ss]))
+                for b, ss in sorted(grouped.items())}
+
+    def set_weights(self, weights: dict[str, float]) -> None:
+        """Draw the next steps from ``weights`` (the online mixture, training/mixture.py), over the
+        same languages as the starting blend. Every (language, bucket) stream keeps its epoch and
+        position: a language drawn less is read more slowly, one drawn more reads on, and no
+        sample is skipped or drawn twice by the change itself (NVIDIA/Megatron-LM#457: a blend
+        index rebuilt from new weights loses and repeats samples)."""
+        if set(weights) != set(self.weights):
+            raise ValueError(f"new weights over {sorted(weights)}, the blend is over {sorted(self.weights)}")
+        total = float(sum(weights.values()))
+        self.weights = {k: float(weights[k]) / total for k in sorted(weights)}
+        self._by_bucket = self._draw_weights()
 
     def _resolve_blend(self, blend: dict[str, float]) -> dict[str, float]:
         bad = {k: v for k, v in blend.items() if not (isinstance(v, (int, float)) and v >= 0 and math.isfinite(v))}

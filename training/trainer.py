@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 import torch
 
-from bloomline.errors import BloomlineError
+from bloomline.errors import BloomlineError, ConfigError
 from data_prep.shards import check_model_fits, manifest_sha256
 from training.checkpoint import PRECISIONS, RunDir, make_meta, read_meta, saved_recipe, step_dir_name
 from training.config import ModelConfig, TrainRecipe
@@ -29,6 +29,7 @@ from training.ds_config import allow_cpu_fp16, deepspeed_config, param_groups
 from training.kernel_choice import resolve_attention
 from training.loss import StepLoss
 from training.metrics_log import MetricsLog, finite
+from training.online_mixture import OnlineMixture, lang_means
 from training.model import IGNORE_INDEX, Bloom
 from training.parallelize import parallelize
 from training.resume import plan_resume, restore_rng, rng_state
@@ -60,7 +61,14 @@ class Trainer:
 
         if recipe.train.precision == "fp16" and self.device.type == "cpu" and recipe.train.cpu_fp16:
             allow_cpu_fp16()
-        self.loss = StepLoss()
+        # every sample's language, as an index into the blend's sorted languages (per-language loss)
+        self.languages = sorted(self.sampler.weights)
+        at = {lang: i for i, lang in enumerate(self.languages)}
+        self._shard_lang = [at.get(s["lang"], 0) for s in self.index.shards]
+        self.loss = StepLoss(len(self.languages))
+        self.mixture = (OnlineMixture(recipe.batch.online, self.run, self.sampler, self.mesh.rank)
+                        if recipe.batch.mixture == "online" else None)
+        self._changes: list[Any] = []  # the mixture's decisions to report with the next step's metrics
         self._resume_step, universal = plan_resume(self.run, self.data_dir, recipe.parallel)
         o = recipe.optim
         with torch.device("meta"):
@@ -84,6 +92,9 @@ class Trainer:
         self.loss_ema: float | None = None
         self.log = MetricsLog(self.run.metrics, self.run.tensorboard, recipe) if self.mesh.rank == 0 else None
         self._resume()
+        if self.mixture is not None and self._resume_step is None:
+            self.mixture.cut_log(-1)  # a fresh run: what a failed first attempt logged goes
+            self._changes = [self.mixture.start(0)]
 
     # ----------------------------------------------------------------------------- the loop
     def train(self) -> None:
@@ -111,7 +122,9 @@ class Trainer:
             step_tokens = int(labelled.item()) // (self.mesh.tp * self.mesh.pp)
             f = r.train.skip_spike_factor
             spike = f * self.loss_ema if (f and self.loss_ema is not None) else math.inf
-            self.loss.set_step(plan.gas, self.mesh.dp, step_tokens, spike, poison=self.step in r.train.inject_nan_at)
+            self.loss.set_step(plan.gas, self.mesh.dp, step_tokens, spike, poison=self.step in r.train.inject_nan_at,
+                               langs=[torch.tensor([self._shard_lang[sid] for sid, _ in mb]) for mb in
+                                      plan.ranks[self.mesh.dp_rank]])
             skipped_before = self.engine.skipped_steps
             try:
                 loss = self._run(batches, plan.gas)
@@ -145,7 +158,10 @@ class Trainer:
                     self.loss_ema = loss if self.loss_ema is None else 0.9 * self.loss_ema + 0.1 * loss
                 else:
                     self.overflows += 1
-            work = self._work_balance()  # a collective of the step: inside its time
+            work = self._step_totals()  # a collective of the step: inside its time
+            if self.mixture is not None:  # weights for the next step, decided by every rank alike
+                self._changes += self.mixture.after_step(self.step, work["lang_loss"], work["lang_tokens"],
+                                                         work["feedback"], measured=skip != "bad_loss")
             self._log(plan, loss, lr, grad_norm, time.perf_counter() - t0, skip, work)
             if (self.step % r.checkpoint.interval == 0 or self.step == r.train.steps) and self.saved_step != self.step:
                 self.save()
@@ -158,18 +174,30 @@ class Trainer:
         self._flops += sum(step_flops([b], self.kernel, m.num_layers, m.hidden_size, self.num_params))
         return b
 
-    def _work_balance(self) -> dict[str, Any]:
-        """The step's FLOPs (all replicas) and the DP balance of computed FLOPs and of measured
-        forward time, all-gathered from every rank (one small collective per step)."""
+    def _step_totals(self) -> dict[str, Any]:
+        """One row per rank, all-gathered (the step's one small collective of its own): the step's
+        FLOPs (all replicas), the DP balance of computed FLOPs and of measured forward time, each
+        language's Σ token loss and labelled tokens (from the last pipeline stage), and, with an
+        online mixture, rank 0's evaluation feedback (training/online_mixture.py)."""
+        k = len(self.languages)
+        feedback = self.mixture.row(self.step) if self.mixture is not None else []
+        weights = self.mixture.fingerprint() if self.mixture is not None else 0
         me = torch.tensor([self.mesh.dp_rank, self.mesh.tp_rank, self.mesh.pp_rank, self._flops,
-                           self.forward_timer.take()], dtype=torch.float64, device=self.device)
+                           self.forward_timer.take(), weights, *self.loss.lang_loss.tolist(),
+                           *self.loss.lang_tokens.tolist(), *feedback], dtype=torch.float64, device=self.device)
         self._flops = 0.0
         rows = [torch.zeros_like(me) for _ in range(self.mesh.world)]
         torch.distributed.all_gather(rows, me)
         a = torch.stack(rows).cpu().numpy()
         first = a[(a[:, 1] == 0) & (a[:, 2] == 0)]  # one rank per replica: each counts its replica's whole work
+        last = a[(a[:, 1] == 0) & (a[:, 2] == self.mesh.pp - 1)]  # one loss-computing rank per replica
+        if len(set(a[:, 5].tolist())) > 1:  # a guard, not a sync: the weights are derived alike on every rank
+            raise BloomlineError(f"step {self.step}: the ranks drew from different mixture weights "
+                                 f"(fingerprints {sorted(set(a[:, 5].astype(int).tolist()))})")
         return {"flops": float(first[:, 3].sum()), "dp_balance": balance_over_dp(a[:, [0, 1, 2, 3]]),
-                "dp_time_balance": balance_over_dp(a[:, [0, 1, 2, 4]])}
+                "dp_time_balance": balance_over_dp(a[:, [0, 1, 2, 4]]),
+                "lang_loss": last[:, 6:6 + k].sum(axis=0), "lang_tokens": last[:, 6 + k:6 + 2 * k].sum(axis=0),
+                "feedback": a[0, 6 + 2 * k:]}  # rank 0's
 
     def _run(self, batches: list[dict[str, torch.Tensor]], gas: int) -> float:
         dp = self.mesh.dp
@@ -214,7 +242,18 @@ class Trainer:
             "skipped": skip is not None, "skip_reason": skip, "skipped_batches": self.skipped,
             "fp16_overflows": self.overflows, "loss_scale": self._loss_scale(), "step_seconds": dt,
             "optimizer_steps": int(self.engine.global_steps), "time": time.time(),
+            "lang_loss": lang_means(self.languages, work["lang_loss"], work["lang_tokens"]),
+            "lang_tokens": dict(plan.lang_tokens),
+            **self._mixture_fields(),
         })
+
+    def _mixture_fields(self) -> dict[str, Any]:
+        """The mixture's weights and cause when the step changed them (or, at step 1, the start)."""
+        moved = [c for c in self._changes if c.weights is not None]
+        self._changes = []
+        if not moved:
+            return {}
+        return {"mixture_weights": moved[-1].weights, "mixture_cause": moved[-1].cause}
 
     def _loss_scale(self) -> float | None:
         """The fp16 loss scale the next step will use (None unless fp16)."""
@@ -237,7 +276,7 @@ class Trainer:
         torch.distributed.barrier()
         if self.mesh.rank == 0:
             meta = make_meta(self.step, self.recipe, self.data_dir, self.manifest_sha, self.sampler.state_dict(),
-                             self._trainer_state())
+                             self._trainer_state(), self.mixture.state_dict() if self.mixture is not None else None)
             # `latest` moves once all ranks wrote; what the evaluation watcher holds is kept (RunDir.hold)
             self.run.publish(self.step, meta, self.recipe.checkpoint.keep)
         torch.distributed.barrier()
@@ -267,6 +306,14 @@ class Trainer:
         self.overflows = state["fp16_overflows"]
         self.loss_ema = state["loss_ema"]
         self.sampler.load_state_dict(meta["sampler"])
+        if self.mixture is not None:
+            self.mixture.resume(meta["mixture"], self.step)
+            torch.distributed.barrier()  # every rank has read the decisions log before rank 0 cuts it
+            self.mixture.cut_log(self.step)
+        elif meta["mixture"] is not None:
+            raise ConfigError("batch.mixture", f"the checkpoint at step {self.step} was trained with an online mixture; "
+                                               f"resume it with the same setting (a fixed blend now would silently "
+                                               f"change the data)")
         if self.log is not None:
             self.log.truncate(self.step)  # steps after the checkpoint were lost with the failed job
             how = " (universal form, another layout)" if self.engine.load_universal_checkpoint() else ""

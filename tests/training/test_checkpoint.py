@@ -101,7 +101,14 @@ def test_bloomline_json_is_checked_field_by_field(tmp_path):
             read_meta(step)
 
     broken(lambda m: m.pop("format_version"), "no field 'format_version'")
-    broken(lambda m: m.update(format_version=7), "field 'format_version' is 7, this bloomline reads 1")
+    broken(lambda m: m.update(format_version=7), "field 'format_version' is 7, this bloomline reads 1 and 2")
+    broken(lambda m: m.update(mixture=[0.5, 0.5]), "field 'mixture' should be null or a dict")
+    # a version-1 file (before the online mixture) reads as a fixed mixture
+    v1 = json.loads(json.dumps(good))
+    v1["format_version"] = 1
+    v1.pop("mixture")
+    meta_file.write_text(json.dumps(v1))
+    assert read_meta(step)["mixture"] is None
     broken(lambda m: m.pop("sampler"), "field 'sampler' is missing")
     broken(lambda m: m.update(step=5), "field 'step' is 5, the folder is step_4")
     broken(lambda m: m["layout"].update(tp=0), r"field 'layout.tp' is 0")

@@ -56,12 +56,15 @@ def test_the_floor_holds_and_smoothing_moves_part_way():
     assert c.weights[0] == pytest.approx(0.5 * 0.5 + 0.5 / (1 + math.exp(1.5)))
 
 
-def test_warmup_waits_and_no_change_before_every_language_is_measured():
+def test_warmup_waits_and_a_language_not_measured_yet_counts_as_average():
     c = MixtureController(cfg(every=1, warmup_steps=3), ["a", "b"], np.array([0.5, 0.5]))
     assert c.observe_losses(1, [1.0, 2.0], [1, 1]) is None and c.observe_losses(2, [1.0, 2.0], [1, 1]) is None
-    c = MixtureController(cfg(every=1), ["a", "b"], np.array([0.5, 0.5]))
-    assert c.observe_losses(1, [1.0, 0.0], [1, 0]) is None  # b not measured yet
-    assert c.observe_losses(2, [1.0, 2.0], [1, 1]) is not None
+    c = MixtureController(cfg(every=1, explore=False, smoothing=1.0), ["a", "b", "c"], np.array([0.25, 0.25, 0.5]))
+    assert c.observe_losses(1, [0.0, 0.0, 0.0], [0, 0, 0]) is None  # nothing measured: nothing to go by
+    ch = c.observe_losses(2, [1.0, 0.0, 6.0], [1, 0, 2])  # b unmeasured: its reward is the mean of 1 and 3
+    assert ch.cause["reward"] == {"a": 1.0, "b": None, "c": 3.0}
+    z = np.array([math.log(0.25) - 1, math.log(0.25), math.log(0.5) + 1])  # η·(reward − mean 2)
+    assert c.weights == pytest.approx(np.exp(z) / np.exp(z).sum())
 
 
 def test_excess_over_a_reference_at_equal_tokens_seen():
@@ -80,7 +83,9 @@ def test_without_a_reference_each_language_is_steered_by_its_progress():
     assert progress(np.array([2.0, 3.0]), np.array([1.5, 2.9]), np.array([1000, 1000]), np.array([4000, 2000])) \
         == pytest.approx([0.25, 0.1])  # drop per doubling: .5 / 2, .1 / 1
     c = MixtureController(cfg(rule="evaluation", smoothing=1.0), ["a", "b"], np.array([0.5, 0.5]))
-    assert c.observe_results(10, 10, {"a": 2.0, "b": 3.0}, {"a": 1000, "b": 1000}) is None  # needs two
+    first = c.observe_results(10, 10, {"a": 2.0, "b": 3.0}, {"a": 1000, "b": 1000})
+    assert first.weights is None and "needs a second" in first.cause["held"]  # taken in, no change: needs two
+    assert c.weights == pytest.approx([0.5, 0.5])
     c.observe_results(20, 20, {"a": 1.5, "b": 2.9}, {"a": 4000, "b": 2000})
     assert c.weights == pytest.approx([1 / (1 + math.exp(-0.15)), 1 / (1 + math.exp(0.15))])
 

@@ -103,7 +103,7 @@ def test_resume_is_exact_on_one_rank(data, reference, tmp_path):
     assert [(m["loss"], m["grad_norm"]) for m in got] == [(m["loss"], m["grad_norm"]) for m in reference]
     # bloomline.json: the checked contract (training/CHECKPOINT.md)
     meta = read_meta(tmp_path / "checkpoints" / "step_4")
-    assert meta["format_version"] == 1 and meta["layout"] == {"tp": 1, "pp": 1, "dp": 1, "zero_stage": 1}
+    assert meta["format_version"] == 2 and meta["mixture"] is None and meta["layout"] == {"tp": 1, "pp": 1, "dp": 1, "zero_stage": 1}
     assert meta["model"]["hidden_size"] == 64 and len(meta["data_manifest_sha256"]) == 64
     assert meta["sampler"]["step"] == 4 and sum(meta["sampler"]["tokens_by_lang"].values()) == sum(
         m["global_batch_tokens"] for m in got)

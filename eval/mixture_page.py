@@ -1,0 +1,94 @@
+"""The dashboard's mixture page (``RUN_DIR/dashboard/mixture.html``), for runs whose language
+mixture was steered online (training/online_mixture.py): the weights over steps as a stacked
+area, the training tokens seen per language, and each language's held-out bits per byte against
+its tokens seen, with the moments the weights changed marked on every chart.
+
+Sources: ``RUN_DIR/mixture.jsonl`` (the decisions), ``metrics.jsonl`` (tokens drawn per language
+per step) and the results table (contract 3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eval.results import read_results
+from training.checkpoint import RunDir
+from training.metrics_log import read_metrics
+from training.online_mixture import read_log
+
+
+def weight_steps(log: list[dict[str, Any]], last_step: int) -> tuple[list[int], dict[str, list[float]]]:
+    """The weights each step drew from, as step-function points: a decision after step s holds
+    from step s+1 to the next one (the last until ``last_step``)."""
+    moves = [e for e in log if e["weights"] is not None]
+    xs = [e["step"] + 1 for e in moves] + [max(last_step, moves[-1]["step"] + 1)]
+    langs = sorted(moves[0]["weights"])
+    ys = {l: [e["weights"][l] for e in moves] + [moves[-1]["weights"][l]] for l in langs}
+    return xs, ys
+
+
+def mixture_figures(run_dir: Path) -> list[tuple[str, Any]]:
+    import plotly.graph_objects as go
+
+    run = RunDir(run_dir)
+    log = read_log(run)
+    m = read_metrics(run.metrics)[0] if run.metrics.exists() else []
+    last = m[-1]["step"] if m else 0
+    changes = [e["step"] for e in log if e["weights"] is not None and e["step"] > 0]
+    xs, ys = weight_steps(log, last)
+    figs = []
+
+    f = go.Figure()
+    for lang, y in ys.items():
+        f.add_trace(go.Scatter(x=xs, y=y, name=lang, stackgroup="w", line={"shape": "hv", "width": 0.5},
+                               legendgroup=lang))
+    for s in changes:
+        f.add_vline(x=s + 1, line={"dash": "dot", "width": 0.5, "color": "#888"})
+    f.update_layout(xaxis_title="step", yaxis_title="weight", yaxis_range=[0, 1], height=520)
+    figs.append((f"Language weights over steps ({len(changes)} changes)", f))
+
+    steps = [r["step"] for r in m]
+    langs = sorted(ys)
+    seen = {l: np.cumsum([r.get("lang_tokens", {}).get(l, 0) for r in m]) for l in langs}
+    f = go.Figure()
+    for lang in langs:
+        f.add_trace(go.Scatter(x=steps, y=seen[lang].tolist(), name=lang, legendgroup=lang, mode="lines"))
+    for s in changes:
+        f.add_vline(x=s, line={"dash": "dot", "width": 0.5, "color": "#888"})
+    f.update_layout(xaxis_title="step", yaxis_title="training tokens seen", height=480)
+    figs.append(("Tokens seen per language", f))
+
+    rows = [r for r in read_results(run_dir).to_pylist() if r["scope"] == "language"] if run.results.is_dir() else []
+    f = go.Figure()
+    for lang in langs:
+        pts = sorted((r["tokens_seen"], r["bpb"], r["step"]) for r in rows if r["lang"] == lang)
+        if not pts:
+            continue
+        f.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=lang,
+                               legendgroup=lang, text=[f"step {p[2]}" for p in pts]))
+        # each change, where this language's curve was at that moment (its tokens seen by then)
+        at = [int(seen[lang][steps.index(s)]) for s in changes if s in steps]
+        if at:
+            xs_ = np.log(np.maximum([p[0] for p in pts], 1))
+            f.add_trace(go.Scatter(x=at, y=np.interp(np.log(np.maximum(at, 1)), xs_, [p[1] for p in pts]).tolist(),
+                                   mode="markers", marker={"symbol": "x", "size": 7}, name=f"{lang}: weights changed",
+                                   legendgroup=lang, showlegend=False))
+    f.update_layout(xaxis_title="training tokens seen of the language", xaxis_type="log", yaxis_title="bits per byte",
+                    height=520)
+    figs.append(("Bits per byte against tokens seen (×: the weights changed)", f))
+    return figs
+
+
+def mixture_page(run_dir: Path, page: str) -> str | None:
+    """The page's HTML in the dashboard's ``page`` template, or None for a run without an online mixture."""
+    import plotly.io as pio
+
+    if not RunDir(run_dir).mixture_log.exists() or not any(e["weights"] for e in read_log(RunDir(run_dir))):
+        return None
+    parts = [f"<h2>{title}</h2>" + pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0), div_id=f"mixture-{i}",
+                                               config={"displaylogo": False})
+             for i, (title, fig) in enumerate(mixture_figures(run_dir))]
+    return page.format(title=f"{run_dir.name} mixture", body=f"<p><a href='index.html'>← evaluation</a> · the language "
+                                                             f"mixture (RUN_DIR/mixture.jsonl)</p>" + "".join(parts))
