@@ -53,7 +53,17 @@ def validate(recipe: TrainRecipe, data_dir: str | Path) -> dict[str, Any]:
     check_model_fits(m, data_dir, recipe.model.vocab_size, recipe.model.seq_len)
     if not any(s["split"] == "train" for s in m["shards"]):
         raise BloomlineError(f"{data_dir} has no training shards")
+    if recipe.batch.mixture == "online":
+        languages = blend_languages(m)
+        recipe.batch.online.check_languages(len(languages))
+        if recipe.batch.online.reference:
+            reference_curve(recipe.batch.online.reference, data_dir, languages)
     return m
+
+
+def blend_languages(manifest: dict[str, Any]) -> list[str]:
+    """The languages the trainer samples (and an online mixture steers): the blend's, weight > 0."""
+    return sorted(k for k, v in manifest["blend"].items() if v > 0)
 
 
 def ranks_recipe(r: TrainRecipe, folder: RunDir) -> Path:
@@ -227,9 +237,8 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
     folder = RunDir(run)
     write_json_atomic(folder.recipe, mask_tree(to_dict(r)))  # for people: secrets masked
     online = r.batch.online
-    if r.batch.mixture == "online" and online.reference:  # checked against this run, then read by every rank
-        languages = sorted(k for k, v in load_manifest(data)["blend"].items() if v > 0)
-        curve, checked = reference_curve(online.reference, data, languages)
+    if r.batch.mixture == "online" and online.reference:  # checked by validate(), read by every rank
+        curve, checked = reference_curve(online.reference, data, blend_languages(load_manifest(data)))
         write_reference(run, curve, checked)
         log.info("mixture reference: %s (%d languages, %d evaluations)", online.reference, checked["languages"],
                  checked["evaluations"])

@@ -104,3 +104,26 @@ def test_dashboard_renders_offline_in_chromium(demo, tmp_path):
     data = page.parent / "data.html"
     ddom = subprocess.run([*base, "--dump-dom", data.resolve().as_uri()], capture_output=True, text=True, timeout=180).stdout
     assert "<h1>Filter report</h1>" in ddom and "Drops by language and reason" in ddom and "<table>" in ddom
+
+
+def test_mixture_page_renders_weights_tokens_and_changes_in_chromium(demo, tmp_path):
+    """A run steered online: mixture.html, linked from the main page, draws its three charts."""
+    run = tmp_path / "run"
+    make_run(run, demo)
+    langs = sorted({r["lang"] for r in read_results(run).to_pylist() if r["scope"] == "language"})
+    start = {l: 1 / len(langs) for l in langs}
+    moved = {l: (2 if l == "sw" else 1) / (len(langs) + 1) for l in langs}
+    log = [{"step": 0, "weights": start, "cause": {"rule": "start"}, "inputs": None},
+           {"step": 150, "weights": moved, "cause": {"rule": "evaluation", "checkpoint": 100}, "inputs": {"checkpoint": 100}}]
+    (run / "mixture.jsonl").write_text("".join(json.dumps(e) + "\n" for e in log))
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 8 - s / 100, "lr": 1e-4,
+                                                           "lang_tokens": {l: 10 for l in langs}}) + "\n"
+                                               for s in range(1, 301)))
+    build(run)
+    assert "href='mixture.html'" in (run / "dashboard" / "index.html").read_text()
+    page = run / "dashboard" / "mixture.html"
+    html = page.read_text()
+    assert len(re.findall(r'id="mixture-\d+"', html)) == 3 and "(1 changes)" in html
+    base = [chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=15000"]
+    dom = subprocess.run([*base, "--dump-dom", page.resolve().as_uri()], capture_output=True, text=True, timeout=180).stdout
+    assert len(re.findall(r'class="main-svg"', dom)) >= 3 and "Tokens seen per language" in dom

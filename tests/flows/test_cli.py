@@ -178,6 +178,15 @@ def test_train_refuses_bad_configuration_before_any_rank_starts(demo_data, tmp_p
                    "longer than the model's seq_len 256")
     one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "train.precision=fp16"),
                    "fp16 needs GPUs")
+    online = ["-o", "batch.mixture=online"]
+    one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", *online, "-o", "batch.online.rule=doremi"),
+                   "batch.online.rule")
+    one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", *online, "-o", "batch.online.min_weight=0.05"),
+                   "'batch.online.min_weight': 59 languages × min_weight 0.05 = 2.95 > 1")
+    one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", *online, "-o", "batch.online.rule=evaluation",
+                       "-o", "evaluation.enabled=false"), "it needs evaluation.enabled=true")
+    one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", *online, "-o", "batch.online.rule=evaluation",
+                       "-o", f"batch.online.reference={tmp_path / 'nowhere'}"), "has no evaluation results")
     assert not (tmp_path / "r").exists()  # no run folder: no rank, no launcher, no log was started
 
 
