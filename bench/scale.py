@@ -149,11 +149,23 @@ def main() -> None:
     ap.add_argument("--skip-datatrove", action="store_true")
     ap.add_argument("--skip-manifest", action="store_true")
     ap.add_argument("--dedup-only", action="store_true", help="only section 3, on the chunk files of earlier runs")
+    ap.add_argument("--proto", type=Path, help="with --comparisons-only: a prepared folder whose manifest the 100,000-shard one copies")
+    ap.add_argument("--comparisons-only", action="store_true",
+                    help="only datatrove's same steps and the 100,000-shard manifest, on the corpus and output of earlier runs")
     args = ap.parse_args()
     wd: Path = args.workdir
     sizes = [int(s) for s in args.sizes.split(",")]
     other = args.repo.resolve() != REPO
     rows = []
+    if args.comparisons_only:
+        from data_prep.shards import load_manifest
+
+        k = 4 if 4 in sizes else sizes[0]
+        if not args.skip_manifest:  # any finished output's manifest serves as the prototype of its entries
+            manifest_at(100_000, load_manifest(args.proto or wd / f"out-x{k}"), wd)
+        if not args.skip_datatrove:
+            datatrove_vs_bloomline(wd / f"corpus-x{k}", args.base_mb * k, wd / "like-for-like")
+        return
     if args.dedup_only:
         for k in sizes:
             t1, t2 = dedup_alone(wd / f"out-x{k}", 1, run_config()), dedup_alone(wd / f"out-x{k}", 2, run_config())

@@ -1,0 +1,182 @@
+"""Benchmark of the online language mixture against fixed blends (run by hand; prints figures).
+
+    python bench/mixture.py [--steps 300] [--seeds 3] [--workdir /tmp/bloomline-mixture]
+
+bloom-tiny trains on ../shared/corpus (all 59 languages, prepared with configs/data/demo.yaml's
+settings) to the same number of steps of the same token budget in four arms:
+
+* ``alpha``: fixed, BLOOM's α-sampling (the manifest's blend, p ∝ tokens^0.3);
+* ``uniform``: fixed, every language alike (the same shards, a manifest blend of equal weights);
+* ``bandit``: online, exponential weights on each language's smoothed training loss (ODM);
+* ``evaluation``: online, each checkpoint's held-out bpb progress per doubling of tokens seen,
+  from the evaluations that run beside training (``bloomline train``'s watcher).
+
+Each arm runs with every seed (the seed moves the initial weights and the sampler). The final
+checkpoint of every run is evaluated alike (fp32, the data's validation split), and the report
+gives per arm, as mean ± standard deviation over the seeds: the mean of the languages' bpb, its
+median, the mean of the worst 5, the mean per family (niger-congo, indic, code, other), the
+tokens trained, and the final weights (the most and least weighted languages).
+
+Caveats printed with the table: the final bpb is measured on the same validation split the
+evaluation arm steers by (its only use of it: the per-language progress); and the corpus is
+nearly balanced (102-250 KB per language), so α-sampling is close to uniform here. A run whose
+folder already holds its final evaluation is not run again (``--fresh`` to redo).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "corpus"
+sys.path.insert(0, str(REPO))
+
+ARMS = {
+    "alpha": [],
+    "uniform": [],
+    "bandit": ["batch.mixture=online", "batch.online.rule=bandit"],
+    "evaluation": ["batch.mixture=online", "batch.online.rule=evaluation"],
+}
+FAMILIES = ("niger-congo", "indic", "code", "other")
+
+
+def cli(*args: str, log: Path) -> None:
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DS_ACCELERATOR": "cpu"}
+    with open(log, "w") as f:
+        rc = subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
+    if rc:
+        raise SystemExit(f"bloomline {args[0]} failed (exit {rc}); see {log}")
+
+
+def prepare(wd: Path) -> tuple[Path, Path]:
+    """The corpus prepared once (α blend), and a copy whose manifest blends the languages equally
+    (the same shards, hard-linked; only the manifest's blend differs)."""
+    data = wd / "data"
+    if not (data / "manifest.json").exists():
+        print(f"preparing {SHARED} → {data} …", flush=True)
+        cli("prepare", "--config", str(REPO / "configs/data/demo.yaml"), "--out", str(data), str(SHARED),
+            log=wd / "prepare.log")
+    uniform = wd / "data-uniform"
+    if not (uniform / "manifest.json").exists():
+        shutil.rmtree(uniform, ignore_errors=True)
+        shutil.copytree(data, uniform, copy_function=os.link)
+        m = json.loads((data / "manifest.json").read_text())
+        m["blend"] = {k: 1.0 / len(m["blend"]) for k in m["blend"]}
+        (uniform / "manifest.json").unlink()  # a hard link: write a file of its own
+        (uniform / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
+    return data, uniform
+
+
+def run_arm(arm: str, seed: int, data: Path, out: Path, steps: int, interval: int, eval_tokens: int) -> float:
+    """Train one arm with one seed; returns the training wall seconds (0 when already done)."""
+    from training.checkpoint import RunDir
+
+    final = RunDir(out).results / f"step_{steps:08d}.parquet"
+    if final.exists():
+        return 0.0
+    evaluating = arm == "evaluation"
+    o = [f"train.steps={steps}", f"train.seed={seed}", f"checkpoint.interval={interval if evaluating else steps}",
+         f"evaluation.enabled={str(evaluating).lower()}", f"evaluation.settings.max_tokens_per_lang={eval_tokens}",
+         "evaluation.settings.prompts_per_lang=0", "optim.warmup_steps=20", *ARMS[arm]]
+    args = ["train", "--config", str(REPO / "configs/train/bloom-tiny.yaml"), "--data", str(data), "--out", str(out)]
+    for x in o:
+        args += ["-o", x]
+    out.mkdir(parents=True, exist_ok=True)
+    t = time.time()
+    cli(*args, log=out / "bench-train.log")
+    wall = time.time() - t
+    if not final.exists():  # the fixed arms (and an evaluation the watcher left) are evaluated here, alike
+        cli("evaluate", "--checkpoint", str(RunDir(out).step_dir(steps)), "--data", str(data), "-o", f"max_tokens_per_lang={eval_tokens}",
+            "-o", "prompts_per_lang=0", log=out / "bench-eval.log")
+    return wall
+
+
+def final_weights(out: Path, data: Path) -> dict[str, float]:
+    from training.checkpoint import RunDir
+    from training.online_mixture import read_log
+
+    moved = [e["weights"] for e in read_log(RunDir(out)) if e["weights"]]
+    if moved:
+        return moved[-1]
+    blend = json.loads((data / "manifest.json").read_text())["blend"]
+    total = sum(blend.values())
+    return {k: v / total for k, v in blend.items() if v > 0}
+
+
+def summary(out: Path, steps: int) -> dict[str, float]:
+    from eval.results import read_results
+    from training.metrics_log import read_metrics
+
+    rows = [r for r in read_results(out).to_pylist() if r["step"] == steps and r["scope"] == "language"]
+    bpb = sorted(r["bpb"] for r in rows)
+    s = {"mean": statistics.fmean(bpb), "median": statistics.median(bpb), "worst5": statistics.fmean(bpb[-5:])}
+    for fam in FAMILIES:
+        s[fam] = statistics.fmean(r["bpb"] for r in rows if r["family"] == fam)
+    s["tokens"] = sum(m["global_batch_tokens"] for m in read_metrics(out / "metrics.jsonl")[0])
+    return s
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--interval", type=int, default=25, help="checkpoints (and evaluations) of the evaluation arm")
+    ap.add_argument("--eval-tokens", type=int, default=8192, help="validation tokens per language per evaluation")
+    ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/bloomline-mixture"))
+    ap.add_argument("--fresh", action="store_true")
+    a = ap.parse_args()
+    if a.fresh:
+        shutil.rmtree(a.workdir / "runs", ignore_errors=True)
+    a.workdir.mkdir(parents=True, exist_ok=True)
+    data, uniform = prepare(a.workdir)
+    arms = a.arms.split(",")
+    results: dict[str, list[dict[str, float]]] = {}
+    weights: dict[str, list[dict[str, float]]] = {}
+    for seed in range(1, a.seeds + 1):
+        for arm in arms:
+            d = uniform if arm == "uniform" else data
+            out = a.workdir / "runs" / f"{arm}-seed{seed}"
+            wall = run_arm(arm, seed, d, out, a.steps, a.interval, a.eval_tokens)
+            s = summary(out, a.steps)
+            results.setdefault(arm, []).append(s)
+            weights.setdefault(arm, []).append(final_weights(out, d))
+            print(f"{arm:<10} seed {seed}: mean bpb {s['mean']:.4f} | worst5 {s['worst5']:.4f} | tokens {s['tokens']:,}"
+                  + (f" | {wall:.0f} s" if wall else " | (done before)"), flush=True)
+
+    def ms(arm: str, key: str) -> str:
+        v = [r[key] for r in results[arm]]
+        return f"{statistics.fmean(v):.4f} ± {statistics.stdev(v) if len(v) > 1 else 0:.4f}"
+
+    cols = ["mean", "median", "worst5", *FAMILIES]
+    print(f"\nheld-out bpb after {a.steps} steps ({results[arms[0]][0]['tokens']:,} tokens), mean ± sd over "
+          f"{a.seeds} seeds")
+    print("| arm | " + " | ".join(cols) + " |\n|---|" + "---|" * len(cols))
+    for arm in arms:
+        print(f"| {arm} | " + " | ".join(ms(arm, c) for c in cols) + " |")
+    base = statistics.fmean(r["mean"] for r in results[arms[0]])
+    for arm in arms[1:]:
+        d = statistics.fmean(r["mean"] for r in results[arm]) - base
+        print(f"{arm} vs {arms[0]}: mean bpb {d:+.4f} ({d / base:+.2%})")
+    print("\nfinal weights (mean over seeds): most and least weighted")
+    for arm in arms:
+        langs = weights[arm][0]
+        mean = {l: statistics.fmean(w[l] for w in weights[arm]) for l in langs}
+        order = sorted(mean, key=lambda l: -mean[l])
+        print(f"  {arm:<10} max {', '.join(f'{l} {mean[l]:.3f}' for l in order[:4])} | "
+              f"min {', '.join(f'{l} {mean[l]:.4f}' for l in order[-3:])}")
+    (a.workdir / "report.json").write_text(json.dumps({"results": results, "weights": weights}, indent=1))
+    print("\ncaveats: the final bpb is read on the validation split the evaluation arm steers by; the corpus's "
+          "languages are nearly balanced, so α-sampling is close to uniform here")
+
+
+if __name__ == "__main__":
+    main()
