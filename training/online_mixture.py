@@ -225,5 +225,6 @@ def read_log(run: RunDir) -> list[dict[str, Any]]:
 
 
 def lang_means(languages: list[str], loss: np.ndarray, tokens: np.ndarray) -> dict[str, Optional[float]]:
-    """Each language's mean token loss of the step (None where it had no labelled token or a NaN)."""
-    return {l: (float(s / n) if n > 0 and math.isfinite(s / n) else None) for l, s, n in zip(languages, loss, tokens)}
+    """Each measured language's mean token loss of the step (languages without a labelled token
+    left out, to keep a metrics line short; None for a non-finite loss: JSON has no NaN)."""
+    return {l: (float(s / n) if math.isfinite(s / n) else None) for l, s, n in zip(languages, loss, tokens) if n > 0}

@@ -297,6 +297,8 @@ def test_every_checkpoint_is_evaluated_while_training_runs(demo_data, tmp_path):
     every checkpoint exactly once (newest first when they queue up), checkpoint.keep=1 waits for
     the evaluations before deleting, and training's step times are logged alongside."""
     from eval.results import read_results, skipped_steps
+    from training.checkpoint import RunDir
+    from training.online_mixture import read_feedback
 
     out = tmp_path / "run"
     res = cli("train", "--data", demo_data, "--out", out, "-o", "train.steps=30", "-o", "checkpoint.interval=10",
@@ -307,6 +309,10 @@ def test_every_checkpoint_is_evaluated_while_training_runs(demo_data, tmp_path):
     rows = read_results(out).to_pylist()
     steps = [r["step"] for r in rows if r["scope"] == "language" and r["lang"] == "sw"]
     assert sorted(steps) == [10, 20, 30] and skipped_steps(out) == {}
+    for step in (10, 20, 30):  # what an evaluation-driven mixture reads: the results table's numbers
+        fb = read_feedback(RunDir(out).mixture_feedback / f"step_{step:08d}.json")
+        mine = [r for r in rows if r["scope"] == "language" and r["step"] == step]
+        assert fb["bpb"] == {r["lang"]: r["bpb"] for r in mine} and fb["tokens_seen"] == {r["lang"]: r["tokens_seen"] for r in mine}
     assert sorted(p.name for p in (out / "checkpoints").glob("step_*")) == ["step_30"]  # keep=1, after evaluation
     metrics = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == list(range(1, 31)) and all(m["step_seconds"] > 0 for m in metrics)
@@ -318,6 +324,39 @@ def test_every_checkpoint_is_evaluated_while_training_runs(demo_data, tmp_path):
     log = next(out.glob("logs/run-*/evaluation.log")).read_text()
     done = [int(x) for x in re.findall(r"evaluated step (\d+)", log)]
     assert sorted(done) == sorted(evaluated_at) and len(set(done)) == len(done)  # each once, in whatever order they queued
+
+
+@pytest.mark.slow
+def test_a_held_back_evaluation_never_stalls_the_evaluation_driven_mixture(demo_data, tmp_path):
+    """The mixture steers by evaluations, and the evaluation process is stopped (SIGSTOP) before it
+    evaluates anything: training runs every step all the same, the weights stay the start's, and
+    the checkpoints left unevaluated are recorded as skipped once the drain gives up."""
+    from eval.results import skipped_steps
+    from training.checkpoint import RunDir
+    from training.online_mixture import read_log
+
+    out = tmp_path / "run"
+    cmd = [*BLOOMLINE, "train", "--data", str(demo_data), "--out", str(out), "-o", "train.steps=12",
+           "-o", "checkpoint.interval=2", "-o", "batch.mixture=online", "-o", "batch.online.rule=evaluation",
+           "-o", "batch.online.warmup_steps=0", "-o", "evaluation.drain_s=1"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}, start_new_session=True)
+    try:
+        hold, deadline = RunDir(out).hold_file, time.time() + 300
+        while not hold.exists() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        watcher = json.loads(hold.read_text())["pid"]
+        os.kill(watcher, signal.SIGSTOP)  # the watcher announces itself before the first checkpoint exists
+        assert not RunDir(out).complete_steps(), "a checkpoint was written before the watcher could be held"
+        text, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, text[-3000:]
+    metrics = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == list(range(1, 13))
+    assert [e["cause"]["rule"] for e in read_log(RunDir(out))] == ["start"]  # nothing landed, nothing waited for
+    assert not list(RunDir(out).mixture_feedback.glob("*.json")) and 12 in skipped_steps(out)
 
 
 @pytest.mark.slow
