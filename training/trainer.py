@@ -64,7 +64,7 @@ class Trainer:
         # every sample's language, as an index into the blend's sorted languages (per-language loss)
         self.languages = sorted(self.sampler.weights)
         at = {lang: i for i, lang in enumerate(self.languages)}
-        self._shard_lang = [at.get(s["lang"], 0) for s in self.index.shards]
+        self._shard_lang = [at.get(s["lang"], 0) for s in self.index.shards]  # (0 for an unblended language: never drawn)
         self.loss = StepLoss(len(self.languages))
         self.mixture = (OnlineMixture(recipe.batch.online, self.run, self.sampler, self.mesh.rank)
                         if recipe.batch.mixture == "online" else None)

@@ -113,3 +113,19 @@ def test_bad_configuration_is_refused_naming_the_key():
         cfg(rule="doremi")
     with pytest.raises(ConfigError, match="reference"):
         cfg(reference="/some/run")  # the bandit reads no reference
+
+
+def test_feedback_and_reference_files_round_trip(tmp_path):
+    from training.checkpoint import RunDir
+    from training.online_mixture import newest_feedback, read_feedback, read_reference, write_feedback, write_reference
+
+    run = RunDir(tmp_path)
+    assert newest_feedback(run) is None
+    for step in (20, 100, 40):  # evaluations land in any order: the newest checkpoint's is the one to read
+        write_feedback(tmp_path, step, {"a": 1.0 / step, "b": 2.0}, {"a": step * 10, "b": 5})
+    assert newest_feedback(run).name == "step_00000100.json"
+    assert read_feedback(newest_feedback(run)) == {"version": 1, "step": 100, "bpb": {"a": 0.01, "b": 2.0},
+                                                   "tokens_seen": {"a": 1000, "b": 5}}
+    curve = ReferenceCurve("proxy", {"a": [(100, 2.0), (10_000, 1.0)]})
+    write_reference(tmp_path, curve, {"languages": 1})
+    assert read_reference(run) == curve
