@@ -9,7 +9,8 @@ settings) to the same number of steps of the same token budget in four arms:
 * ``uniform``: fixed, every language alike (the same shards, a manifest blend of equal weights);
 * ``bandit``: online, exponential weights on each language's smoothed training loss (ODM);
 * ``evaluation``: online, each checkpoint's held-out bpb progress per doubling of tokens seen,
-  from the evaluations that run beside training (``bloomline train``'s watcher).
+  from the evaluations that run beside training (``bloomline train``'s watcher, here at normal
+  priority: on 2 busy cores an idle-priority evaluation would land only after training ends).
 
 Each arm runs with every seed (the seed moves the initial weights and the sampler). The final
 checkpoint of every run is evaluated alike (fp32, the data's validation split), and the report
@@ -86,6 +87,8 @@ def run_arm(arm: str, seed: int, data: Path, out: Path, steps: int, interval: in
     o = [f"train.steps={steps}", f"train.seed={seed}", f"checkpoint.interval={interval if evaluating else steps}",
          f"evaluation.enabled={str(evaluating).lower()}", f"evaluation.settings.max_tokens_per_lang={eval_tokens}",
          "evaluation.settings.prompts_per_lang=0", "optim.warmup_steps=20", *ARMS[arm]]
+    if evaluating:  # at idle priority on 2 busy cores the evaluations would land only after training: steer in time
+        o += ["evaluation.idle_priority=false", "evaluation.nice=0"]
     args = ["train", "--config", str(REPO / "configs/train/bloom-tiny.yaml"), "--data", str(data), "--out", str(out)]
     for x in o:
         args += ["-o", x]
