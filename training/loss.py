@@ -77,12 +77,21 @@ class StepLoss:
     def __call__(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         per_sample, counts = sample_losses(logits, labels)
         total, n = per_sample.sum(), counts.sum()
-        if self.langs:
-            ids = self.langs.pop(0)
-            self.lang_loss.index_add_(0, ids, per_sample.detach().cpu().double())
-            self.lang_tokens.index_add_(0, ids, counts.cpu().double())
+        if self.langs:  # summed where the loss lives; the trainer reads the sums once, after the step
+            ids = self.langs.pop(0).to(per_sample.device)
+            if self.lang_loss.device != per_sample.device:
+                self.lang_loss = self.lang_loss.to(per_sample.device)
+                self.lang_tokens = self.lang_tokens.to(per_sample.device)
+            self.lang_loss.index_add_(0, ids, per_sample.detach().double())
+            self.lang_tokens.index_add_(0, ids, counts.double())
         mean = float(total.detach()) / max(int(n), 1)
         if self.poison or not math.isfinite(mean) or mean > self.spike_limit:
             self.bad = True
             return total * float("nan")
         return total * self.scale
+
+
+def lang_means(languages: list[str], loss: "np.ndarray", tokens: "np.ndarray") -> dict[str, float | None]:
+    """Each measured language's mean token loss of the step (languages without a labelled token
+    left out, to keep a metrics line short; None for a non-finite loss: JSON has no NaN)."""
+    return {l: (float(s / n) if math.isfinite(s / n) else None) for l, s, n in zip(languages, loss, tokens) if n > 0}

@@ -222,9 +222,3 @@ def read_log(run: RunDir) -> list[dict[str, Any]]:
         except ValueError:
             break
     return out
-
-
-def lang_means(languages: list[str], loss: np.ndarray, tokens: np.ndarray) -> dict[str, Optional[float]]:
-    """Each measured language's mean token loss of the step (languages without a labelled token
-    left out, to keep a metrics line short; None for a non-finite loss: JSON has no NaN)."""
-    return {l: (float(s / n) if math.isfinite(s / n) else None) for l, s, n in zip(languages, loss, tokens) if n > 0}

@@ -27,9 +27,9 @@ from training.data import ShardIndex, collate, torch_collectives, verify_once
 from training.distributed import Mesh, init_distributed
 from training.ds_config import allow_cpu_fp16, deepspeed_config, param_groups
 from training.kernel_choice import resolve_attention
-from training.loss import StepLoss
+from training.loss import StepLoss, lang_means
 from training.metrics_log import MetricsLog, finite
-from training.online_mixture import OnlineMixture, lang_means
+from training.online_mixture import OnlineMixture
 from training.model import IGNORE_INDEX, Bloom
 from training.parallelize import parallelize
 from training.resume import plan_resume, restore_rng, rng_state
@@ -248,7 +248,7 @@ class Trainer:
         })
 
     def _mixture_fields(self) -> dict[str, Any]:
-        """The mixture's weights and cause when the step changed them (or, at step 1, the start)."""
+        """The mixture's weights and cause when the weights changed after this step (the start's are in mixture.jsonl)."""
         moved = [c for c in self._changes if c.weights is not None]
         self._changes = []
         if not moved:
