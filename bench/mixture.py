@@ -3,14 +3,17 @@
     python bench/mixture.py [--steps 300] [--seeds 3] [--workdir /tmp/bloomline-mixture]
 
 bloom-tiny trains on ../shared/corpus (all 59 languages, prepared with configs/data/demo.yaml's
-settings) to the same number of steps of the same token budget in four arms:
+settings) to the same number of steps of the same token budget in five arms:
 
 * ``alpha``: fixed, BLOOM's α-sampling (the manifest's blend, p ∝ tokens^0.3);
 * ``uniform``: fixed, every language alike (the same shards, a manifest blend of equal weights);
 * ``bandit``: online, exponential weights on each language's smoothed training loss (ODM);
 * ``evaluation``: online, each checkpoint's held-out bpb progress per doubling of tokens seen,
   from the evaluations that run beside training (``bloomline train``'s watcher, here at normal
-  priority: on 2 busy cores an idle-priority evaluation would land only after training ends).
+  priority: on 2 busy cores an idle-priority evaluation would land only after training ends);
+* ``excess``: online, the same rule with a reference run (DoReMi's excess bpb over the reference
+  at equal tokens of each language seen). The reference is trained once, like ``alpha`` with
+  seed 0 (no arm's seed) and evaluated at every checkpoint (``runs/reference-seed0``).
 
 Each arm runs with every seed (the seed moves the initial weights and the sampler). The final
 checkpoint of every run is evaluated alike (fp32, the data's validation split), and the report
@@ -45,7 +48,10 @@ ARMS = {
     "uniform": [],
     "bandit": ["batch.mixture=online", "batch.online.rule=bandit"],
     "evaluation": ["batch.mixture=online", "batch.online.rule=evaluation"],
+    "excess": ["batch.mixture=online", "batch.online.rule=evaluation"],  # + batch.online.reference
 }
+EVALUATED = ("evaluation", "excess", "reference")  # evaluated at every checkpoint while training
+REFERENCE_SEED = 0
 FAMILIES = ("niger-congo", "indic", "code", "other")
 
 
@@ -76,17 +82,21 @@ def prepare(wd: Path) -> tuple[Path, Path]:
     return data, uniform
 
 
-def run_arm(arm: str, seed: int, data: Path, out: Path, steps: int, interval: int, eval_tokens: int) -> float:
-    """Train one arm with one seed; returns the training wall seconds (0 when already done)."""
+def run_arm(arm: str, seed: int, data: Path, out: Path, steps: int, interval: int, eval_tokens: int,
+            reference: Path | None = None) -> float:
+    """Train one arm with one seed (``reference``: the α run an ``excess`` arm reads; the arm
+    ``reference`` is that run); returns the training wall seconds (0 when already done)."""
     from training.checkpoint import RunDir
 
     final = RunDir(out).results / f"step_{steps:08d}.parquet"
     if final.exists():
         return 0.0
-    evaluating = arm == "evaluation"
+    evaluating = arm in EVALUATED
     o = [f"train.steps={steps}", f"train.seed={seed}", f"checkpoint.interval={interval if evaluating else steps}",
          f"evaluation.enabled={str(evaluating).lower()}", f"evaluation.settings.max_tokens_per_lang={eval_tokens}",
-         "evaluation.settings.prompts_per_lang=0", "optim.warmup_steps=20", *ARMS[arm]]
+         "evaluation.settings.prompts_per_lang=0", "optim.warmup_steps=20", *ARMS.get(arm, [])]
+    if reference is not None:
+        o.append(f"batch.online.reference={reference}")
     if evaluating:  # at idle priority on 2 busy cores the evaluations would land only after training: steer in time
         o += ["evaluation.idle_priority=false", "evaluation.nice=0"]
     args = ["train", "--config", str(REPO / "configs/train/bloom-tiny.yaml"), "--data", str(data), "--out", str(out)]
@@ -142,13 +152,19 @@ def main() -> None:
     a.workdir.mkdir(parents=True, exist_ok=True)
     data, uniform = prepare(a.workdir)
     arms = a.arms.split(",")
+    reference = None
+    if "excess" in arms:  # DoReMi's reference: the baseline mixture's run, evaluated as it trains
+        reference = a.workdir / "runs" / f"reference-seed{REFERENCE_SEED}"
+        wall = run_arm("reference", REFERENCE_SEED, data, reference, a.steps, a.interval, a.eval_tokens)
+        print(f"reference (alpha, seed {REFERENCE_SEED}, evaluated every {a.interval} steps)"
+              + (f": {wall:.0f} s" if wall else ": done before"), flush=True)
     results: dict[str, list[dict[str, float]]] = {}
     weights: dict[str, list[dict[str, float]]] = {}
     for seed in range(1, a.seeds + 1):
         for arm in arms:
             d = uniform if arm == "uniform" else data
             out = a.workdir / "runs" / f"{arm}-seed{seed}"
-            wall = run_arm(arm, seed, d, out, a.steps, a.interval, a.eval_tokens)
+            wall = run_arm(arm, seed, d, out, a.steps, a.interval, a.eval_tokens, reference if arm == "excess" else None)
             s = summary(out, a.steps)
             results.setdefault(arm, []).append(s)
             weights.setdefault(arm, []).append(final_weights(out, d))

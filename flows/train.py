@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, Optional
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
@@ -28,6 +28,7 @@ from data_prep.shards import check_model_fits, load_manifest
 from flows.progress import TrainProgress
 from eval.reference import reference_curve
 from training.metrics_log import read_metrics
+from training.mixture import ReferenceCurve
 from training.online_mixture import write_reference
 from training.checkpoint import RunDir, read_meta, saved_recipe, trained_on
 from training.config import TrainRecipe
@@ -40,7 +41,14 @@ from training.schedule import schedule_change
 PROGRESS_EVERY_S = 5.0  # seconds between two progress lines while the ranks run
 
 
-def validate(recipe: TrainRecipe, data_dir: str | Path) -> dict[str, Any]:
+class Validated(NamedTuple):
+    """What :func:`validate` read while checking, for the caller that needs it again."""
+
+    manifest: dict[str, Any]
+    reference: Optional[tuple[ReferenceCurve, dict[str, Any]]]  # an online mixture's reference run, checked
+
+
+def validate(recipe: TrainRecipe, data_dir: str | Path) -> Validated:
     """Everything that can be checked before any rank starts; raises with a message naming it."""
     if isinstance(recipe.model, str):
         raise ConfigError("model", f"unresolved model recipe '{recipe.model}'")
@@ -53,12 +61,13 @@ def validate(recipe: TrainRecipe, data_dir: str | Path) -> dict[str, Any]:
     check_model_fits(m, data_dir, recipe.model.vocab_size, recipe.model.seq_len)
     if not any(s["split"] == "train" for s in m["shards"]):
         raise BloomlineError(f"{data_dir} has no training shards")
+    reference = None
     if recipe.batch.mixture == "online":
         languages = blend_languages(m)
         recipe.batch.online.check_languages(len(languages))
         if recipe.batch.online.reference:
-            reference_curve(recipe.batch.online.reference, data_dir, languages)
-    return m
+            reference = reference_curve(recipe.batch.online.reference, data_dir, languages)
+    return Validated(m, reference)
 
 
 def blend_languages(manifest: dict[str, Any]) -> list[str]:
@@ -231,14 +240,14 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
     log = get_run_logger()
     r = from_dict(TrainRecipe, real(recipe))
     r.resolve_paths(Path.cwd())
-    validate(r, data)
+    reference = validate(r, data).reference
     run = Path(out).resolve()
     run.mkdir(parents=True, exist_ok=True)
     folder = RunDir(run)
     write_json_atomic(folder.recipe, mask_tree(to_dict(r)))  # for people: secrets masked
     online = r.batch.online
-    if r.batch.mixture == "online" and online.reference:  # checked by validate(), read by every rank
-        curve, checked = reference_curve(online.reference, data, blend_languages(load_manifest(data)))
+    if reference is not None:  # checked by validate(), read by every rank from the run folder
+        curve, checked = reference
         write_reference(run, curve, checked)
         log.info("mixture reference: %s (%d languages, %d evaluations)", online.reference, checked["languages"],
                  checked["evaluations"])

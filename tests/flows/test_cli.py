@@ -328,23 +328,33 @@ def test_every_checkpoint_is_evaluated_while_training_runs(demo_data, tmp_path):
 
 @pytest.mark.slow
 def test_a_held_back_evaluation_never_stalls_the_evaluation_driven_mixture(demo_data, tmp_path):
-    """The mixture steers by evaluations, and the evaluation process is stopped (SIGSTOP) before it
+    """The mixture steers by evaluations (DoReMi's excess over a reference run, which the flow
+    checks and hands to the ranks), and the evaluation process is stopped (SIGSTOP) before it
     evaluates anything: training runs every step all the same, the weights stay the start's, and
     the checkpoints left unevaluated are recorded as skipped once the drain gives up."""
+    from eval.reference import reference_curve
     from eval.results import skipped_steps
     from training.checkpoint import RunDir
-    from training.online_mixture import read_log
+    from training.data import ShardIndex, verify_once
+    from training.online_mixture import read_log, read_reference
 
+    sys.path.insert(0, str(REPO / "tests" / "eval"))
+    from test_dashboard import make_run  # an evaluated run's contract files over the demo data
+
+    ref = tmp_path / "proxy"
+    make_run(ref, demo_data)
+    verify_once(ShardIndex(demo_data, "valid"), RunDir(ref).eval_stamp)  # the validation data its evaluations checked
     out = tmp_path / "run"
     cmd = [*BLOOMLINE, "train", "--data", str(demo_data), "--out", str(out), "-o", "train.steps=12",
            "-o", "checkpoint.interval=2", "-o", "batch.mixture=online", "-o", "batch.online.rule=evaluation",
-           "-o", "batch.online.warmup_steps=0", "-o", "evaluation.drain_s=1"]
+           "-o", "batch.online.warmup_steps=0", "-o", "evaluation.drain_s=1", "-o", f"batch.online.reference={ref}"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}, start_new_session=True)
     try:
         hold, deadline = RunDir(out).hold_file, time.time() + 300
         while not hold.exists() and time.time() < deadline and proc.poll() is None:
             time.sleep(0.05)
+        assert hold.exists(), (proc.stdout.read() if proc.poll() is not None else "no watcher within 300 s")[-3000:]
         watcher = json.loads(hold.read_text())["pid"]
         os.kill(watcher, signal.SIGSTOP)  # the watcher announces itself before the first checkpoint exists
         assert not RunDir(out).complete_steps(), "a checkpoint was written before the watcher could be held"
@@ -357,6 +367,8 @@ def test_a_held_back_evaluation_never_stalls_the_evaluation_driven_mixture(demo_
     assert [m["step"] for m in metrics] == list(range(1, 13))
     assert [e["cause"]["rule"] for e in read_log(RunDir(out))] == ["start"]  # nothing landed, nothing waited for
     assert not list(RunDir(out).mixture_feedback.glob("*.json")) and 12 in skipped_steps(out)
+    curve, checked = reference_curve(ref, demo_data, sorted(read_log(RunDir(out))[0]["weights"]))
+    assert read_reference(RunDir(out)) == curve and "mixture reference: " in text  # what every rank read
 
 
 @pytest.mark.slow
