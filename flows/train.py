@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
@@ -41,15 +41,10 @@ from training.schedule import schedule_change
 PROGRESS_EVERY_S = 5.0  # seconds between two progress lines while the ranks run
 
 
-class Validated(NamedTuple):
-    """What :func:`validate` read while checking, for the caller that needs it again."""
-
-    manifest: dict[str, Any]
-    reference: Optional[tuple[ReferenceCurve, dict[str, Any]]]  # an online mixture's reference run, checked
-
-
-def validate(recipe: TrainRecipe, data_dir: str | Path) -> Validated:
-    """Everything that can be checked before any rank starts; raises with a message naming it."""
+def validate(recipe: TrainRecipe, data_dir: str | Path) -> Optional[tuple[ReferenceCurve, dict[str, Any]]]:
+    """Everything that can be checked before any rank starts; raises with a message naming it.
+    Returns an online mixture's reference run as checked (None without one), so the flow writes
+    it for the ranks without reading the reference's results again."""
     if isinstance(recipe.model, str):
         raise ConfigError("model", f"unresolved model recipe '{recipe.model}'")
     import torch
@@ -67,7 +62,7 @@ def validate(recipe: TrainRecipe, data_dir: str | Path) -> Validated:
         recipe.batch.online.check_languages(len(languages))
         if recipe.batch.online.reference:
             reference = reference_curve(recipe.batch.online.reference, data_dir, languages)
-    return Validated(m, reference)
+    return reference
 
 
 def blend_languages(manifest: dict[str, Any]) -> list[str]:
@@ -240,7 +235,7 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
     log = get_run_logger()
     r = from_dict(TrainRecipe, real(recipe))
     r.resolve_paths(Path.cwd())
-    reference = validate(r, data).reference
+    reference = validate(r, data)
     run = Path(out).resolve()
     run.mkdir(parents=True, exist_ok=True)
     folder = RunDir(run)
