@@ -12,12 +12,15 @@ a document kept by a looser threshold may still be dropped later as a duplicate.
 
 :func:`report` is the whole report of a prepared folder (``bloomline filters``, the
 ``filter-report`` Prefect artifact at the end of ``prepare``, the dashboard's data page), after
-checking the drop log against the manifest's ledger.
+checking the drop log against the manifest's ledger. Texts from the data (documents, ids,
+sources, labels) are escaped for Markdown (:func:`md_text`), so a document's markup or Markdown
+shows as written wherever the report is rendered.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
@@ -229,11 +232,30 @@ def drop_examples(out: Path, lang: Optional[str] = None, reason: Optional[str] =
     return {k: dict(sorted(v.items(), key=lambda kv: (-kv[1]["count"], kv[0]))) for k, v in sorted(res.items())}
 
 
+# Characters with a meaning inside a Markdown line (emphasis, code, links and images, raw HTML
+# and entities, table cells, escapes): CommonMark reads any of them after a backslash as itself.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>&|~!#])")
+
+
+def md_text(text: object) -> str:
+    """``text`` as Markdown that renders as the text itself, on one line."""
+    return _MD_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+
+
+def md_code(text: object) -> str:
+    """``text`` as a Markdown code span (literal: no markup, no escapes), on one line; its fence is
+    longer than any run of backticks inside it (CommonMark, "Code spans")."""
+    one = " ".join(str(text).split())
+    fence = "`" * (max((len(r) for r in re.findall(r"`+", one)), default=0) + 1)
+    pad = " " if one.startswith("`") or one.endswith("`") else ""
+    return f"{fence}{pad}{one}{pad}{fence}"
+
+
 def _cell(text: Optional[str], width: int = 160) -> str:
     if text is None:
         return "(no text: the record could not be read)"
     one = " ".join(text.split())
-    return (one[:width] + "…" if len(one) > width else one).replace("|", "\\|")
+    return md_text(one[:width] + "…" if len(one) > width else one)
 
 
 def render(out: Path, cfg: FilterConfig, lang: Optional[str] = None, reason: Optional[str] = None,
@@ -246,13 +268,13 @@ def render(out: Path, cfg: FilterConfig, lang: Optional[str] = None, reason: Opt
     if not drops:
         lines += ["No document was dropped" + (" for this selection." if (lang or reason) else "."), ""]
     for lg, reasons in drops.items():
-        lines += [f"### {lg} ({languages.BY_CODE[lg].name if lg in languages.BY_CODE else lg})", ""]
+        lines += [f"### {md_text(lg)} ({md_text(languages.BY_CODE[lg].name if lg in languages.BY_CODE else lg)})", ""]
         for key, e in reasons.items():
             lines.append(f"- **{key}**: {e['count']:,}")
             for r in e["examples"]:
                 score = "" if r["score"] is None else f" score {r['score']:.4g} vs {r['threshold']:.4g};"
-                dup = f" duplicate of {r['duplicate_of']};" if r["duplicate_of"] else ""
-                lines.append(f"  - `{r['id']}` ({r['source']}):{score}{dup} {_cell(r['text'])}")
+                dup = f" duplicate of {md_text(r['duplicate_of'])};" if r["duplicate_of"] else ""
+                lines.append(f"  - {md_code(r['id'])} ({md_text(r['source'])}):{score}{dup} {_cell(r['text'])}")
         lines.append("")
     stats = kept_stats(out, cfg)
     if lang:
@@ -265,7 +287,7 @@ def render(out: Path, cfg: FilterConfig, lang: Optional[str] = None, reason: Opt
             for r, st in checks.items():
                 if reason and r != reason:
                     continue
-                lines.append(f"| {lg} | {r} | {st['fails']} {st['threshold']:g} | {st['near_threshold']:,} | {st['kept']:,} | "
+                lines.append(f"| {md_text(lg)} | {r} | {st['fails']} {st['threshold']:g} | {st['near_threshold']:,} | {st['kept']:,} | "
                              f"{st['p1']:.4g} | {st['p50']:.4g} | {st['p99']:.4g} | {st['max']:.4g} |")
         lines.append("")
     if sets:
@@ -278,7 +300,7 @@ def render(out: Path, cfg: FilterConfig, lang: Optional[str] = None, reason: Opt
                       "|---|---|---|---|---|---|---|"]
             for lg, w in table.items():
                 why = ", ".join(f"{k} {v:,}" for k, v in w["dropped_by_reason"].items()) or "-"
-                lines.append(f"| {lg} | {w['checked']:,} | {w['kept_now']:,} | {w['kept_then']:,} | {w['gained']:,} | "
+                lines.append(f"| {md_text(lg)} | {w['checked']:,} | {w['kept_now']:,} | {w['kept_then']:,} | {w['gained']:,} | "
                              f"{w['lost']:,} | {why} |")
             lines += ["", "Counts of the quality filter (before deduplication), from the recorded scores."]
     return "\n".join(lines) + "\n"

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from bloomline.io import write_bytes_atomic
+from eval import page
+from eval.page import plotly_text as T
 from eval.metrics import regressions
 from eval.mixture_page import mixture_page
 from training.checkpoint import RunDir
@@ -40,25 +42,16 @@ def _manifest(run_dir: Path) -> dict[str, Any] | None:
     return None if data is None else load_manifest(data)
 
 
-PAGE = ("<!doctype html><html><head><meta charset='utf-8'><title>bloomline: {title}</title>"
-        "<style>body{{font-family:sans-serif;margin:2em;max-width:1400px}}h2{{margin-top:2em}}"
-        "table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 6px;font-size:90%}}</style>"
-        "</head><body>{body}</body></html>")
-
-
 def data_page(run_dir: Path) -> str | None:
-    """The filter report of the run's data as HTML (markdown-it, which rich already brings), or
-    None when the data has no drop log (prepared before it existed) or the run no checkpoint."""
-    from markdown_it import MarkdownIt
-
+    """The filter report of the run's data as HTML (its quoted documents shown as text), or None
+    when the data has no drop log (prepared before it existed) or the run no checkpoint."""
     from data_prep.filter_report import report
 
     data = _data_dir(run_dir)
     if data is None or "dropped" not in (_manifest(run_dir) or {}):
         return None
-    body = MarkdownIt("commonmark").enable("table").render(report(data, examples=3))
-    return PAGE.format(title=f"{run_dir.name} data", body=f"<p><a href='index.html'>← evaluation</a> · data: {data}</p>"
-                                                            + body)
+    return page.render(f"{run_dir.name} data", [page.markdown("", report(data, examples=3))],
+                       intro=[page.Link("← evaluation", "index.html"), page.Link(f" · data: {data}")])
 
 
 def regression_threshold(run_dir: Path) -> float:
@@ -87,7 +80,8 @@ def all_regressions(rows: list[dict[str, Any]], threshold: float) -> list[dict[s
 
 
 def figures(run_dir: Path, threshold: float) -> list[tuple[str, Any]]:
-    """(title, plotly figure) of every chart."""
+    """(title, plotly figure) of every chart; every text in them from data or a model is escaped
+    for plotly (eval/page.py plotly_text)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -100,13 +94,13 @@ def figures(run_dir: Path, threshold: float) -> list[tuple[str, Any]]:
     f = go.Figure()
     for lang in names:
         pts = sorted((r["step"], r["bpb"]) for r in langs if r["lang"] == lang)
-        f.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=lang))
+        f.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=T(lang)))
     f.update_layout(xaxis_title="step", yaxis_title="bits per byte", height=520,
                     legend_title="click: hide · double click: isolate")
     figs.append(("Bits per byte per language", f))
 
     grid = {(r["lang"], r["step"]): r["bpb"] for r in langs}
-    f = go.Figure(go.Heatmap(z=[[grid.get((l, s)) for s in steps] for l in names], x=[str(s) for s in steps], y=names,
+    f = go.Figure(go.Heatmap(z=[[grid.get((l, s)) for s in steps] for l in names], x=[str(s) for s in steps], y=[T(l) for l in names],
                              colorscale="Viridis", colorbar_title="bpb"))
     f.update_layout(xaxis_title="checkpoint step", height=max(400, 16 * len(names)))
     figs.append(("Bits per byte, language × checkpoint", f))
@@ -115,7 +109,7 @@ def figures(run_dir: Path, threshold: float) -> list[tuple[str, Any]]:
     for r_ in sorted({(r["lang"], r["weighting"]) for r in rows if r["scope"] != "language"}):
         pts = sorted((r["step"], r["bpb"]) for r in rows if (r["lang"], r["weighting"]) == r_ and r["scope"] != "language")
         f.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers",
-                               name=f"{r_[0]} ({'token-weighted' if r_[1] == 'tokens' else 'mean of languages'})",
+                               name=f"{T(r_[0])} ({'token-weighted' if r_[1] == 'tokens' else 'mean of languages'})",
                                line={"dash": "solid" if r_[1] == "tokens" else "dot"}))
     f.update_layout(xaxis_title="step", yaxis_title="bits per byte", height=420)
     figs.append(("Groups and overall", f))
@@ -123,7 +117,7 @@ def figures(run_dir: Path, threshold: float) -> list[tuple[str, Any]]:
     f = go.Figure()
     for lang in names:
         pts = sorted((r["tokens_seen"], r["bpb"], r["step"]) for r in langs if r["lang"] == lang)
-        f.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=lang,
+        f.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=T(lang),
                                text=[f"step {p[2]}" for p in pts]))
     f.update_layout(xaxis_title="training tokens seen of the language", yaxis_title="bits per byte", height=520)
     figs.append(("Bits per byte against tokens seen: starved or hard?", f))
@@ -137,7 +131,7 @@ def figures(run_dir: Path, threshold: float) -> list[tuple[str, Any]]:
 
     regs = all_regressions(rows, threshold)
     f = go.Figure(go.Table(header={"values": ["language", "step", "bits per byte", "before", "change"]},
-                           cells={"values": [[g["lang"] for g in regs], [f"{g['previous_step']} → {g['step']}" for g in regs],
+                           cells={"values": [[T(g["lang"]) for g in regs], [f"{g['previous_step']} → {g['step']}" for g in regs],
                                              [f"{g['bpb']:.4f}" for g in regs], [f"{g['previous_bpb']:.4f}" for g in regs],
                                              [f"{g['change']:+.1%}" for g in regs]]}))
     f.update_layout(height=120 + 24 * max(1, len(regs)))
@@ -148,8 +142,8 @@ def figures(run_dir: Path, threshold: float) -> list[tuple[str, Any]]:
         last = max(g["step"] for g in gens)
         g = sorted((x for x in gens if x["step"] == last), key=lambda x: (x["lang"], x["k"]))
         f = go.Figure(go.Table(header={"values": ["language", "prompt", "greedy completion"]},
-                               cells={"values": [[x["lang"] for x in g], [x["prompt"] for x in g],
-                                                 [x["completion"] for x in g]], "align": "left"}))
+                               cells={"values": [[T(x["lang"]) for x in g], [T(x["prompt"]) for x in g],
+                                                 [T(x["completion"]) for x in g]], "align": "left"}))
         f.update_layout(height=120 + 40 * len(g))
         figs.append((f"Generations at step {last}", f))
 
@@ -157,12 +151,12 @@ def figures(run_dir: Path, threshold: float) -> list[tuple[str, Any]]:
     if manifest:
         ledger = sorted(manifest["languages"].items())
         f = go.Figure()
-        f.add_trace(go.Bar(x=[l for l, _ in ledger], y=[e["docs_kept"] for _, e in ledger], name="kept"))
+        f.add_trace(go.Bar(x=[T(l) for l, _ in ledger], y=[e["docs_kept"] for _, e in ledger], name="kept"))
         for kind in ("filtered", "duplicates", "errors"):
             reasons = sorted({k for _, e in ledger for k in e.get(kind, {})})
             for reason in reasons:
-                f.add_trace(go.Bar(x=[l for l, _ in ledger], y=[e.get(kind, {}).get(reason, 0) for _, e in ledger],
-                                   name=f"{kind}: {reason}"))
+                f.add_trace(go.Bar(x=[T(l) for l, _ in ledger], y=[e.get(kind, {}).get(reason, 0) for _, e in ledger],
+                                   name=T(f"{kind}: {reason}")))
         f.update_layout(barmode="stack", yaxis_title="documents in", height=480)
         figs.append(("Data ledger: documents in, kept and dropped by reason", f))
     return figs
@@ -171,26 +165,21 @@ def figures(run_dir: Path, threshold: float) -> list[tuple[str, Any]]:
 def build(run_dir: str | Path, threshold: float | None = None) -> Path:
     """Write ``RUN_DIR/dashboard/index.html`` (atomically) and return its path; regressions are
     flagged above ``threshold`` (default: the run's own :func:`regression_threshold`)."""
-    import plotly.io as pio
-
     run_dir = Path(run_dir)
     threshold = regression_threshold(run_dir) if threshold is None else threshold
-    parts = []
-    for i, (title, fig) in enumerate(figures(run_dir, threshold)):
-        parts.append(f"<h2>{title}</h2>" + pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0),
-                                                       div_id=f"chart-{i}", config={"displaylogo": False}))
+    sections = [page.chart(title, fig, f"chart-{i}", with_library=i == 0)
+                for i, (title, fig) in enumerate(figures(run_dir, threshold))]
     rows = read_results(run_dir).num_rows
+    intro = [page.Link(f"{rows} result rows; evaluation contract: eval/RESULTS.md")]
     data = data_page(run_dir)
     if data is not None:
         write_bytes_atomic(RunDir(run_dir).dashboard / "data.html", data.encode("utf-8"))
-    link = " · <a href='data.html'>data: filter report</a>" if data is not None else ""
-    mixture = mixture_page(run_dir, PAGE)
+        intro += [page.Link(" · "), page.Link("data: filter report", "data.html")]
+    mixture = mixture_page(run_dir)
     if mixture is not None:
         write_bytes_atomic(RunDir(run_dir).dashboard / "mixture.html", mixture.encode("utf-8"))
-        link += " · <a href='mixture.html'>language mixture</a>"
-    html = PAGE.format(title=run_dir.name, body=f"<h1>bloomline run {run_dir.name}</h1><p>{rows} result rows; "
-                                                 f"evaluation contract: eval/RESULTS.md{link}</p>" + "".join(parts))
+        intro += [page.Link(" · "), page.Link("language mixture", "mixture.html")]
+    html = page.render(run_dir.name, sections, heading=f"bloomline run {run_dir.name}", intro=intro)
     out = RunDir(run_dir).dashboard / "index.html"
     write_bytes_atomic(out, html.encode("utf-8"))
     return out
-

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from eval import page
+from eval.page import plotly_text as T
 from eval.results import read_results
 from training.checkpoint import RunDir
 from training.metrics_log import read_metrics
@@ -42,7 +44,7 @@ def mixture_figures(run_dir: Path) -> list[tuple[str, Any]]:
 
     f = go.Figure()
     for lang, y in ys.items():
-        f.add_trace(go.Scatter(x=xs, y=y, name=lang, stackgroup="w", line={"shape": "hv", "width": 0.5},
+        f.add_trace(go.Scatter(x=xs, y=y, name=T(lang), stackgroup="w", line={"shape": "hv", "width": 0.5},
                                legendgroup=lang))
     for s in changes:
         f.add_vline(x=s + 1, line={"dash": "dot", "width": 0.5, "color": "#888"})
@@ -54,7 +56,7 @@ def mixture_figures(run_dir: Path) -> list[tuple[str, Any]]:
     seen = {l: np.cumsum([r.get("lang_tokens", {}).get(l, 0) for r in m]) for l in langs}
     f = go.Figure()
     for lang in langs:
-        f.add_trace(go.Scatter(x=steps, y=seen[lang].tolist(), name=lang, legendgroup=lang, mode="lines"))
+        f.add_trace(go.Scatter(x=steps, y=seen[lang].tolist(), name=T(lang), legendgroup=lang, mode="lines"))
     for s in changes:
         f.add_vline(x=s, line={"dash": "dot", "width": 0.5, "color": "#888"})
     f.update_layout(xaxis_title="step", yaxis_title="training tokens seen", height=480)
@@ -66,14 +68,14 @@ def mixture_figures(run_dir: Path) -> list[tuple[str, Any]]:
         pts = sorted((r["tokens_seen"], r["bpb"], r["step"]) for r in rows if r["lang"] == lang)
         if not pts:
             continue
-        f.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=lang,
+        f.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=T(lang),
                                legendgroup=lang, text=[f"step {p[2]}" for p in pts]))
         # each change, where this language's curve was at that moment (its tokens seen by then)
         at = [int(seen[lang][steps.index(s)]) for s in changes if s in steps]
         if at:
             xs_ = np.log(np.maximum([p[0] for p in pts], 1))
             f.add_trace(go.Scatter(x=at, y=np.interp(np.log(np.maximum(at, 1)), xs_, [p[1] for p in pts]).tolist(),
-                                   mode="markers", marker={"symbol": "x", "size": 7}, name=f"{lang}: weights changed",
+                                   mode="markers", marker={"symbol": "x", "size": 7}, name=T(f"{lang}: weights changed"),
                                    legendgroup=lang, showlegend=False))
     f.update_layout(xaxis_title="training tokens seen of the language", xaxis_type="log", yaxis_title="bits per byte",
                     height=520)
@@ -81,14 +83,11 @@ def mixture_figures(run_dir: Path) -> list[tuple[str, Any]]:
     return figs
 
 
-def mixture_page(run_dir: Path, page: str) -> str | None:
-    """The page's HTML in the dashboard's ``page`` template, or None for a run without an online mixture."""
-    import plotly.io as pio
-
+def mixture_page(run_dir: Path) -> str | None:
+    """The page's HTML, or None for a run without an online mixture."""
     if not RunDir(run_dir).mixture_log.exists() or not any(e["weights"] for e in read_log(RunDir(run_dir))):
         return None
-    parts = [f"<h2>{title}</h2>" + pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0), div_id=f"mixture-{i}",
-                                               config={"displaylogo": False})
-             for i, (title, fig) in enumerate(mixture_figures(run_dir))]
-    return page.format(title=f"{run_dir.name} mixture", body=f"<p><a href='index.html'>← evaluation</a> · the language "
-                                                             f"mixture (RUN_DIR/mixture.jsonl)</p>" + "".join(parts))
+    sections = [page.chart(title, fig, f"mixture-{i}", with_library=i == 0)
+                for i, (title, fig) in enumerate(mixture_figures(run_dir))]
+    return page.render(f"{run_dir.name} mixture", sections,
+                       intro=[page.Link("← evaluation", "index.html"), page.Link(" · the language mixture (RUN_DIR/mixture.jsonl)")])

@@ -1,6 +1,7 @@
 """The dashboard opens in headless Chromium (Debian's `chromium`, installed by .ci/run) from
 file:// with no network: every chart renders and the console shows no error."""
 
+import html
 import json
 import math
 import re
@@ -34,9 +35,10 @@ def chromium() -> str:
     return exe
 
 
-def make_run(run: Path, demo: Path) -> None:
-    """Three evaluated checkpoints of a run (swahili regresses at the last), its metrics and a
-    bloomline.json that points at the demo data (whose ledger the dashboard shows)."""
+def make_run(run: Path, demo: Path, gens: list[tuple[str, str]] = (("Habari za", "asubuhi"),)) -> None:
+    """Three evaluated checkpoints of a run (swahili regresses at the last), its metrics, swahili
+    generations (``gens``: prompt, completion) and a bloomline.json that points at the prepared
+    data ``demo`` (whose ledger and drop log the dashboard shows)."""
     manifest = json.loads((demo / "manifest.json").read_text())
     langs = sorted(l for l in manifest["languages"] if l != "_unknown")  # every language the data has
     for step in (100, 200, 300):
@@ -45,9 +47,9 @@ def make_run(run: Path, demo: Path) -> None:
         ident = {"run": run.name, "step": step, "checkpoint": str(run / f"checkpoints/step_{step}"), "precision": "fp32",
                  "layout": "tp=1 pp=1 dp=1 zero_stage=1", "data_manifest_sha256": "a" * 64,
                  "evaluated_at": datetime.now(timezone.utc)}
-        gens = [{"run": run.name, "step": step, "lang": "sw", "k": 0, "prompt": "Habari za", "completion": f"asubuhi {step}",
-                 "precision": "fp32", "evaluated_at": ident["evaluated_at"]}]
-        write_results(run, step, [{**ident, **r} for r in metric_rows(per, {l: 10 * step for l in langs})], gens)
+        rows = [{"run": run.name, "step": step, "lang": "sw", "k": k, "prompt": p, "completion": f"{c} {step}",
+                 "precision": "fp32", "evaluated_at": ident["evaluated_at"]} for k, (p, c) in enumerate(gens)]
+        write_results(run, step, [{**ident, **r} for r in metric_rows(per, {l: 10 * step for l in langs})], rows)
     (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 8 - s / 100, "lr": 1e-4 * min(1, s / 50)}) + "\n"
                                                for s in range(1, 301)))
     r = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml")
@@ -100,7 +102,7 @@ def test_dashboard_renders_offline_in_chromium(demo, tmp_path):
     assert shot.stat().st_size > 50_000
     print(f"screenshot: {shot}")
     # the data page: the data's filter report, linked from the main page, renders offline too
-    assert "href='data.html'" in html
+    assert 'href="data.html"' in html
     data = page.parent / "data.html"
     ddom = subprocess.run([*base, "--dump-dom", data.resolve().as_uri()], capture_output=True, text=True, timeout=180).stdout
     assert "<h1>Filter report</h1>" in ddom and "Drops by language and reason" in ddom and "<table>" in ddom
@@ -120,10 +122,85 @@ def test_mixture_page_renders_weights_tokens_and_changes_in_chromium(demo, tmp_p
                                                            "lang_tokens": {l: 10 for l in langs}}) + "\n"
                                                for s in range(1, 301)))
     build(run)
-    assert "href='mixture.html'" in (run / "dashboard" / "index.html").read_text()
+    assert 'href="mixture.html"' in (run / "dashboard" / "index.html").read_text()
     page = run / "dashboard" / "mixture.html"
     html = page.read_text()
     assert len(re.findall(r'id="mixture-\d+"', html)) == 3 and "(1 changes)" in html
     base = [chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=15000"]
     dom = subprocess.run([*base, "--dump-dom", page.resolve().as_uri()], capture_output=True, text=True, timeout=180).stdout
     assert len(re.findall(r'class="main-svg"', dom)) >= 3 and "Tokens seen per language" in dom
+
+
+def planted(tag: str) -> list[str]:
+    """Script-running markup of every kind a crawl carries; each, if it ran, would rename the page
+    ``pwned-<tag>-<kind>``."""
+    js = lambda name: f"document.title='pwned-{tag}-{name}'"  # noqa: E731
+    return [f'<img src=x onerror="{js("img")}">', f"<script>{js('script')}</script>", f'<svg onload="{js("svg")}">',
+            f'</td></tr></table><img src=x onerror="{js("cell")}"> | x |', f"[link](javascript:{js('md')})"]
+
+
+def open_page(page: Path) -> tuple[str, str]:
+    """(DOM after the page's scripts ran, browser console) of ``page`` in headless Chromium."""
+    base = [chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=15000",
+            "--enable-logging=stderr", "--v=0"]
+    res = subprocess.run([*base, "--dump-dom", page.resolve().as_uri()], capture_output=True, text=True, timeout=180)
+    return res.stdout, "\n".join(l for l in res.stderr.splitlines() if "CONSOLE" in l)
+
+
+def test_markup_in_documents_generations_and_the_run_name_never_runs(tmp_path):
+    """Dropped documents (the data page), kept text in prompts and generations (the main page) and
+    the run folder's name (every title) carry script-running markup: no page runs it, every page
+    shows it as text."""
+    from bloomline.config import load_config
+    from data_prep.config import PrepareConfig, SourceConfig
+    from data_prep.pipeline import run_all
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for lang in ("en", "sw"):
+        shutil.copy(REPO / f"data_prep/sample_corpus/text/{lang}.jsonl", corpus)
+    marks = planted("dropped")
+    texts = [f"{marks[0]} {marks[1]} hi", f"{marks[2]} {marks[3]} hi", f"{marks[4]} hi"]  # the page quotes 3 per reason
+    docs = [{"id": f"planted-{i}", "lang": "en", "text": t} for i, t in enumerate(texts)]  # too few words
+    (corpus / "planted.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    cfg = load_config(PrepareConfig, REPO / "configs/data/demo.yaml")
+    cfg.sources = [SourceConfig(path=str(corpus))]
+    data = tmp_path / "data"
+    run_all(cfg, data)
+
+    run = tmp_path / ("run" + planted("dir")[0])  # a folder name may hold any markup without a slash
+    # prompts are the first tokens of kept validation documents, and generations echo training text:
+    # the generations table carries the markup as a crawl's kept document would put it there
+    make_run(run, data, gens=[(m, m) for m in planted("gen")])
+    log = [{"step": 0, "weights": {"en": 0.5, "sw": 0.5}, "cause": {"rule": "start"}, "inputs": None},
+           {"step": 150, "weights": {"en": 0.6, "sw": 0.4}, "cause": {"rule": "bandit"}, "inputs": None}]
+    (run / "mixture.jsonl").write_text("".join(json.dumps(e) + "\n" for e in log))
+    build(run)
+    pages = {p: run / "dashboard" / p for p in ("index.html", "data.html", "mixture.html")}
+    for name, path in pages.items():
+        dom, console = open_page(path)
+        assert "main-svg" in dom or name == "data.html", (name, dom[-2000:])  # the page drew
+        assert re.search(r"<title>bloomline: ", dom), (name, re.findall(r"<title>[^<]*", dom))  # no planted script ran
+        assert not re.search(r"error|uncaught|refused", console, re.I), (name, console)  # nor did the policy need to stop one
+        assert "bloomline: run&lt;img src=x onerror=" in dom  # the run's name, shown as text in the title
+        if name == "data.html":  # every dropped document quoted, as text
+            for t in texts:
+                assert html.escape(t, quote=False) in dom, t
+        if name == "index.html":  # the generations table shows the prompts as written
+            assert "&lt;script&gt;document.title='pwned-gen-script'&lt;/script&gt;" in dom and "onload=" in dom
+
+
+def test_the_policy_stops_markup_that_escaping_missed(demo, tmp_path):
+    """The second wall: markup put into a built page unescaped (as a bug would) does not run under
+    the page's Content-Security-Policy, while the page's own charts still draw."""
+    run = tmp_path / "run"
+    make_run(run, demo)
+    page = build(run)
+    text = page.read_text()
+    assert text.count('http-equiv="Content-Security-Policy"') == 1 and "'unsafe-inline'" not in text.split("script-src")[1].split(";")[0]
+    injected = "".join(planted("raw"))
+    page.write_text(text.replace("<h1>", injected + "<h1>", 1))
+    dom, console = open_page(page)
+    assert re.search(r"<title>bloomline: ", dom), re.findall(r"<title>[^<]*", dom)
+    assert re.search(r"Content Security Policy", console), console  # refused by the policy, not by luck
+    assert len(re.findall(r'class="main-svg"', dom)) >= 8  # plotly's own scripts run under it
