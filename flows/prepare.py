@@ -12,6 +12,7 @@ rerun skip finished work with or without a Prefect server (see data_prep/pipelin
 from __future__ import annotations
 
 import logging
+import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -37,9 +38,28 @@ def _mask_worker_logs(worker: Any = None) -> None:
 
 
 @contextmanager
+def environ_kept() -> Iterator[None]:
+    """os.environ as it was before, afterwards. A LocalCluster's nannies run in this process and
+    set ``distributed.nanny.pre-spawn-environ`` (OMP_NUM_THREADS=1, MKL_NUM_THREADS=1,
+    OPENBLAS_NUM_THREADS=1, MALLOC_TRIM_THRESHOLD_, PYTHONHASHSEED) in *this* process's
+    environment before each worker starts, and leave them there: every process the driver
+    starts afterwards inherited them, so the training ranks of a pipeline that had just prepared
+    its data ran torch on one thread, and a rerun that reused the data on all of them, and their
+    gradients differed in the last bits (issue 21)."""
+    before = dict(os.environ)
+    try:
+        yield
+    finally:
+        for k in [k for k in os.environ if k not in before]:
+            del os.environ[k]
+        os.environ.update(before)
+
+
+@contextmanager
 def dask_client(cfg: PrepareConfig) -> Iterator[Any]:
     """A Dask client: the scheduler at ``dask.address``, else a LocalCluster of processes; on
-    every worker, log records are masked (bloomline/secrets.py) before Dask sees them."""
+    every worker, log records are masked (bloomline/secrets.py) before Dask sees them. The
+    driver's environment is the same after it as before (:func:`environ_kept`)."""
     from distributed import Client, LocalCluster
 
     if cfg.dask.address:
@@ -49,9 +69,9 @@ def dask_client(cfg: PrepareConfig) -> Iterator[Any]:
         return
     # One single-threaded process per core: SentencePiece, fastText and the filters are
     # CPU-bound Python/C++ that holds the GIL for long stretches.
-    with LocalCluster(n_workers=cfg.dask.workers(), threads_per_worker=1, processes=True,
-                      dashboard_address=None, memory_limit=cfg.dask.memory_limit,
-                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+    with environ_kept(), LocalCluster(n_workers=cfg.dask.workers(), threads_per_worker=1, processes=True,
+                                      dashboard_address=None, memory_limit=cfg.dask.memory_limit,
+                                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
         client.register_worker_callbacks(_mask_worker_logs)
         yield client
 

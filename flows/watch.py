@@ -84,7 +84,7 @@ def watch(run_dir: Path, data: Path, recipe: TrainRecipe, done: Callable[[], boo
             traceback.print_exc()
             record_skipped(run_dir, step, f"its evaluation failed: {type(e).__name__}: {e}")
         settle(run_dir, recipe.evaluation.max_deferred)  # releases this checkpoint
-        folder.prune(recipe.checkpoint.keep)  # what waited for this evaluation
+        folder.prune(recipe.checkpoint.keep, writer=False)  # what waited for this evaluation
 
 
 def main(argv: list[str] | None = None) -> int:

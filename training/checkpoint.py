@@ -156,14 +156,17 @@ class RunDir:
             return []
         return [json.loads(line) for line in self.pruned_log.read_text().splitlines() if line.strip()]
 
-    def prune(self, keep: int, upto: Optional[int] = None) -> list[int]:
+    def prune(self, keep: int, upto: Optional[int] = None, writer: bool = True) -> list[int]:
         """Delete the checkpoints older than the newest ``keep`` up to step ``upto`` (default:
-        ``latest``), and every other folder that is not one of them: incomplete ones (a killed
-        save) and any above ``upto`` (written by a job that died before moving ``latest``; a run
-        resumed from an earlier step has replaced that future). While a :meth:`hold` is alive, the
-        complete checkpoints it has not released are kept too, up to its ``max_deferred``; older
-        held ones are deleted, each with its reason appended to ``checkpoints/pruned.jsonl``.
-        Returns the steps deleted."""
+        ``latest``), and — for the run's ``writer`` only, the trainer or the flow once its ranks
+        have ended — every other folder that is not one of them: incomplete ones (a killed save)
+        and any above ``upto`` (written by a job that died before moving ``latest``; a run resumed
+        from an earlier step has replaced that future). Another process (the evaluation watcher)
+        passes ``writer=False``: to it, a folder above ``latest`` may be a save in progress, and
+        deleting one took the files from under the ranks writing it. While a :meth:`hold` is
+        alive, the complete checkpoints it has not released are kept too, up to its
+        ``max_deferred``; older held ones are deleted, each with its reason appended to
+        ``checkpoints/pruned.jsonl``. Returns the steps deleted."""
         upto = self.latest_step() if upto is None else upto
         if upto is None:
             return []
@@ -186,7 +189,7 @@ class RunDir:
         deleted = []
         for p in self.checkpoints.iterdir():
             m = _TAG.match(p.name)
-            if m and int(m.group(1)) not in kept:
+            if m and int(m.group(1)) not in kept and (writer or int(m.group(1)) in complete):
                 shutil.rmtree(p, ignore_errors=True)
                 deleted.append(int(m.group(1)))
         return sorted(deleted)

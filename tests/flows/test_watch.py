@@ -101,3 +101,26 @@ def test_a_watcher_killed_at_the_end_of_the_drain_leaves_no_hold(tmp_path):
     assert not run.hold_file.exists()
     assert set(out["skipped"]) == {1, 2} and "drain_s" in out["skipped"][2]
 
+
+
+def test_the_watcher_never_deletes_a_checkpoint_being_saved(tmp_path):
+    """A folder above ``latest`` without bloomline.json is a save in progress to the watcher (the
+    ranks write it while it evaluates): only the run's writer deletes such folders. The watcher's
+    prune once took a finishing save's files from under the ranks, leaving a step_30 that held
+    bloomline.json alone."""
+    from bloomline.config import load_config
+
+    recipe = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", ["checkpoint.keep=1"])
+    run = RunDir(tmp_path)
+    complete(run, 10, 20)
+    saving = run.step_dir(30)
+    saving.mkdir()
+    (saving / "mp_rank_00_model_states.pt").write_bytes(b"being written")
+
+    def evaluate(ckpt, data, settings, out):
+        write_results(out, int(ckpt.rsplit("_", 1)[1]), [], [])
+
+    assert watch(tmp_path, tmp_path, recipe, done=lambda: True, evaluate=evaluate) == [20, 10]
+    assert (saving / "mp_rank_00_model_states.pt").read_bytes() == b"being written"
+    assert run.complete_steps() == [20]  # what the watcher may delete, it did
+    assert run.prune(keep=1) == [30] and not saving.exists()  # the writer's prune: a killed save's leftovers go

@@ -1,0 +1,21 @@
+"""The Prefect flow ``prepare``'s Dask cluster (flows/prepare.py)."""
+
+import os
+from pathlib import Path
+
+from bloomline.config import load_config
+from data_prep.config import PrepareConfig
+from flows.prepare import dask_client
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_local_cluster_leaves_the_drivers_environment_as_it_was():
+    """Dask's nannies set OMP_NUM_THREADS=1 and more in the process that starts them; the ranks
+    of a pipeline's training inherited them when its data had just been prepared, and trained on
+    another number of threads than a rerun that reused the data (different gradients)."""
+    cfg = load_config(PrepareConfig, REPO / "configs/data/demo.yaml", ["dask.n_workers=1"])
+    before = dict(os.environ)
+    with dask_client(cfg) as client:
+        assert client.submit(lambda: os.environ.get("OMP_NUM_THREADS")).result() == "1"  # the workers keep Dask's
+    assert dict(os.environ) == before
