@@ -13,7 +13,7 @@ from typing import Any, Callable
 from training.config import EvalConfig
 from eval.evaluate import evaluate
 from eval.metrics import regressions
-from eval.results import read_results, write_results
+from eval.results import forget_after, read_results, write_results
 from training.checkpoint import RunDir
 from training.online_mixture import write_feedback
 
@@ -42,6 +42,17 @@ def write_tensorboard(run_dir: Path, rows: list[dict[str, Any]]) -> None:
             if math.isfinite(v):
                 w.add_scalar(tag, v, r["step"])
     w.close()
+
+
+def retract_after(run_dir: str | Path, step: int) -> list[int]:
+    """Withdraw what was published for the checkpoints after ``step`` (results, generations, skipped
+    records, the mixture's feedback files), as a run that resumes from ``step`` replaces those
+    checkpoints: they are evaluated again, once, when the run writes them anew. Their TensorBoard
+    scalars go with the purge at the resumed step (training/metrics_log.py, ``purge_step``); the
+    steps withdrawn."""
+    from training.online_mixture import drop_feedback_after
+
+    return sorted(set(forget_after(run_dir, step)) | set(drop_feedback_after(RunDir(Path(run_dir)), step)))
 
 
 def run_evaluation(ckpt_dir: str | Path, data_dir: str | Path, cfg: EvalConfig, out: str | Path | None = None,

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bloomline.errors import BloomlineError
-from bloomline.io import TMP_MARK, remove_stale_tmp
+from bloomline.io import TMP_MARK, remove_stale_tmp, write_bytes_atomic
 from training.checkpoint import RunDir
 
 RESULTS_VERSION = 1
@@ -139,6 +139,32 @@ def skipped_steps(run_dir: str | Path) -> dict[int, str]:
 def settled(run_dir: str | Path) -> set[int]:
     """Checkpoints evaluated, or recorded as skipped: none of them is waiting for an evaluation."""
     return set(evaluated_steps(run_dir)) | set(skipped_steps(run_dir))
+
+
+def forget_after(run_dir: str | Path, step: int) -> list[int]:
+    """Remove the evaluations (results, generations, skipped records) of checkpoints after ``step``;
+    the steps they were of."""
+    import json
+
+    gone = set()
+    for folder in (results_dir(run_dir), generations_dir(run_dir)):
+        for f in folder.glob("step_*.parquet") if folder.is_dir() else []:
+            if int(f.stem[5:]) > step:
+                f.unlink()
+                gone.add(int(f.stem[5:]))
+    f = skipped_file(run_dir)
+    if f.exists():
+        kept = []
+        for line in f.read_text(encoding="utf-8").splitlines():
+            try:
+                if int(json.loads(line)["step"]) > step:
+                    gone.add(int(json.loads(line)["step"]))
+                    continue
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut off by a kill
+            kept.append(line + "\n")
+        write_bytes_atomic(f, "".join(kept).encode("utf-8"))
+    return sorted(gone)
 
 
 EVALUATION_PARTS = ("results", "generations", "skipped")  # what evaluations of a run leave (RunDir's names)

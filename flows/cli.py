@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import List
+from typing import Iterator, List
 
 # Before Prefect is imported: no network here, and the temporary server must not phone home.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -103,17 +104,18 @@ def prepare(
         from flows.prepare import run_prepare
         from flows.summary import print_summary
 
-        progress = RichProgress()
-        try:
-            manifest = run_prepare(cfg, str(out), strict=strict, progress=progress)
-        finally:
-            progress.stop()
+        with owned(out, "bloomline prepare"):
+            progress = RichProgress()
+            try:
+                manifest = run_prepare(cfg, str(out), strict=strict, progress=progress)
+            finally:
+                progress.stop()
         if manifest.get("run_stats", {}).get("already_complete"):
             console.print(f"[green]{out} is already complete[/] (same config and inputs); nothing to do.")
         print_summary(manifest, console)
         console.print(f"[bold green]done[/]: {Path(out) / 'manifest.json'}")
 
-    _run(body, debug)
+    _run(body, debug, driver=True)
 
 
 def check_inputs(cfg) -> None:
@@ -155,17 +157,18 @@ def pipeline(
         import flows.prepare
         from flows.pipeline import pipeline as pipeline_flow
 
-        flows.prepare.PROGRESS = progress = RichProgress()
-        try:
-            res = pipeline_flow(masked(to_dict(cfg)), str(out.resolve()))
-        finally:
-            progress.stop()
-            flows.prepare.PROGRESS = None
+        with owned(out, "bloomline pipeline"):
+            flows.prepare.PROGRESS = progress = RichProgress()
+            try:
+                res = pipeline_flow(masked(to_dict(cfg)), str(out.resolve()))
+            finally:
+                progress.stop()
+                flows.prepare.PROGRESS = None
         from flows.summary import print_pipeline
 
         print_pipeline(res, console)
 
-    _run(body, debug)
+    _run(body, debug, driver=True)
 
 
 DEFAULT_TRAIN_CONFIG = REPO / "configs" / "train" / "bloom-tiny.yaml"
@@ -203,7 +206,8 @@ def train(
             return
         from flows.train import train as train_flow
 
-        res = train_flow(masked(to_dict(recipe)), str(data.resolve()), str(out.resolve()))
+        with owned(out, "bloomline train"):
+            res = train_flow(masked(to_dict(recipe)), str(data.resolve()), str(out.resolve()))
         last = res.get("last", {})
         if res["stopped_by_kill_switch"]:
             console.print(f"[yellow]stopped by the kill switch[/] at step {res['step']}: remove {out / 'STOP'} and rerun to continue")
@@ -217,7 +221,7 @@ def train(
             for step, why in sorted(ev["skipped"].items()):
                 console.print(f"[yellow]not evaluated[/]: step {step}: {why}")
 
-    _run(body, debug)
+    _run(body, debug, driver=True)
 
 
 DEFAULT_EVAL_CONFIG = REPO / "configs" / "eval" / "default.yaml"
@@ -242,15 +246,17 @@ def evaluate(
 
         read_meta(checkpoint)  # a bad checkpoint folder is refused before any server starts
         from flows.evaluate import evaluate_flow
+        from training.checkpoint import RunDir
 
-        res = evaluate_flow(str(checkpoint.resolve()), str(data.resolve()), masked(to_dict(cfg)),
-                            str(out.resolve()) if out else None)
+        with owned(out or RunDir.of_checkpoint(checkpoint).root, "bloomline evaluate"):
+            res = evaluate_flow(str(checkpoint.resolve()), str(data.resolve()), masked(to_dict(cfg)),
+                                str(out.resolve()) if out else None)
         console.print(f"[bold green]done[/]: step {res['step']}, {res['tokens']:,} tokens in {res['seconds']:.1f} s; "
                       f"results in {res['results']}")
         for g in res["regressions"]:
             console.print(f"[yellow]regression[/]: {g['lang']} bits per byte {g['previous_bpb']:.4f} → {g['bpb']:.4f}")
 
-    _run(body, debug)
+    _run(body, debug, driver=True)
 
 
 @app.command()
@@ -271,7 +277,7 @@ def export(
         path = run_export(checkpoint, out, data, dtype)
         console.print(f"[bold green]done[/]: {path} (AutoModelForCausalLM.from_pretrained and AutoTokenizer load it offline)")
 
-    _run(body, debug)
+    _run(body, debug, driver=True)
 
 
 @app.command()
@@ -392,10 +398,24 @@ def serve(
     _run(body, debug)
 
 
-def _run(body, debug: bool) -> None:
+@contextmanager
+def owned(folder: Path, command: str) -> Iterator[None]:
+    """This command's job holds ``folder`` (flows/runlock.py): a second job on it is refused with
+    one line naming the holder; a lock left by a dead job is taken over, with a warning."""
+    from flows.runlock import acquire
+
+    with acquire(folder, command, say=lambda msg: console.print(f"[yellow]{msg}[/]", highlight=False)):
+        yield
+
+
+def _run(body, debug: bool, driver: bool = False) -> None:
     from bloomline.secrets import install_log_masking
 
     install_log_masking()
+    if driver:  # every process this command starts ends with it (flows/lifeline.py)
+        from flows.lifeline import become_driver
+
+        become_driver()
     if not debug:
         from flows import user_errors
 

@@ -19,6 +19,8 @@ from prefect.cache_policies import NONE
 from bloomline.config import from_dict, to_dict
 from bloomline.secrets import mask_text, mask_tree
 from flows.params import real
+from flows.runlock import owns
+from training.checkpoint import RunDir
 from training.config import EvalConfig
 from eval.publish import run_evaluation
 
@@ -51,6 +53,7 @@ def summary_markdown(res: dict[str, Any], top: int = 5) -> str:
 
 
 @flow(name="evaluate", persist_result=False)
+@owns(lambda checkpoint, data, config, out: out or RunDir.of_checkpoint(checkpoint).root, "flow evaluate")
 def evaluate_flow(checkpoint: str, data: str, config: dict[str, Any], out: str | None = None) -> dict[str, Any]:
     """Evaluate one checkpoint per language; results, TensorBoard scalars and two artifacts."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact

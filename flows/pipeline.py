@@ -35,6 +35,7 @@ from training.checkpoint import read_meta, weights_digest
 from bloomline.secrets import mask_tree
 from flows.params import masked, real
 from flows.config import PipelineConfig
+from flows.runlock import owns
 from flows.stages import StageKey, code_digest, completed, content_digest, mark_complete, why_rerun
 
 RECORD = "pipeline.json"
@@ -135,6 +136,7 @@ def export_broken(export_dir: Path) -> str | None:
 
 
 @flow(name="pipeline", persist_result=False)
+@owns(lambda config, out: out, "flow pipeline")
 def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
     """The main job (see the module docstring); returns the record of every stage and where the outputs are."""
     from data_prep.shards import load_manifest

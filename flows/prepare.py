@@ -24,6 +24,7 @@ from prefect.cache_policies import NONE
 from bloomline.config import from_dict, to_dict
 from bloomline.secrets import install_log_masking, mask_text, mask_tree
 from flows.params import masked, real
+from flows.runlock import owns
 from data_prep.config import PrepareConfig
 from data_prep.pipeline import Progress, run_all
 from flows.summary import summary_rows
@@ -101,6 +102,7 @@ PROGRESS: Progress | None = None
 
 
 @flow(name="prepare", log_prints=False, persist_result=False)
+@owns(lambda config, out, strict: out, "flow prepare")
 def prepare(config: dict[str, Any], out: str, strict: bool = False) -> dict[str, Any]:
     """Raw corpora → length-bucketed Arrow shards + manifest.json in ``out``."""
     cfg = from_dict(PrepareConfig, real(config))

@@ -24,8 +24,10 @@ from bloomline.errors import BloomlineError, ConfigError
 from bloomline.io import write_json_atomic
 from bloomline.secrets import mask_tree
 from flows.params import real
+from flows.runlock import owns
 from data_prep.shards import check_model_fits, load_manifest
 from flows.progress import TrainProgress
+from eval.publish import retract_after
 from eval.reference import reference_curve
 from training.metrics_log import read_metrics
 from training.mixture import ReferenceCurve
@@ -230,6 +232,7 @@ def _error_line(log_file: Path) -> str | None:
 
 
 @flow(name="train", persist_result=False)
+@owns(lambda recipe, data, out: out, "flow train")
 def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
     """Train (or resume) the recipe on prepared data; restarts from ``latest`` after a failure."""
     log = get_run_logger()
@@ -240,6 +243,15 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
     run.mkdir(parents=True, exist_ok=True)
     folder = RunDir(run)
     write_json_atomic(folder.recipe, mask_tree(to_dict(r)))  # for people: secrets masked
+    resumed_at = folder.latest_step() or 0
+    # A killed job may have left checkpoint folders beyond `latest` and evaluations of them: the
+    # ranks redo those steps from `latest`, so nothing may read that future meanwhile (this flow
+    # writes the run; no rank nor watcher runs yet). Metrics rows past `latest` go when rank 0
+    # resumes (training/metrics_log.py), their TensorBoard points with its purge.
+    discarded, retracted = folder.discard_unpublished(), retract_after(run, resumed_at)
+    if discarded or retracted:
+        log.info("resuming at step %d: a killed job's checkpoint folders %s and evaluations of steps %s removed "
+                 "(this run redoes them)", resumed_at, discarded or "-", retracted or "-")
     online = r.batch.online
     if reference is not None:  # checked by validate(), read by every rank from the run folder
         curve, checked = reference

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import torch
 
@@ -186,10 +186,22 @@ class RunDir:
                                           f"ran: more than evaluation.max_deferred={max_deferred} checkpoints were "
                                           f"waiting for one"}) + "\n")
         kept |= set(deferred) - set(late)
+        return self._delete(lambda step: step not in kept and (writer or step in complete))
+
+    def discard_unpublished(self) -> list[int]:
+        """Delete the step folders ``latest`` does not stand for: incomplete ones (a killed save)
+        and any above it (saved by a job killed before it moved ``latest``: the run resumed from
+        ``latest`` replaces that future, and nothing may read it meanwhile). For the run's writer
+        before its ranks start; the steps deleted."""
+        upto = self.latest_step() or 0
+        complete = set(self.complete_steps())
+        return self._delete(lambda step: step > upto or step not in complete)
+
+    def _delete(self, condemned: Callable[[int], bool]) -> list[int]:
         deleted = []
-        for p in self.checkpoints.iterdir():
+        for p in self.checkpoints.iterdir() if self.checkpoints.is_dir() else []:
             m = _TAG.match(p.name)
-            if m and int(m.group(1)) not in kept and (writer or int(m.group(1)) in complete):
+            if m and condemned(int(m.group(1))):
                 shutil.rmtree(p, ignore_errors=True)
                 deleted.append(int(m.group(1)))
         return sorted(deleted)

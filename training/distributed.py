@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from training.config import ParallelConfig
+from training.shm import unlink_own_buffer
 
 
 @dataclass
@@ -64,6 +65,8 @@ def init_distributed(parallel: ParallelConfig, seed: int) -> Mesh:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
     if not torch.distributed.is_initialized():
         deepspeed.init_distributed(dist_backend=backend, verbose=False)
+        torch.distributed.barrier()  # every rank has mapped every rank's CPU all-reduce buffer by now
+        unlink_own_buffer(torch.distributed.get_rank())  # no kill can leave it in /dev/shm (training/shm.py)
     world = torch.distributed.get_world_size()
     parallel.check_world(world)
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=parallel.tp,

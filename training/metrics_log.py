@@ -14,9 +14,12 @@ from training.config import TrainRecipe
 
 
 def read_metrics(path: str | Path, start: int = 0) -> tuple[list[dict[str, Any]], int]:
-    """The step records of a ``metrics.jsonl`` from byte ``start``, and the offset after the last
-    whole line read: a line still being written is left for the next read, and one a killed job
-    cut off is skipped."""
+    """The step records of a ``metrics.jsonl`` from byte ``start``, one per step in step order, and
+    the offset after the last whole line read: a line still being written is left for the next
+    read, and one a killed job cut off is skipped. A step recorded twice counts as its last
+    record: a resumed run's rank 0 drops the rows past its checkpoint before it writes its own
+    (:meth:`MetricsLog.truncate`), and a row that outlived that (a kill between the two) is
+    superseded by the row the run wrote after it."""
     p = Path(path)
     if not p.is_file():
         return [], start
@@ -24,15 +27,16 @@ def read_metrics(path: str | Path, start: int = 0) -> tuple[list[dict[str, Any]]
         f.seek(start)
         blob = f.read()
     end = blob.rfind(b"\n") + 1
-    out = []
+    by_step: dict[int, dict[str, Any]] = {}
     for line in blob[:end].splitlines():
         try:
             rec = json.loads(line)
         except ValueError:
             continue
         if isinstance(rec, dict) and isinstance(rec.get("step"), int):
-            out.append(rec)
-    return out, start + end
+            by_step.pop(rec["step"], None)  # the last record of a step counts
+            by_step[rec["step"]] = rec
+    return sorted(by_step.values(), key=lambda r: r["step"]), start + end
 
 
 class MetricsLog:

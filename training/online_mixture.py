@@ -68,6 +68,19 @@ def newest_feedback(run: RunDir) -> Optional[Path]:
     return run.mixture_feedback / f"step_{max(steps):08d}.json" if steps else None
 
 
+def drop_feedback_after(run: RunDir, step: int) -> list[int]:
+    """Remove the feedback files of checkpoints after ``step`` (a run resumed from ``step`` replaces
+    them; read now, they would steer its next steps by evaluations from a future it redoes)."""
+    try:
+        names = os.listdir(run.mixture_feedback)
+    except FileNotFoundError:
+        return []
+    dropped = sorted(int(m.group(1)) for n in names if (m := _FEEDBACK.fullmatch(n)) and int(m.group(1)) > step)
+    for s in dropped:
+        (run.mixture_feedback / f"step_{s:08d}.json").unlink(missing_ok=True)
+    return dropped
+
+
 def read_feedback(path: Path) -> dict[str, Any]:
     fb = read_json(path)
     if fb.get("version") != FEEDBACK_VERSION:

@@ -4,8 +4,14 @@ On CPU, DeepSpeed's communication backend creates one shared-memory buffer per r
 ``deepspeed_allreduce_buffer_{uid}_{master_addr}_{master_port}_{rank}``
 (deepspeed/ops/csrc/cpu/comm/shm.cpp, ``shm_initialize``), and never unlinks it — not at a clean
 exit, and a SIGKILLed rank could not anyway. /dev/shm is RAM: measured here, a day of test
-runs left 22 GiB there (66 MiB per rank per job) until new jobs were killed for memory. The
-launcher of a job knows its master port, so it removes that job's buffers once every rank is gone.
+runs left 22 GiB there (66 MiB per rank per job) until new jobs were killed for memory.
+
+So each rank unlinks its own buffer's name as soon as every rank has mapped every buffer
+(:func:`unlink_own_buffer`, right after ``deepspeed.init_distributed``): the memory stays mapped
+while the ranks live and goes back when the last one ends, however it ends, as POSIX shared
+memory does once unlinked. A job killed during those first moments is the launcher's to clean:
+it knows its master port and removes that job's buffers once every rank is gone
+(:func:`release_job_shm`).
 """
 
 from __future__ import annotations
@@ -34,3 +40,17 @@ def release_job_shm(cmd: list[str], addr: str = "127.0.0.1") -> int:
         f.unlink(missing_ok=True)
         n += 1
     return n
+
+
+def unlink_own_buffer(rank: int, env: dict[str, str] | None = None) -> bool:
+    """Unlink this rank's all-reduce buffer (call it on every rank after a barrier that follows
+    ``deepspeed.init_distributed``, when every rank has mapped every buffer); whether there was one
+    (there is none on GPUs, nor when the ranks span several nodes)."""
+    env = os.environ if env is None else env
+    name = SHM_DIR / (f"deepspeed_allreduce_buffer_{os.getuid()}_{env.get('MASTER_ADDR', '')}_"
+                      f"{env.get('MASTER_PORT', '')}_{rank}")
+    try:
+        name.unlink()
+        return True
+    except FileNotFoundError:
+        return False

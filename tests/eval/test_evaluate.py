@@ -182,3 +182,23 @@ def test_hf_names_cover_blooms_parameters_and_the_tokenizer_is_exact(demo, tmp_p
             for l in f.read_text().splitlines() if l.strip()]
     assert len(docs) > 400
     assert all(t(d, add_special_tokens=False)["input_ids"] == sp.encode(d) for d in docs)
+
+
+def test_a_resumed_run_withdraws_the_evaluations_of_the_future_it_redoes(tmp_path):
+    """Results, generations, skipped records and the mixture's feedback files of checkpoints after
+    the step a run resumes from are withdrawn; the ones up to it stay."""
+    from eval.publish import retract_after
+    from training.checkpoint import RunDir
+    from training.online_mixture import newest_feedback, write_feedback
+
+    for step in (10, 20, 30):
+        write_results(tmp_path, step, rows_for(step, 1.0), [])
+        write_feedback(tmp_path, step, {"en": 1.0}, {"en": step})
+    record_skipped(tmp_path, 15, "its evaluation failed")
+    record_skipped(tmp_path, 40, "deleted by checkpoint.keep")
+    assert retract_after(tmp_path, 20) == [30, 40]
+    assert evaluated_steps(tmp_path) == [10, 20] and skipped_steps(tmp_path) == {15: "its evaluation failed"}
+    assert sorted(p.name for p in (tmp_path / "eval" / "generations").iterdir()) == ["step_00000010.parquet",
+                                                                                       "step_00000020.parquet"]
+    assert newest_feedback(RunDir(tmp_path)).name == "step_00000020.json"
+    assert retract_after(tmp_path, 20) == []

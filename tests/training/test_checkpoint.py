@@ -155,3 +155,15 @@ def test_run_folder_latest_keep_and_tags(tmp_path):
     run.latest_file.write_text("step_7")
     with pytest.raises(CheckpointError, match="points to step_7, which has no bloomline.json"):
         run.latest_step()
+
+
+def test_the_writer_discards_the_future_a_resumed_run_redoes(tmp_path):
+    """Before a run's ranks start: step folders beyond ``latest`` (saved by a job killed before it
+    moved ``latest``) and incomplete ones (a killed save) go; the published ones stay."""
+    run = RunDir(tmp_path)
+    for step in (10, 20, 30):
+        run.step_dir(step).mkdir(parents=True)
+        (run.step_dir(step) / "bloomline.json").write_text("{}")
+    run.step_dir(5).mkdir()  # a save killed before its bloomline.json
+    run.latest_file.write_text("step_20")
+    assert run.discard_unpublished() == [5, 30] and run.complete_steps() == [10, 20]
