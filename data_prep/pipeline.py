@@ -79,6 +79,8 @@ def plan(cfg: PrepareConfig, paths: Paths, strict: bool = False) -> dict[str, An
         if m.get("fingerprint") != fp:
             raise DataError(f"{paths.out} already holds prepared data made from another config or other inputs; "
                             f"choose another --out or delete {paths.out}")
+        if not paths.work.exists():  # complete: nothing to resume, and no work folder to leave behind
+            return {"fingerprint": fp, "work_version": WORK_VERSION, "chunks": [c.to_dict() for c in chunks]}
     plan_file = paths.work / "plan.json"
     if plan_file.exists():
         old = read_json(plan_file)
@@ -123,10 +125,24 @@ def run_all(cfg: PrepareConfig, out: str | Path, strict: bool = False, map_fn: M
     progress = progress or Progress()
     paths = Paths(Path(out).resolve())
     prepare_start(paths)
-    timings: dict[str, Any] = {}
+    timings: dict[str, Any] = {"tasks": {}}
     t0 = time.perf_counter()
     p = stage("plan", plan, cfg, paths, strict)
+    timings["plan"] = {"seconds": time.perf_counter() - t0, "chunks": len(p["chunks"])}
+    parallel = map_fn
+
+    def counted(func: Callable[[Any], Any], items: list[Any]) -> Iterable[Any]:
+        """The caller's map_fn, counting the parallel tasks (one an item) each function was given
+        (``run_stats.json`` ``tasks``)."""
+        name = getattr(getattr(func, "func", func), "__name__", "task")
+        timings["tasks"][name] = timings["tasks"].get(name, 0) + len(items)
+        return parallel(func, items)
+
+    map_fn = counted
+
     if is_complete(paths, p["fingerprint"]):
+        if not cfg.keep_work:  # a run killed between its manifest and this clean-up
+            clean_work(paths)
         m = read_json(paths.manifest)
         m["run_stats"] = {"already_complete": True}
         return m
@@ -191,7 +207,7 @@ def run_all(cfg: PrepareConfig, out: str | Path, strict: bool = False, map_fn: M
         progress.start("tokenize+pack", sum(x["bytes"] for x in parts), "B")
         sizes = {(x["lang"], x["k"]): x["bytes"] for x in parts}
         res = []
-        for r in map_fn(partial(pack_part, cfg=cfg, out=str(paths.out), tok_sha=tok["sha256"]), parts):
+        for r in map_fn(partial(pack_part, cfg=cfg, out=str(paths.out), tok_sha=tok["sha256"], strict=strict), parts):
             res.append(r)
             progress.advance("tokenize+pack", sizes[(r["lang"], r["k"])])
         res.sort(key=lambda r: (r["lang"], r["k"]))

@@ -84,8 +84,11 @@ def test_deterministic_resumable_and_refuses_other_config(tmp_path, bad_inputs):
     (out / "shards" / "stale.arrow.tmp-999").write_bytes(b"partial")
     run_all(cfg, out)
     assert tree_bytes(out) == ref
-    # same command again: already complete
+    # same command again: already complete, and nothing written (a work folder left behind would
+    # make the finished output differ from an uninterrupted run's)
+    shutil.rmtree(out / ".work", ignore_errors=True)
     assert run_all(cfg, out)["run_stats"] == {"already_complete": True}
+    assert not (out / ".work").exists()
     # another config into the same folder is refused
     with pytest.raises(DataError, match="another config"):
         run_all(demo_cfg("seed=99"), out)
