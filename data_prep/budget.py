@@ -66,11 +66,11 @@ def check_inputs(cfg: PrepareConfig) -> None:
     budget = Budget(cfg.memory_gib)
     for source in cfg.sources:
         for path, fmt in discover(source):
-            size = chunk_bytes(path, fmt, cfg.read)
+            size, how = chunk_bytes(path, fmt, cfg.read)
             if fmt == "jsonl":
                 what, fix = f"a chunk of {path} ({size / 2**20:,.0f} MiB)", "lower read.chunk_bytes or raise memory_gib"
             else:
-                what = f"input {path}, read as one chunk of about {size / 2**20:,.0f} MiB of records,"
+                what = f"input {path}, read as one chunk of about {size / 2**20:,.0f} MiB of records ({how}),"
                 fix = "compressed and Parquet files are not cut into chunks: split the file, or raise memory_gib"
             budget.check(what, size * CHUNK_BYTES_PER_BYTE, fix)
     if not cfg.tokenizer.model:

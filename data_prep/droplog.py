@@ -9,6 +9,8 @@ uninterrupted run and a killed-and-resumed one, like the shards:
 * ``dropped/chunk-cNNNNNN.parquet``: what the chunk stage dropped (read errors, normalisation
   errors, language-ID and quality filters);
 * ``dropped/dedup-cNNNNNN.parquet``: the duplicates the dedup pass found among chunk N's documents;
+* ``dropped/pack-<lang>-pNNNNN.parquet``: documents of a pack part that PII redaction or the
+  tokenizer failed on (errors ``pii.<exception>``, ``tokenize.<exception>``);
 * ``scores/cNNNNNN.parquet``: the quality filter's scores (data_prep/filters.py ``SCORES``) of
   every document it checked, kept or dropped, and the reason it dropped it (null: kept).
 
@@ -73,6 +75,11 @@ def write_rows(path: Path, rows: list[dict[str, Any]], schema: pa.Schema) -> Non
 
 def dropped_path(out: Path, unit: str, cid: int) -> Path:
     return out / DROPPED_DIR / f"{unit}-c{cid:06d}.parquet"
+
+
+def pack_dropped_path(out: Path, lang: str, k: int) -> Path:
+    """What the pack stage dropped of one part: documents PII redaction or the tokenizer failed on."""
+    return out / DROPPED_DIR / f"pack-{lang}-p{k:05d}.parquet"
 
 
 def scores_path(out: Path, cid: int) -> Path:

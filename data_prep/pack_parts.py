@@ -14,17 +14,22 @@ import numpy as np
 from bloomline.io import read_json, write_json_atomic
 from data_prep.chunks import chunk_table, dropped_positions
 from data_prep.config import PrepareConfig
-from data_prep.document import Ledger
+from data_prep.document import Document, Ledger
+from data_prep.droplog import DROP_SCHEMA, DropLog, pack_dropped_path, write_rows
 from data_prep.packing import BucketPacker
 from data_prep.pii import redact
 from data_prep.shards import ShardWriter
 from data_prep.split import held_out
+from data_prep.step import drop_document, failure
 from data_prep.tokenizer import processor
 from data_prep.workdir import Paths, shard_path
 
 
-def pack_part(part: dict[str, Any], cfg: PrepareConfig, out: str, tok_sha: str) -> dict[str, Any]:
-    """Pack one part (``DIR/.work/parts/<lang>-pNNNNN.json`` marks it done)."""
+def pack_part(part: dict[str, Any], cfg: PrepareConfig, out: str, tok_sha: str, strict: bool = False) -> dict[str, Any]:
+    """Pack one part (``DIR/.work/parts/<lang>-pNNNNN.json`` marks it done). A document PII
+    redaction or the tokenizer fails on is booked as an error (``pii.<exception>``,
+    ``tokenize.<exception>``) in the ledger and ``dropped/pack-<lang>-pNNNNN.parquet``; the part
+    goes on (``strict``: it stops there)."""
     paths = Paths(Path(out))
     lang, k = part["lang"], part["k"]
     done = paths.part_done(lang, k)
@@ -32,7 +37,10 @@ def pack_part(part: dict[str, Any], cfg: PrepareConfig, out: str, tok_sha: str) 
         return read_json(done)
     sp = processor(str(paths.tokenizer), tok_sha)
     eos = sp.eos_id()
-    ledger = Ledger()
+    ledger = Ledger(DropLog(cfg.dropped_text_chars))
+
+    def failed(step: str, e: Exception, doc: Document) -> None:
+        drop_document(ledger, step, doc, "errors", failure(step, e), strict)
     packers = {s: BucketPacker(cfg.pack.buckets, cfg.pack.max_open_samples) for s in ("train", "valid")}
     writers: dict[tuple[str, int], ShardWriter] = {}
     secs = {"pii": 0.0, "tokenize": 0.0, "pack": 0.0, "write": 0.0}
@@ -48,11 +56,26 @@ def pack_part(part: dict[str, Any], cfg: PrepareConfig, out: str, tok_sha: str) 
             w.add(s)
         secs["write"] += time.perf_counter() - t
 
-    def run_batch(split: str, texts: list[str]) -> None:
+    def encode(batch: list[Document]) -> list[tuple[Document, list[int]]]:
+        """The batch's token ids; when the batch fails, document by document, those that fail booked."""
+        try:
+            return list(zip(batch, sp.encode([d.text for d in batch])))
+        except Exception:  # noqa: BLE001 - find the document(s) it failed on
+            ok = []
+            for d in batch:
+                try:
+                    ok.append((d, sp.encode(d.text)))
+                except Exception as e:  # noqa: BLE001
+                    failed("tokenize", e, d)
+            return ok
+
+    def run_batch(split: str, batch: list[Document]) -> None:
         t = time.perf_counter()
-        encoded = sp.encode(texts)
+        encoded = encode(batch)
         secs["tokenize"] += time.perf_counter() - t
-        for text, ids in zip(texts, encoded):
+        for doc, ids in encoded:
+            text = doc.text
+            docs[split] += 1
             ids.append(eos)
             arr = np.asarray(ids, dtype=np.int32)
             ledger.keep(lang, len(text.encode("utf-8")), len(arr))
@@ -63,23 +86,29 @@ def pack_part(part: dict[str, Any], cfg: PrepareConfig, out: str, tok_sha: str) 
                 emit(split, samples)
 
     try:
-        batches: dict[str, list[str]] = {"train": [], "valid": []}
+        batches: dict[str, list[Document]] = {"train": [], "valid": []}
+        columns = ("pos", "id", "loc", "text", "valid_draw")
         for cid, start, end in part["slices"]:
             drops = dropped_positions(paths, cid)
-            t = chunk_table(paths, cid, ["pos", "text", "valid_draw"]).slice(start, end - start)
-            for pos, text, u in zip(*(t.column(c).to_pylist() for c in ("pos", "text", "valid_draw"))):
+            t = chunk_table(paths, cid, list(columns)).slice(start, end - start)
+            for pos, doc_id, loc, text, u in zip(*(t.column(c).to_pylist() for c in columns)):
                 if pos in drops:
                     continue
+                doc = Document(text=text, lang=lang, id=doc_id, loc=loc)
                 split = "valid" if held_out(u, part["split_rule"]) else "train"
                 if cfg.pii.enabled:
                     tp = time.perf_counter()
-                    text, counts = redact(text, cfg.pii.kinds)
-                    secs["pii"] += time.perf_counter() - tp
+                    try:
+                        doc.text, counts = redact(text, cfg.pii.kinds)
+                    except Exception as e:  # noqa: BLE001 - one document's failure is that document's error
+                        failed("pii", e, doc)
+                        continue
+                    finally:
+                        secs["pii"] += time.perf_counter() - tp
                     for kind, n in counts.items():
                         pii_counts[kind] = pii_counts.get(kind, 0) + n
                         ledger.pii(lang, kind, n)
-                docs[split] += 1
-                batches[split].append(text)
+                batches[split].append(doc)
                 if len(batches[split]) >= cfg.pack.tokenize_batch:
                     run_batch(split, batches[split])
                     batches[split] = []
@@ -101,6 +130,7 @@ def pack_part(part: dict[str, Any], cfg: PrepareConfig, out: str, tok_sha: str) 
         for w in writers.values():
             w.abort()
         raise
+    write_rows(pack_dropped_path(paths.out, lang, k), ledger.log.rows, DROP_SCHEMA)  # before the marker
     result = {"lang": lang, "k": k, "shards": shards, "ledger": ledger.to_dict(), "docs": docs,
               "pii": dict(sorted(pii_counts.items())), "seconds": secs}
     write_json_atomic(done, result)

@@ -28,6 +28,7 @@ from bloomline import languages
 from bloomline.errors import DataError
 from data_prep.config import ReadConfig, SourceConfig
 from data_prep.document import UNKNOWN_LANG, Document, Ledger, StrictModeError
+from data_prep.step import failure
 
 
 @dataclass(frozen=True)
@@ -145,22 +146,23 @@ def plan_chunks(sources: list[SourceConfig], cfg: ReadConfig) -> list[Chunk]:
     return chunks
 
 
-def chunk_bytes(path: Path, fmt: str, cfg: ReadConfig) -> int:
-    """About how many bytes of records the largest chunk of one input holds once read (nothing is
-    parsed): ``read.chunk_bytes`` of a larger JSONL file; the gzip trailer's uncompressed size
-    (modulo 4 GiB, as gzip keeps it, so at least the file's size); Parquet's uncompressed column
+def chunk_bytes(path: Path, fmt: str, cfg: ReadConfig) -> tuple[int, str]:
+    """About how many bytes of records the largest chunk of one input holds once read, and how
+    that was found: ``read.chunk_bytes`` of a larger JSONL file; a gzip file's text as
+    data_prep/gzipped.py measures it (never its trailer alone); Parquet's uncompressed column
     sizes; an Arrow file's size."""
     size = path.stat().st_size
     if fmt == "jsonl":
-        return min(size, cfg.chunk_bytes)
+        return min(size, cfg.chunk_bytes), "read.chunk_bytes"
     if fmt == "jsonl.gz":
-        with open(path, "rb") as f:
-            f.seek(-4, 2)
-            return max(int.from_bytes(f.read(4), "little"), size)
+        from data_prep.gzipped import gzip_text_size
+
+        g = gzip_text_size(path)
+        return g.text_bytes, g.how
     if fmt == "parquet":
         md = pq.ParquetFile(path).metadata
-        return sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
-    return size
+        return sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups)), "its row groups' sizes"
+    return size, "its size"
 
 
 def _jsonl_ranges(path: Path, chunk_bytes: int) -> Iterator[tuple[int, int, int]]:
@@ -204,14 +206,42 @@ class ChunkReader:
             out["dropped"] = dict(sorted(self.dropped.items()))
         return out
 
-    def _error(self, lang: str, reason: str, loc: str) -> None:
+    def _error(self, lang: str, reason: str, loc: str, raw: bytes | str | None = None) -> None:
+        """Book one record (or one break in a file) as an error: the ledger, and a row of the drop
+        log with the first characters of its raw text (there is no id or document to log)."""
         if self.strict:
             raise StrictModeError(f"{loc}: {reason} (--strict stops at the first bad record)")
         self.ledger.record_in(lang)
         self.ledger.drop(lang, "errors", reason, loc)
-        if self.ledger.log is not None:  # the record could not be read: no id or text to log
-            self.ledger.log.add(id=None, source=loc, lang=lang, stage="read", outcome="errors", reason=reason)
+        if self.ledger.log is not None:
+            text = raw.rstrip(b"\r\n").decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+            self.ledger.log.add(id=None, source=loc, lang=lang, stage="read", outcome="errors", reason=reason, text=text)
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
+
+    def _isolated(self, make: Any, loc: str, raw: Any) -> Document | None:
+        """``make()``, the reading of one record, with whatever it raises booked as that record's
+        error: ``too_deep`` for nesting past Python's recursion limit (valid JSON, 5,000 ``[``
+        deep, that ``json`` cannot parse; the limit is not raised, that would only move the
+        crash), else ``read.<exception class>`` (data_prep/step.py failure). One record never stops a run (unless --strict)."""
+        try:
+            return make()
+        except StrictModeError:
+            raise
+        except RecursionError:
+            self._error(UNKNOWN_LANG, "too_deep", loc, raw)
+        except Exception as e:  # noqa: BLE001 - any failure of one record is that record's
+            self._error(UNKNOWN_LANG, failure("read", e), loc, raw)
+        return None
+
+    def _break(self, e: BaseException, where: str) -> None:
+        """A file that cannot be read past a point: one error naming the file and the point; the
+        records before it stand."""
+        import zlib
+
+        reason = ("truncated_gzip" if isinstance(e, EOFError) else
+                  "corrupt_gzip" if isinstance(e, (gzip.BadGzipFile, zlib.error)) else "unreadable")
+        self.stats["records"] += 1
+        self._error(UNKNOWN_LANG, reason, f"{self.chunk.path}: {where} ({type(e).__name__}: {e})")
 
     def run(self) -> Iterator[Document]:
         import time
@@ -230,53 +260,60 @@ class ChunkReader:
         self.seconds += time.perf_counter() - t0
 
     # -- records -> documents --------------------------------------------------------------
-    def _from_record(self, rec: Any, loc: str) -> Document | None:
+    def _from_record(self, rec: Any, loc: str, raw: Any = None) -> Document | None:
         c = self.chunk
-        self.stats["records"] += 1
         if not isinstance(rec, dict):
-            self._error(UNKNOWN_LANG, "not_an_object", loc)
+            self._error(UNKNOWN_LANG, "not_an_object", loc, raw)
             return None
         label = c.lang if c.lang else rec.get(c.lang_field)
         lang = languages.resolve(label) if isinstance(label, str) else None
         if label is None:
-            self._error(UNKNOWN_LANG, "missing_lang", loc)
+            self._error(UNKNOWN_LANG, "missing_lang", loc, raw)
             return None
         if lang is None:
-            self._error(UNKNOWN_LANG, "unknown_lang", f"{loc} (lang={label!r})")
+            self._error(UNKNOWN_LANG, "unknown_lang", f"{loc} (lang={label!r:.80})", raw)
             return None
         text = rec.get(c.text_field)
         if text is None:
-            self._error(lang, "missing_text", loc)
+            self._error(lang, "missing_text", loc, raw)
             return None
         if not isinstance(text, str):
-            self._error(lang, "text_not_string", loc)
+            self._error(lang, "text_not_string", loc, raw)
             return None
         if not text.strip():
-            self._error(lang, "empty_text", loc)
+            self._error(lang, "empty_text", loc, raw)
             return None
         n_bytes = len(text.encode("utf-8", "surrogatepass"))
         if n_bytes > self.cfg.max_doc_bytes:
-            self._error(lang, "too_long", loc)
+            self._error(lang, "too_long", loc, text[:256])
             return None
+        doc_id = rec.get(c.id_field)
+        doc_id = str(doc_id) if doc_id is not None else loc  # before the ledger: str() of a strange id may raise
         self.stats["bytes"] += n_bytes
         self.ledger.record_in(lang)
-        doc_id = rec.get(c.id_field)
-        return Document(text=text, lang=lang, id=str(doc_id) if doc_id is not None else loc, loc=loc)
+        return Document(text=text, lang=lang, id=doc_id, loc=loc)
 
     def _jsonl(self) -> Iterator[Document | None]:
+        import zlib
+
         c = self.chunk
         limit = self.cfg.max_doc_bytes + 1
         opener = gzip.open if c.fmt == "jsonl.gz" else open
         line_no = c.first_line - 1
-        with opener(c.path, "rb") as f:
+        pos = c.start
+        try:
+            f = opener(c.path, "rb")
             if c.start:
                 f.seek(c.start)
-            pos = c.start
+        except OSError as e:
+            self._break(e, "cannot be opened")
+            return
+        with f:
             while c.end < 0 or pos < c.end:
                 try:
                     raw = f.readline(limit)
-                except (OSError, EOFError) as e:  # truncated / corrupt gzip
-                    self._error(UNKNOWN_LANG, "unreadable", f"{c.path}:{line_no + 1} ({e})")
+                except (OSError, EOFError, zlib.error) as e:  # truncated or corrupt gzip, an I/O error
+                    self._break(e, f"at byte {pos:,} of its text, after line {line_no:,}")
                     return
                 if not raw:
                     break
@@ -285,57 +322,93 @@ class ChunkReader:
                 loc = f"{c.path}:{line_no}"
                 if not raw.endswith(b"\n") and len(raw) == limit:
                     # Over the size limit: skip the rest of the line without holding it.
-                    while True:
-                        more = f.readline(1 << 20)
-                        pos += len(more)
-                        if not more or more.endswith(b"\n"):
-                            break
+                    try:
+                        while True:
+                            more = f.readline(1 << 20)
+                            pos += len(more)
+                            if not more or more.endswith(b"\n"):
+                                break
+                    except (OSError, EOFError, zlib.error) as e:
+                        self._break(e, f"at byte {pos:,} of its text, in line {line_no:,}")
+                        return
                     self.stats["records"] += 1
-                    self._error(UNKNOWN_LANG, "too_long", loc)
+                    self._error(UNKNOWN_LANG, "too_long", loc, raw[:256])
                     yield None
                     continue
                 if not raw.strip():
                     continue  # blank line: not a record
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    self.stats["records"] += 1
-                    lang = UNKNOWN_LANG
-                    try:  # book it under its language when the rest of the line is readable
-                        rec = json.loads(raw.decode("utf-8", "replace"))
-                        lab = self.chunk.lang or (rec.get(c.lang_field) if isinstance(rec, dict) else None)
-                        lang = languages.resolve(lab) or UNKNOWN_LANG if isinstance(lab, str) else UNKNOWN_LANG
-                    except ValueError:
-                        pass
-                    self._error(lang, "invalid_utf8", loc)
-                    yield None
-                    continue
-                try:
-                    rec = json.loads(text)
-                except ValueError:
-                    self.stats["records"] += 1
-                    self._error(UNKNOWN_LANG, "malformed_json", loc)
-                    yield None
-                    continue
-                yield self._from_record(rec, loc)
+                self.stats["records"] += 1
+                yield self._isolated(lambda: self._from_line(raw, loc), loc, raw)
+
+    def _from_line(self, raw: bytes, loc: str) -> Document | None:
+        """One non-blank JSONL line: decoded, parsed, checked."""
+        c = self.chunk
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            lang = UNKNOWN_LANG
+            try:  # book it under its language when the rest of the line is readable
+                rec = json.loads(raw.decode("utf-8", "replace"))
+                lab = c.lang or (rec.get(c.lang_field) if isinstance(rec, dict) else None)
+                lang = languages.resolve(lab) or UNKNOWN_LANG if isinstance(lab, str) else UNKNOWN_LANG
+            except (ValueError, RecursionError):
+                pass
+            self._error(lang, "invalid_utf8", loc, raw)
+            return None
+        try:
+            rec = json.loads(text)
+        except ValueError:
+            self._error(UNKNOWN_LANG, "malformed_json", loc, raw)
+            return None
+        return self._from_record(rec, loc, raw)
 
     def _table(self) -> Iterator[Document | None]:
+        """The rows of a Parquet file, a row group at a time (a group that fails to decode is one
+        error naming its rows; the groups around it are read), or of an Arrow stream (a batch
+        that fails ends the file with one error naming the row)."""
         c = self.chunk
         try:
             if c.fmt == "parquet":
                 pf = pq.ParquetFile(c.path)
                 names = set(pf.schema_arrow.names)
-                cols = [x for x in (c.text_field, c.lang_field, c.id_field) if x in names]
-                batches = pf.iter_batches(batch_size=1024, columns=cols or None)
+                groups = [(pf.metadata.row_group(i).num_rows, i) for i in range(pf.num_row_groups)]
             else:
                 reader = pa.ipc.open_stream(pa.memory_map(c.path, "r"))
                 names = set(reader.schema.names)
-                cols = [x for x in (c.text_field, c.lang_field, c.id_field) if x in names]
-                batches = (b.select(cols) for b in reader)
-        except (OSError, pa.ArrowInvalid) as e:
+        except (OSError, pa.ArrowException) as e:
             raise DataError(f"cannot read {c.path}: {e}") from None
+        cols = [x for x in (c.text_field, c.lang_field, c.id_field) if x in names]
         row = 0
-        for batch in batches:
-            for rec in batch.to_pylist():
-                yield self._from_record(rec, f"{c.path}:row {row}")
-                row += 1
+        if c.fmt == "parquet":
+            for n, i in groups:
+                first = row
+                try:
+                    for batch in pf.iter_batches(batch_size=1024, columns=cols or None, row_groups=[i]):
+                        yield from self._rows(batch, row)
+                        row += batch.num_rows
+                except (OSError, pa.ArrowException) as e:
+                    self._break(e, f"row group {i} (rows {first:,} to {first + n - 1:,}) from row {row:,}")
+                row = first + n
+            return
+        try:
+            for batch in reader:
+                yield from self._rows(batch.select(cols), row)
+                row += batch.num_rows
+        except (OSError, pa.ArrowException) as e:
+            self._break(e, f"at row {row:,}")
+
+    def _rows(self, batch: pa.RecordBatch, first: int) -> Iterator[Document | None]:
+        c = self.chunk
+        try:
+            recs = batch.to_pylist()
+        except (pa.ArrowException, ValueError, RecursionError) as e:  # a value Python cannot hold
+            for k in range(batch.num_rows):
+                self.stats["records"] += 1
+                self._error(UNKNOWN_LANG, failure("read", e), f"{c.path}:row {first + k}")
+                yield None
+            return
+        for k, rec in enumerate(recs):
+            loc = f"{c.path}:row {first + k}"
+            self.stats["records"] += 1
+            raw = rec.get(c.text_field) if isinstance(rec, dict) and isinstance(rec.get(c.text_field), str) else None
+            yield self._isolated(lambda: self._from_record(rec, loc, raw), loc, raw)

@@ -2,7 +2,9 @@
 
 A step yields the documents it keeps. A document it drops is booked in the shared
 :class:`~data_prep.document.Ledger` with an outcome and a reason, and counted in the step's own
-stats, so every step can say what it did (``docs_in``, ``docs_out``, ``dropped``, extras).
+stats, so every step can say what it did (``docs_in``, ``docs_out``, ``dropped``, extras). A
+document the step fails on (any exception) is booked as an error ``<step>.<exception class>``
+(:func:`failure`) and the run goes on; with ``--strict`` it stops there.
 """
 
 from __future__ import annotations
@@ -34,7 +36,14 @@ class PipelineStep:
         for doc in docs:
             t0 = time.perf_counter()
             self.stats["docs_in"] += 1
-            out = self.process(doc)
+            try:
+                out = self.process(doc)
+            except StrictModeError:
+                raise
+            except Exception as e:  # noqa: BLE001 - one document's failure is that document's error
+                # booked as `<step>.<exception class>` with its location and text; the run goes on
+                self.drop(doc, "errors", failure(self.name, e))
+                out = None
             self.seconds += time.perf_counter() - t0
             if out is not None:
                 self.stats["docs_out"] += 1
@@ -44,19 +53,31 @@ class PipelineStep:
              threshold: float | None = None) -> None:
         """Book ``doc`` as dropped: the ledger's count, and a row of the drop log with the score
         that decided and its threshold (when the rule has them)."""
-        if outcome == "errors" and self.strict:
-            raise StrictModeError(f"{doc.loc}: {reason} (--strict stops at the first bad record)")
+        drop_document(self.ledger, self.name, doc, outcome, reason, self.strict, score, threshold)
         self.dropped[reason] += 1
-        self.ledger.drop(doc.lang, outcome, reason, doc.loc)
-        if self.ledger.log is not None:
-            self.ledger.log.add(id=doc.id, source=doc.loc, lang=doc.lang, stage=self.name, outcome=outcome,
-                                reason=reason, score=score, threshold=threshold, text=doc.text)
 
     def report(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(sorted(self.stats.items()))
         if self.dropped:
             out["dropped"] = dict(sorted(self.dropped.items()))
         return out
+
+
+def drop_document(ledger: Ledger, stage: str, doc: Document, outcome: str, reason: str, strict: bool = False,
+                  score: float | None = None, threshold: float | None = None) -> None:
+    """Book ``doc`` as dropped by ``stage``: the ledger's count and a row of its drop log; an
+    error under ``strict`` stops the run instead, with one line naming the record."""
+    if outcome == "errors" and strict:
+        raise StrictModeError(f"{doc.loc}: {reason} (--strict stops at the first bad record)")
+    ledger.drop(doc.lang, outcome, reason, doc.loc)
+    if ledger.log is not None:
+        ledger.log.add(id=doc.id, source=doc.loc, lang=doc.lang, stage=stage, outcome=outcome, reason=reason,
+                       score=score, threshold=threshold, text=doc.text)
+
+
+def failure(step: str, e: BaseException) -> str:
+    """The error reason of a document ``step`` failed on with ``e``: ``langid.ValueError``."""
+    return f"{step}.{type(e).__name__}"
 
 
 def merge_reports(reports: Iterable[dict[str, Any]]) -> dict[str, Any]:

@@ -99,9 +99,10 @@ def test_every_drop_has_a_row_that_matches_the_ledger(prepared):
     # duplicates name the kept document they duplicate (the sample corpus' first English one)
     assert rows["j-exact"]["duplicate_of"] == "en-sample-0001" and rows["j-exact"]["reason"] == "exact"
     assert rows["j-near"]["duplicate_of"] == "en-sample-0001" and rows["j-near"]["score"] >= 0.8
-    # a record that could not be read: its place and reason, no text
+    # a record that could not be read: its place and reason, and the first characters of its raw line
     errors = [r for r in all_rows(out / "dropped") if r["reason"] == "malformed_json"]
-    assert errors and errors[0]["source"].endswith("bad.jsonl:2") and errors[0]["text"] is None
+    assert errors and errors[0]["source"].endswith("bad.jsonl:2") and errors[0]["text"] == '{"id": "x", "text": "unterminated'
+    assert errors[0]["id"] is None
     # a damaged drop log is caught
     bad = out.parent / "damaged"
     shutil.copytree(out, bad)

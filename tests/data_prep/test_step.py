@@ -1,0 +1,46 @@
+"""A pipeline step's failure on one document is that document's error (data_prep/step.py)."""
+
+import pytest
+
+from data_prep.document import Document, Ledger, StrictModeError
+from data_prep.droplog import DropLog
+from data_prep.step import PipelineStep
+
+
+class Fussy(PipelineStep):
+    """A step that cannot handle one document (as a step meeting an input it was not written for)."""
+
+    name = "langid"
+
+    def process(self, doc):
+        if "\u202e" in doc.text:
+            raise ValueError("cannot classify right-to-left override")
+        return doc
+
+
+def docs():
+    return [Document(text=t, lang="en", id=f"d{i}", loc=f"f.jsonl:{i + 1}")
+            for i, t in enumerate(["plain", "evil \u202e text", "plain again"])]
+
+
+def test_a_step_that_fails_on_a_document_books_it_and_goes_on():
+    ledger = Ledger(DropLog(100))
+    for d in docs():
+        ledger.record_in("en")
+    step = Fussy(ledger)
+    kept = list(step.run(docs()))
+    assert [d.id for d in kept] == ["d0", "d2"]
+    for d in kept:
+        ledger.keep("en", len(d.text), 1)
+    assert ledger.to_dict()["en"]["errors"] == {"langid.ValueError": 1}
+    assert ledger.to_dict()["en"]["error_examples"] == {"langid.ValueError": "f.jsonl:2"}
+    row, = ledger.log.rows
+    assert (row["stage"], row["reason"], row["source"], row["text"]) == ("langid", "langid.ValueError", "f.jsonl:2",
+                                                                        "evil \u202e text")
+    assert step.report() == {"docs_in": 3, "docs_out": 2, "dropped": {"langid.ValueError": 1}}
+    assert not ledger.check_balance()
+
+
+def test_strict_stops_at_the_document_with_one_line():
+    with pytest.raises(StrictModeError, match=r"^f.jsonl:2: langid.ValueError \(--strict stops at the first bad record\)$"):
+        list(Fussy(Ledger(), strict=True).run(docs()))
