@@ -19,6 +19,9 @@
    workers, whole runs timed from outside (bench/datatrove_baseline.py; target: ≥ 3× faster).
 6. ``manifest.json`` with 100,000 shards: the seconds to write it and to load and check it, and
    its size.
+7. ``--many-files-only``: the same 40 MB of documents as 1,000 and as 10,000 small files of mixed
+   formats (JSONL, JSONL.gz, Parquet): plan seconds, wall time, the driver's peak RSS, Dask tasks
+   and Prefect task runs (none per file).
 
 ``--repo PATH`` runs another checkout's CLI (sections 2 and 4 only: a before/after comparison).
 """
@@ -139,6 +142,59 @@ def manifest_at(n_shards: int, m: dict, wd: Path) -> None:
     print(f"\nmanifest.json with {n_shards:,} shards: {size / 1e6:.1f} MB, written in {tw:.2f} s, loaded and checked in {tl:.2f} s")
 
 
+def many_files(counts: list[int], wd: Path, repo: Path) -> None:
+    """Section 7: ``prepare`` over many small inputs of mixed formats (a third each JSONL,
+    JSONL.gz, Parquet), the same 40 MB of grown documents cut into each count of files: plan
+    seconds, wall seconds, the driver's peak RSS, Dask tasks by function (run_stats.json) and
+    Prefect task runs (counted in the database of a Prefect home of its own)."""
+    import gzip
+    import sqlite3
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    corpus = wd / "corpus-many"
+    grow(corpus, 40)
+    docs = [line for f in sorted(corpus.glob("*.jsonl")) for line in f.read_text(encoding="utf-8").splitlines() if line]
+    rows = []
+    for n in counts:
+        inputs = wd / f"many-{n}"
+        if not (inputs / "done").exists():
+            shutil.rmtree(inputs, ignore_errors=True)
+            inputs.mkdir(parents=True)
+            for i in range(n):
+                part = docs[i::n]
+                kind = ("jsonl", "jsonl.gz", "parquet")[i % 3]
+                f = inputs / f"f{i:06d}.{kind}"
+                if kind == "jsonl":
+                    f.write_text("\n".join(part) + "\n", encoding="utf-8")
+                elif kind == "jsonl.gz":
+                    f.write_bytes(gzip.compress(("\n".join(part) + "\n").encode()))
+                else:
+                    pq.write_table(pa.Table.from_pylist([json.loads(x) for x in part]), f)
+            (inputs / "done").touch()
+        home = wd / f"prefect-home-{n}"
+        shutil.rmtree(home, ignore_errors=True)
+        os.environ["PREFECT_HOME"] = str(home)
+        try:
+            res, stats, m = prepare(repo, inputs, wd / f"out-many-{n}", [f"dask.n_workers={WORKERS}"])
+        finally:
+            os.environ.pop("PREFECT_HOME")
+        with sqlite3.connect(home / "prefect.db") as db:
+            prefect_tasks = db.execute("select count(*) from task_run").fetchone()[0]
+        rows.append((n, len(docs), stats["plan"]["seconds"], res.seconds, res.peak("driver"), res.peak("worker"),
+                     sum(stats["tasks"].values()), stats["tasks"], prefect_tasks, m["totals"]["input_records"]))
+        print(f"  {n:,} files: plan {stats['plan']['seconds']:.1f} s, whole run {res.seconds:.0f} s, driver "
+              f"{res.peak('driver'):,.0f} MiB, Dask tasks {sum(stats['tasks'].values()):,} {stats['tasks']}, "
+              f"Prefect task runs {prefect_tasks}", flush=True)
+    print("\n| input files | documents | plan s | wall s | peak RSS driver MiB | largest worker MiB | Dask tasks | Prefect task runs |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n, d, plan_s, wall, drv, wrk, tasks, _, pt, recs in rows:
+        print(f"| {n:,} | {recs:,} | {plan_s:.1f} | {wall:.0f} | {drv:,.0f} | {wrk:,.0f} | {tasks:,} | {pt} |")
+    if len(rows) > 1:
+        print(f"\ndriver peak at {rows[-1][0]:,} files over at {rows[0][0]:,}: {rows[-1][4] / rows[0][4]:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base-mb", type=float, default=256)
@@ -152,8 +208,14 @@ def main() -> None:
     ap.add_argument("--proto", type=Path, help="with --comparisons-only: a prepared folder whose manifest the 100,000-shard one copies")
     ap.add_argument("--comparisons-only", action="store_true",
                     help="only datatrove's same steps and the 100,000-shard manifest, on the corpus and output of earlier runs")
+    ap.add_argument("--many-files", default="1000,10000",
+                    help="section 7's counts of small input files (with --many-files-only: only that section)")
+    ap.add_argument("--many-files-only", action="store_true")
     args = ap.parse_args()
     wd: Path = args.workdir
+    if args.many_files_only:
+        many_files([int(x) for x in args.many_files.split(",")], wd, args.repo)
+        return
     sizes = [int(s) for s in args.sizes.split(",")]
     other = args.repo.resolve() != REPO
     rows = []
