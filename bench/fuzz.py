@@ -263,7 +263,8 @@ def main() -> int:
 
 
 def clean_docs_unchanged(cfg: Any, clean: Path, work: Path) -> bool:
-    """Whether the clean file's chunk kept the same documents beside the hostile inputs as alone."""
+    """Whether the chunk stage kept the same documents of the clean file beside the hostile inputs
+    as alone (whichever chunk or bundle read it)."""
     import copy
 
     from data_prep.chunks import chunk_table
@@ -272,17 +273,19 @@ def clean_docs_unchanged(cfg: Any, clean: Path, work: Path) -> bool:
     from data_prep.workdir import Paths
     from bloomline.io import read_json
 
-    def kept(out: Path) -> list[tuple[str, str]]:
+    def kept(out: Path, path: Path) -> list[tuple[str, str]]:
         paths = Paths(out)
-        plan = read_json(paths.work / "plan.json")
-        ids = [c["id"] for c in plan["chunks"] if c["path"].endswith("clean-en.jsonl")]
-        return [r for cid in ids for r in zip(*(chunk_table(paths, cid, ["id", "text"]).column(c).to_pylist()
-                                                  for c in ("id", "text")))]
+        rows = []
+        for c in read_json(paths.work / "plan.json")["chunks"]:
+            t = chunk_table(paths, c["id"], ["id", "loc", "text"])
+            rows += [(i, x) for i, loc, x in zip(*(t.column(k).to_pylist() for k in ("id", "loc", "text")))
+                     if loc.startswith(f"{path}:")]
+        return rows
 
     alone = copy.deepcopy(cfg)
     alone.sources = [SourceConfig(path=str(clean))]
     run_all(alone, work / "clean-alone")
-    return kept(work / "out") == kept(work / "clean-alone")
+    return kept(work / "out", clean) == kept(work / "clean-alone", clean)
 
 
 if __name__ == "__main__":

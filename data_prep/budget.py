@@ -77,3 +77,9 @@ def check_inputs(cfg: PrepareConfig) -> None:
         sample = cfg.tokenizer.sample_bytes
         budget.check(f"training the tokenizer on tokenizer.sample_bytes={sample:,}",
                      int(sample * SPM_BYTES_PER_SAMPLE_BYTE) + SPM_FIXED_BYTES, "lower tokenizer.sample_bytes or raise memory_gib")
+
+
+def bundle_bytes(cfg: PrepareConfig) -> int:
+    """How many bytes of records a bundle of small input files may hold (data_prep/readers.py
+    plan_chunks): ``read.chunk_bytes``, or less when that would not fit a task of ``memory_gib``."""
+    return max(1, min(cfg.read.chunk_bytes, Budget(cfg.memory_gib).task_bytes // CHUNK_BYTES_PER_BYTE))

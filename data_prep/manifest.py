@@ -94,7 +94,7 @@ def write_manifest(cfg: PrepareConfig, paths: Paths, plan_: dict[str, Any], chun
         "languages": langs,
         "totals": {**ledger.totals(), "input_records": sum(e["docs_in"] for e in langs.values())},
         "stages": steps,
-        "inputs": sorted({c["path"] for c in plan_["chunks"]}),
+        "inputs": sorted({m["path"] for c in plan_["chunks"] for m in (c.get("members") or [c])}),
         "seed": cfg.seed,
         "dropped": {"path": DROPPED_DIR, "rows": sum(n for e in langs.values() for k in OUTCOMES for n in e[k].values()),
                     "text_chars": cfg.dropped_text_chars},

@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterable, Iterator
 from bloomline.config import to_dict
 from bloomline.errors import DataError
 from bloomline.io import read_json, write_json_atomic
-from data_prep.budget import check_inputs
+from data_prep.budget import bundle_bytes, check_inputs
 from data_prep.chunks import process_chunk
 from data_prep.config import PrepareConfig
 from data_prep.dedup.stage import progress_units, run_dedup
@@ -63,7 +63,7 @@ def fingerprint(cfg: PrepareConfig, chunks: list[Chunk], strict: bool) -> str:
     c = to_dict(cfg)
     for where in ("dask", "keep_work", "memory_gib"):  # where and how work runs, not what it makes
         c.pop(where, None)
-    inputs = sorted({ch.path for ch in chunks})
+    inputs = sorted({p for ch in chunks for p in ch.paths})
     stat = [(p, Path(p).stat().st_size, Path(p).stat().st_mtime_ns) for p in inputs]
     blob = json.dumps({"config": c, "inputs": stat, "strict": strict, "format": FORMAT_VERSION}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
@@ -72,7 +72,7 @@ def fingerprint(cfg: PrepareConfig, chunks: list[Chunk], strict: bool) -> str:
 def plan(cfg: PrepareConfig, paths: Paths, strict: bool = False) -> dict[str, Any]:
     """Cut the inputs into chunks and pin the run to its config; refuses a mismatched folder."""
     check_inputs(cfg)
-    chunks = plan_chunks(cfg.sources, cfg.read)
+    chunks = plan_chunks(cfg.sources, cfg.read, bundle_bytes(cfg), spread=4 * cfg.dask.workers())
     fp = fingerprint(cfg, chunks, strict)
     if paths.manifest.exists():
         m = read_json(paths.manifest)

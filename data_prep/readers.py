@@ -5,7 +5,8 @@ Inputs are JSONL (``.jsonl``, ``.jsonl.gz``), Parquet (``.parquet``) or a datase
 ``dataset_dict.json`` is read split by split). A folder is searched recursively.
 
 Work is cut into *chunks*: plain JSONL at line boundaries every ``read.chunk_bytes``, other
-formats one file each. A chunk is the unit of parallel work and of resume. Readers stream:
+formats one file each, and consecutive small files together (*bundles*, :func:`plan_chunks`).
+A chunk is the unit of parallel work and of resume. Readers stream:
 memory is bounded by one record (a record over ``read.max_doc_bytes`` is skipped without being
 held whole), never by the size of the corpus.
 
@@ -15,6 +16,7 @@ records become errors with a reason and their ``path:line``.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from dataclasses import asdict, dataclass
@@ -44,9 +46,19 @@ class Chunk:
     id_field: str = "id"
     lang: str | None = None
     size: int = 0  # bytes, for progress and scheduling
+    members: tuple = ()  # fmt "bundle": the small files it reads one after the other (their chunks' dicts)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def paths(self) -> list[str]:
+        """The input files this chunk reads."""
+        return [m["path"] for m in self.members] if self.members else [self.path]
+
+    def parts(self) -> list["Chunk"]:
+        """What the reader reads, in order: the members of a bundle, else the chunk itself."""
+        return [Chunk(**m) for m in self.members] if self.members else [self]
 
 
 def _fmt(path: Path) -> str | None:
@@ -119,8 +131,59 @@ def _discover(source: SourceConfig) -> list[tuple[Path, str]]:
     return out
 
 
-def plan_chunks(sources: list[SourceConfig], cfg: ReadConfig) -> list[Chunk]:
-    """Cut every input into chunks, in a deterministic order."""
+BUNDLE_FILES = 4096
+"""At most this many small files in one bundle (its lists of markers and locations stay small)."""
+
+
+MIN_BUNDLE = 64 << 10
+"""A bundle holds at least this many bytes of records (when there are that many): below it a task's
+fixed costs (its markers, drop log and scores files, the scheduler's round trip) dominate."""
+
+
+def plan_chunks(sources: list[SourceConfig], cfg: ReadConfig, bundle_bytes: int = 0, spread: int = 1) -> list[Chunk]:
+    """Cut every input into chunks, in a deterministic order. With ``bundle_bytes``, consecutive
+    whole files smaller than that are read as one chunk (a *bundle*): a corpus of 10,000 small
+    files is not 10,000 tasks of a few documents, each with its own markers, drop log and scores
+    files. A bundle holds at most ``bundle_bytes`` of records, and about 1/``spread`` of the small
+    files' records (at least ``MIN_BUNDLE``), so a corpus of small files still makes ``spread``
+    tasks for the workers to share."""
+    chunks = _plan_files(sources, cfg)
+    return _bundled(chunks, cfg, bundle_bytes, spread) if bundle_bytes else chunks
+
+
+def _bundled(chunks: list[Chunk], cfg: ReadConfig, cap: int, spread: int) -> list[Chunk]:
+    def est(c: Chunk) -> int:
+        whole = c.start == 0 and (c.end < 0 or c.end == c.size)
+        return chunk_bytes(Path(c.path), c.fmt, cfg)[0] if whole else cap
+
+    sized = [(c, est(c)) for c in chunks]
+    small = sum(e for _, e in sized if e < cap)
+    limit = min(cap, max(MIN_BUNDLE, -(-small // max(spread, 1))))
+    out: list[Chunk] = []
+    group: list[tuple[Chunk, int]] = []
+
+    def close() -> None:
+        if len(group) == 1:
+            out.append(dataclasses.replace(group[0][0], id=len(out)))
+        elif group:
+            first = group[0][0]
+            out.append(Chunk(len(out), first.path, "bundle", size=sum(c.size for c, _ in group),
+                             members=tuple(dataclasses.replace(c, id=-1).to_dict() for c, _ in group)))
+        group.clear()
+
+    for c, e in sized:
+        if e >= cap:  # a large file, or a piece of one: a chunk of its own
+            close()
+            out.append(dataclasses.replace(c, id=len(out)))
+            continue
+        if group and (sum(x for _, x in group) + e > limit or len(group) >= BUNDLE_FILES):
+            close()
+        group.append((c, e))
+    close()
+    return out
+
+
+def _plan_files(sources: list[SourceConfig], cfg: ReadConfig) -> list[Chunk]:
     if not sources:
         raise DataError("no inputs: give INPUT arguments or 'sources' in the config")
     chunks: list[Chunk] = []
@@ -193,6 +256,7 @@ class ChunkReader:
 
     def __init__(self, chunk: Chunk, cfg: ReadConfig, ledger: Ledger, strict: bool = False):
         self.chunk = chunk
+        self.part = chunk  # the file being read (a bundle's member, or the chunk)
         self.cfg = cfg
         self.ledger = ledger
         self.strict = strict
@@ -241,15 +305,14 @@ class ChunkReader:
         reason = ("truncated_gzip" if isinstance(e, EOFError) else
                   "corrupt_gzip" if isinstance(e, (gzip.BadGzipFile, zlib.error)) else "unreadable")
         self.stats["records"] += 1
-        self._error(UNKNOWN_LANG, reason, f"{self.chunk.path}: {where} ({type(e).__name__}: {e})")
+        self._error(UNKNOWN_LANG, reason, f"{self.part.path}: {where} ({type(e).__name__}: {e})")
 
     def run(self) -> Iterator[Document]:
         import time
 
         t0 = time.perf_counter()
-        it = self._jsonl() if self.chunk.fmt.startswith("jsonl") else self._table()
         pos = 0
-        for item in it:
+        for item in self._records():
             self.seconds += time.perf_counter() - t0
             if item is not None:
                 item.pos = pos
@@ -259,9 +322,14 @@ class ChunkReader:
             t0 = time.perf_counter()
         self.seconds += time.perf_counter() - t0
 
+    def _records(self) -> Iterator[Document | None]:
+        for part in self.chunk.parts():
+            self.part = part
+            yield from self._jsonl() if part.fmt.startswith("jsonl") else self._table()
+
     # -- records -> documents --------------------------------------------------------------
     def _from_record(self, rec: Any, loc: str, raw: Any = None) -> Document | None:
-        c = self.chunk
+        c = self.part
         if not isinstance(rec, dict):
             self._error(UNKNOWN_LANG, "not_an_object", loc, raw)
             return None
@@ -296,7 +364,7 @@ class ChunkReader:
     def _jsonl(self) -> Iterator[Document | None]:
         import zlib
 
-        c = self.chunk
+        c = self.part
         limit = self.cfg.max_doc_bytes + 1
         opener = gzip.open if c.fmt == "jsonl.gz" else open
         line_no = c.first_line - 1
@@ -342,7 +410,7 @@ class ChunkReader:
 
     def _from_line(self, raw: bytes, loc: str) -> Document | None:
         """One non-blank JSONL line: decoded, parsed, checked."""
-        c = self.chunk
+        c = self.part
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -366,7 +434,7 @@ class ChunkReader:
         """The rows of a Parquet file, a row group at a time (a group that fails to decode is one
         error naming its rows; the groups around it are read), or of an Arrow stream (a batch
         that fails ends the file with one error naming the row)."""
-        c = self.chunk
+        c = self.part
         try:
             if c.fmt == "parquet":
                 pf = pq.ParquetFile(c.path)
@@ -398,7 +466,7 @@ class ChunkReader:
             self._break(e, f"at row {row:,}")
 
     def _rows(self, batch: pa.RecordBatch, first: int) -> Iterator[Document | None]:
-        c = self.chunk
+        c = self.part
         try:
             recs = batch.to_pylist()
         except (pa.ArrowException, ValueError, RecursionError) as e:  # a value Python cannot hold

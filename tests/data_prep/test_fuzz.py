@@ -17,7 +17,6 @@ from bloomline.errors import BloomlineError
 from data_prep.chunks import chunk_table, process_chunk
 from data_prep.config import PrepareConfig, SourceConfig
 from data_prep.droplog import drop_counts
-from data_prep.readers import plan_chunks
 from data_prep.workdir import Paths
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,7 +39,9 @@ def chunk_stage(cfg: PrepareConfig, out: Path) -> tuple[list[dict], dict]:
     """The chunk stage over every input of ``cfg`` (in process): each chunk's summary; the chunks' ledger."""
     from data_prep.document import Ledger
 
-    summaries = [process_chunk(c.to_dict(), cfg, str(out)) for c in plan_chunks(cfg.sources, cfg.read)]
+    from data_prep.pipeline import plan
+
+    summaries = [process_chunk(c, cfg, str(out)) for c in plan(cfg, Paths(out))["chunks"]]  # bundles too
     ledger = Ledger()
     for s in summaries:
         ledger.merge(s["ledger"])
@@ -53,17 +54,23 @@ def booked_as_dropped(ledger) -> dict:
 
 
 def kept_texts(out: Path, summaries: list[dict], path: Path) -> list[tuple[str, str]]:
-    plan = {c.id: c.path for c in plan_chunks([SourceConfig(path=str(path))], config().read)}
-    ids = [s["id"] for s in summaries if s["id"] in plan or False]
-    return [r for cid in ids for r in zip(*(chunk_table(Paths(out), cid, ["id", "text"]).column(c).to_pylist()
-                                              for c in ("id", "text")))]
+    """The documents the chunk stage kept of input file ``path`` (whichever chunk read it)."""
+    rows = []
+    for s in summaries:
+        t = chunk_table(Paths(out), s["id"], ["id", "loc", "text"])
+        rows += [(i, x) for i, loc, x in zip(*(t.column(c).to_pylist() for c in ("id", "loc", "text")))
+                 if loc.startswith(f"{path}:")]
+    return rows
 
 
 @lru_cache(maxsize=1)
 def clean_alone() -> list[tuple[str, str]]:
     with tempfile.TemporaryDirectory() as d:
-        summaries, _ = chunk_stage(config(CLEAN), Path(d))
-        return kept_texts(Path(d), summaries, CLEAN)
+        (Path(d) / "in").mkdir()
+        f = Path(d) / "in" / "b-clean.jsonl"
+        f.write_bytes(CLEAN.read_bytes())
+        summaries, _ = chunk_stage(config(f), Path(d) / "out")
+        return [(i, x) for i, x in kept_texts(Path(d) / "out", summaries, f)]
 
 
 @ci(25)
@@ -79,10 +86,8 @@ def test_hostile_jsonl_every_line_booked_once_nothing_raised(ls):
         assert ledger.totals()["docs_in"] == records_in(data) + records_in(CLEAN.read_bytes())
         assert sum(s["steps"]["read"]["records"] for s in summaries) == ledger.totals()["docs_in"]
         assert dict(drop_counts(d / "out" / "dropped")) == booked_as_dropped(ledger)
-        # the clean file's chunk keeps exactly what it keeps alone
-        clean = [r for r in zip(*(chunk_table(Paths(d / "out"), summaries[-1]["id"], ["id", "text"]).column(c).to_pylist()
-                                  for c in ("id", "text")))]
-        assert clean == clean_alone()
+        # the clean file's documents are kept exactly as they are alone (its ids and texts)
+        assert kept_texts(d / "out", summaries, d / "in" / "b-clean.jsonl") == clean_alone()
 
 
 @ci(15)
