@@ -72,7 +72,7 @@ def fingerprint(cfg: PrepareConfig, chunks: list[Chunk], strict: bool) -> str:
 def plan(cfg: PrepareConfig, paths: Paths, strict: bool = False) -> dict[str, Any]:
     """Cut the inputs into chunks and pin the run to its config; refuses a mismatched folder."""
     check_inputs(cfg)
-    chunks = plan_chunks(cfg.sources, cfg.read, bundle_bytes(cfg), spread=4 * cfg.dask.workers())
+    chunks = plan_chunks(cfg.sources, cfg.read, bundle_bytes(cfg))
     fp = fingerprint(cfg, chunks, strict)
     if paths.manifest.exists():
         m = read_json(paths.manifest)

@@ -140,7 +140,14 @@ MIN_BUNDLE = 64 << 10
 fixed costs (its markers, drop log and scores files, the scheduler's round trip) dominate."""
 
 
-def plan_chunks(sources: list[SourceConfig], cfg: ReadConfig, bundle_bytes: int = 0, spread: int = 1) -> list[Chunk]:
+BUNDLE_SPREAD = 8
+"""Small files' records are cut into about this many bundles (each at least ``MIN_BUNDLE``, at most
+the chunk size), so a corpus of small files still makes several tasks to share. A constant, not a
+multiple of the worker count: the output's bytes follow the plan, and one worker or sixty must
+give the same bytes (tests/flows/test_cli.py)."""
+
+
+def plan_chunks(sources: list[SourceConfig], cfg: ReadConfig, bundle_bytes: int = 0, spread: int = BUNDLE_SPREAD) -> list[Chunk]:
     """Cut every input into chunks, in a deterministic order. With ``bundle_bytes``, consecutive
     whole files smaller than that are read as one chunk (a *bundle*): a corpus of 10,000 small
     files is not 10,000 tasks of a few documents, each with its own markers, drop log and scores

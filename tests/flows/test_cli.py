@@ -53,7 +53,8 @@ def test_a_budget_too_small_for_the_data_is_a_one_line_error(tmp_path):
     with gzip.open(big, "wt", compresslevel=1) as f:
         f.write(line * (80_000_000 // len(line)))
     res = cli("prepare", "--out", tmp_path / "o", big, "-o", "memory_gib=0.75", "-o", "tokenizer.sample_bytes=1000000")
-    one_line_error(res, f"input {big}, read as one chunk of about 76 MiB of records, needs about 0.60 GiB, "
+    one_line_error(res, f"input {big}, read as one chunk of about 76 MiB of records (its trailer, agreeing with a "
+                        f"decompressed prefix), needs about 0.60 GiB, "
                         f"more than memory_gib=0.75 leaves a task")
     assert "split the file, or raise memory_gib" in res.stderr
     res = cli("prepare", "--out", tmp_path / "o", "-o", "memory_gib=0.75", "-o", "tokenizer.sample_bytes=200000000")
@@ -252,7 +253,7 @@ def test_evaluate_publishes_results_tensorboard_and_artifacts_and_refuses_bad_ch
     import sqlite3
 
     from bloomline.config import load_config, to_dict
-    from eval.results import read_results
+    from eval.results import read_results, validation_rows
     from training.config import TrainRecipe
     from training.launch import launch_command, run_job
 
@@ -269,7 +270,7 @@ def test_evaluate_publishes_results_tensorboard_and_artifacts_and_refuses_bad_ch
                   "-o", "max_tokens_per_lang=300", env=home)
         assert res.returncode == 0, res.stderr[-3000:]
         assert f"done: step {step}" in res.stdout + res.stderr
-    t = read_results(run).to_pylist()
+    t = validation_rows(read_results(run))
     langs = {x["lang"] for x in t if x["scope"] == "language"}
     assert len(langs) > 50 and sorted({x["step"] for x in t}) == [2, 4]
     assert len([x for x in t if x["step"] == 4 and x["lang"] == "sw"]) == 1
@@ -296,7 +297,7 @@ def test_every_checkpoint_is_evaluated_while_training_runs(demo_data, tmp_path):
     """bloomline train with the automatic evaluation: a separate, lower-priority process evaluates
     every checkpoint exactly once (newest first when they queue up), checkpoint.keep=1 waits for
     the evaluations before deleting, and training's step times are logged alongside."""
-    from eval.results import read_results, skipped_steps
+    from eval.results import read_results, skipped_steps, validation_rows
     from training.checkpoint import RunDir
     from training.online_mixture import read_feedback
 
@@ -306,7 +307,7 @@ def test_every_checkpoint_is_evaluated_while_training_runs(demo_data, tmp_path):
               "-o", "evaluation.settings.prompts_per_lang=1")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "evaluated checkpoints [10, 20, 30]" in res.stdout + res.stderr
-    rows = read_results(out).to_pylist()
+    rows = validation_rows(read_results(out))
     steps = [r["step"] for r in rows if r["scope"] == "language" and r["lang"] == "sw"]
     assert sorted(steps) == [10, 20, 30] and skipped_steps(out) == {}
     for step in (10, 20, 30):  # what an evaluation-driven mixture reads: the results table's numbers
