@@ -57,7 +57,7 @@ def overrides(data: Path) -> list[str]:
 def eval_vs_forward(data: Path, dtype: torch.dtype) -> tuple[float, float]:
     from data_prep.tokenizer import token_bytes
     from training.config import EvalConfig
-    from eval.evaluate import evaluate_model, language_samples
+    from eval.tasks.validation import evaluate_model, language_samples
     from training.data import ShardIndex, collate
     from training.loss import token_losses
     from training.model import Bloom
@@ -144,7 +144,7 @@ def main() -> None:
     ckpt = run / "checkpoints" / (run / "checkpoints" / "latest").read_text().strip()
     t0 = time.perf_counter()
     ev = evaluate(ckpt, data, EvalConfig(), "bench")
-    langs = sum(r["scope"] == "language" for r in ev.rows)
+    langs = len({r["lang"] for r in ev.rows if r["scope"] == "language"})
     print(f"   {langs} languages, {ev.tokens:,} tokens, {len(ev.generations)} generations: {time.perf_counter() - t0:.1f} s "
           f"wall ({torch.get_num_threads()} threads)")
 

@@ -125,10 +125,10 @@ def final_weights(out: Path, data: Path) -> dict[str, float]:
 
 
 def summary(out: Path, steps: int) -> dict[str, float]:
-    from eval.results import read_results
+    from eval.results import read_results, validation_rows
     from training.metrics_log import read_metrics
 
-    rows = [r for r in read_results(out).to_pylist() if r["step"] == steps and r["scope"] == "language"]
+    rows = [r for r in validation_rows(read_results(out)) if r["step"] == steps and r["scope"] == "language"]
     bpb = sorted(r["bpb"] for r in rows)
     s = {"mean": statistics.fmean(bpb), "median": statistics.median(bpb), "worst5": statistics.fmean(bpb[-5:])}
     for fam in FAMILIES:

@@ -8,7 +8,9 @@ bits per byte against training tokens seen per language, the training loss and l
 (``metrics.jsonl``), the flagged regressions, and the data ledger of the run's manifest; and,
 beside it, ``data.html``: the data's filter report (data_prep/filter_report.py: drops by language and
 reason with examples, kept documents near a threshold), linked from the main page; and, for a run
-whose mixture was steered online, ``mixture.html`` (eval/mixture_page.py).
+whose mixture was steered online, ``mixture.html`` (eval/mixture_page.py); for every task beside
+the validation split, ``task-<name>.html`` with its signal report, and the families' means on the
+main page (eval/task_pages.py).
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from eval import page
 from eval.page import plotly_text as T
 from eval.metrics import regressions
 from eval.mixture_page import mixture_page
+from eval.task_pages import overview, task_pages
 from training.checkpoint import RunDir
 from training.metrics_log import read_metrics
-from eval.results import read_generations, read_results
+from eval.results import read_generations, read_results, validation_rows
 
 
 
@@ -85,7 +88,7 @@ def figures(run_dir: Path, threshold: float) -> list[tuple[str, Any]]:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    rows = read_results(run_dir).to_pylist()
+    rows = validation_rows(read_results(run_dir))
     langs = [r for r in rows if r["scope"] == "language"]
     names = sorted({r["lang"] for r in langs})
     steps = sorted({r["step"] for r in rows})
@@ -113,6 +116,9 @@ def figures(run_dir: Path, threshold: float) -> list[tuple[str, Any]]:
                                line={"dash": "solid" if r_[1] == "tokens" else "dot"}))
     f.update_layout(xaxis_title="step", yaxis_title="bits per byte", height=420)
     figs.append(("Groups and overall", f))
+    tasks = overview(run_dir)
+    if tasks is not None:
+        figs.append(tasks)
 
     f = go.Figure()
     for lang in names:
@@ -175,6 +181,9 @@ def build(run_dir: str | Path, threshold: float | None = None) -> Path:
     if data is not None:
         write_bytes_atomic(RunDir(run_dir).dashboard / "data.html", data.encode("utf-8"))
         intro += [page.Link(" · "), page.Link("data: filter report", "data.html")]
+    for name, html in task_pages(run_dir).items():
+        write_bytes_atomic(RunDir(run_dir).dashboard / name, html.encode("utf-8"))
+        intro += [page.Link(" · "), page.Link(f"task {name[5:-5]}", name)]
     mixture = mixture_page(run_dir)
     if mixture is not None:
         write_bytes_atomic(RunDir(run_dir).dashboard / "mixture.html", mixture.encode("utf-8"))

@@ -1,11 +1,11 @@
-"""Evaluate a checkpoint per language on the data's validation splits (``bloomline evaluate``).
+"""Evaluate a checkpoint per language (``bloomline evaluate``): the validation task (loss,
+perplexity, bits per byte of the data's validation split) and every task of ``tasks``
+(eval/tasks/), plus a few greedy generations.
 
 The model is the checkpoint's whole single-device ``Bloom`` (``training.checkpoint.load_model``,
-any layout); one process. Every language with a validation split is evaluated on the same fixed
-samples every round (its validation shards in manifest order, up to
-``eval.max_tokens_per_lang``), with the training's labels (``training.data.collate``: no token
-is predicted across a document boundary, nor the first token of a document). Results are rows of
-contract 3 (``eval/results.py``, ``eval/RESULTS.md``).
+any layout); one process. Results are rows of contract 3, version 2 (``eval/results.py``,
+``eval/RESULTS.md``): one per (task, scope, language, weighting, metric), with the checkpoint's
+identity and the training tokens of the language it had seen.
 """
 
 from __future__ import annotations
@@ -16,78 +16,40 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 
 from bloomline.errors import CheckpointError
-from data_prep.tokenizer import token_bytes
-from training.config import EvalConfig
-from eval.metrics import LangTotals, metric_rows
 from data_prep.shards import manifest_path
+from data_prep.tokenizer import token_bytes
+from eval.metrics import GROUPS, group_of
+from eval.tasks import make, validation_spec
+from eval.tasks.base import Context
+from eval.tasks.validation import language_samples
 from training.checkpoint import META_FILE, PRECISIONS, load_model, trained_on
-from training.data import ShardIndex, collate, verify_once
+from training.config import EvalConfig
+from training.data import ShardIndex, verify_once
 from training.layout import layout_label
-from training.model import IGNORE_INDEX, Bloom
+from training.model import Bloom
 
 
 @dataclass
 class Evaluation:
     rows: list[dict[str, Any]]
-    """Metric rows (eval.metrics.metric_rows) with the checkpoint's identity added."""
+    """Result rows (contract 3, version 2) with the checkpoint's identity added."""
     generations: list[dict[str, Any]]
     seconds: float
     tokens: int
+    """Validation tokens evaluated."""
+    task_seconds: dict[str, float]
+    """Seconds each task took."""
 
+    def validation(self) -> list[dict[str, Any]]:
+        """The validation task's rows in wide form (eval/results.py validation_rows)."""
+        import pyarrow as pa
 
-def language_samples(index: ShardIndex, lang: str, cap: Optional[int]) -> list[tuple[int, list[tuple[int, int]]]]:
-    """(bucket, samples) of one language in stream order (bucket, then shard, then row), up to
-    ``cap`` real tokens: the same samples every round."""
-    out, total = [], 0
-    for (lg, bucket), stream in index.streams.items():
-        if lg != lang:
-            continue
-        sids, rows = stream.locate(np.arange(stream.size))
-        lengths = index.lengths(sids, rows)
-        refs = []
-        for sid, row, n in zip(sids.tolist(), rows.tolist(), lengths.tolist()):
-            if cap is not None and total >= cap:
-                break
-            refs.append((sid, row))
-            total += n
-        if refs:
-            out.append((bucket, refs))
-    return out
+        from eval.results import SCHEMA, validation_rows
 
-
-@torch.no_grad()
-def evaluate_model(model: Bloom, index: ShardIndex, cfg: EvalConfig, token_bytes_: np.ndarray, eos_id: int,
-                   progress: Callable[[str], None] = lambda msg: None) -> dict[str, LangTotals]:
-    """Σ NLL, tokens, bytes and documents per language of ``index``'s split."""
-    nbytes = torch.from_numpy(token_bytes_)
-    out: dict[str, LangTotals] = {}
-    for lang in index.languages:
-        t = out.setdefault(lang, LangTotals())
-        for bucket, refs in language_samples(index, lang, cfg.max_tokens_per_lang):
-            m = max(1, cfg.batch_tokens // bucket)
-            for i in range(0, len(refs), m):
-                b = collate(index, refs[i:i + m], bucket, index.pad_id)
-                logits = model(b["input_ids"], b["segment_ids"])
-                mask = b["labels"] != IGNORE_INDEX
-                # per-token NLL in fp32, as the training loss computes it (a bf16 log-softmax over the
-                # vocabulary is too coarse), then the predicted positions
-                nll = F.cross_entropy(logits.float().flatten(0, 1), torch.where(mask, b["labels"], 0).flatten(),
-                                      reduction="none")[mask.flatten()]
-                labels = b["labels"][mask]
-                text = nbytes[labels] > 0
-                t.nll += float(nll.sum())
-                t.tokens += int(labels.numel())
-                t.text_nll += float(nll[text].sum())
-                t.bytes += int(nbytes[labels].sum())
-                real = torch.arange(bucket)[None, :] < b["lengths"][:, None]
-                t.docs += int(((b["input_ids"] == eos_id) & real).sum())
-        progress(f"{lang}: {t.tokens:,} tokens, bits per byte {t.bpb:.4f}")
-    return out
+        return validation_rows(pa.Table.from_pylist(self.rows, schema=SCHEMA))
 
 
 @torch.no_grad()
@@ -124,13 +86,22 @@ def generations(model: Bloom, index: ShardIndex, cfg: EvalConfig, decode: Callab
     return out
 
 
+def seen(scope: str, lang: str, tokens_seen: dict[str, int], langs: list[str]) -> int:
+    """Training tokens the checkpoint had consumed of a row's language, or summed over its group or all."""
+    if scope == "language":
+        return int(tokens_seen.get(lang, 0))
+    members = [l for l in langs if scope == "overall" or (lang in GROUPS and group_of(l) == lang)]
+    return int(sum(tokens_seen.get(l, 0) for l in members))
+
+
 def evaluate(ckpt_dir: str | Path, data_dir: str | Path, cfg: EvalConfig, run: str,
              stamp: Optional[Path] = None, progress: Callable[[str], None] = lambda msg: None) -> Evaluation:
-    """Evaluate the checkpoint ``ckpt_dir`` on ``data_dir``'s validation splits."""
+    """Evaluate the checkpoint ``ckpt_dir`` on ``data_dir``'s validation splits and ``cfg.tasks``."""
     import sentencepiece as spm
 
     t0 = time.perf_counter()
     ckpt_dir, data_dir = Path(ckpt_dir), Path(data_dir)
+    tasks = [(spec, make(spec)) for spec in [validation_spec(), *cfg.tasks]]  # an unknown task: refused before loading
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     model, meta = load_model(ckpt_dir, PRECISIONS[cfg.precision])
@@ -144,12 +115,20 @@ def evaluate(ckpt_dir: str | Path, data_dir: str | Path, cfg: EvalConfig, run: s
     tok = index.manifest["tokenizer"]
     model_file = data_dir / tok["path"]
     eos = int(tok["eos_id"])
-    per_lang = evaluate_model(model, index, cfg, token_bytes(model_file), eos, progress)
     sp = spm.SentencePieceProcessor(model_file=str(model_file))
+    tokens_seen = meta["sampler"]["tokens_by_lang"]
+    base = dict(model=model.eval(), tokenizer=sp, index=index, token_bytes=token_bytes(model_file), eos_id=eos,
+                settings=cfg, tokens_seen=tokens_seen, progress=progress)
+    rows, seconds, tokens = [], {}, 0
+    for spec, task in tasks:
+        t = time.perf_counter()
+        rows += [r.to_dict(task.name) for r in task.run(Context(spec=spec, **base))]
+        seconds[task.name] = seconds.get(task.name, 0.0) + time.perf_counter() - t
+        tokens += getattr(task, "tokens", 0)
     gens = generations(model, index, cfg, sp.decode, eos) if cfg.prompts_per_lang and cfg.new_tokens else []
     now = dt.datetime.now(dt.timezone.utc)
     ident = {"run": run, "step": int(meta["step"]), "checkpoint": str(ckpt_dir.resolve()), "precision": cfg.precision,
              "layout": layout_label(meta["layout"]), "data_manifest_sha256": meta["data_manifest_sha256"], "evaluated_at": now}
-    rows = [{**ident, **r} for r in metric_rows(per_lang, meta["sampler"]["tokens_by_lang"])]
+    rows = [{**ident, **r, "tokens_seen": seen(r["scope"], r["lang"], tokens_seen, index.languages)} for r in rows]
     gens = [{**{k: ident[k] for k in ("run", "step", "precision", "evaluated_at")}, **g} for g in gens]
-    return Evaluation(rows, gens, time.perf_counter() - t0, sum(t.tokens for t in per_lang.values()))
+    return Evaluation(rows, gens, time.perf_counter() - t0, tokens, seconds)

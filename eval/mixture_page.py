@@ -15,7 +15,7 @@ import numpy as np
 
 from eval import page
 from eval.page import plotly_text as T
-from eval.results import read_results
+from eval.results import read_results, validation_rows
 from training.checkpoint import RunDir
 from training.metrics_log import read_metrics
 from training.online_mixture import read_log
@@ -62,7 +62,7 @@ def mixture_figures(run_dir: Path) -> list[tuple[str, Any]]:
     f.update_layout(xaxis_title="step", yaxis_title="training tokens seen", height=480)
     figs.append(("Tokens seen per language", f))
 
-    rows = [r for r in read_results(run_dir).to_pylist() if r["scope"] == "language"] if run.results.is_dir() else []
+    rows = [r for r in validation_rows(read_results(run_dir)) if r["scope"] == "language"] if run.results.is_dir() else []
     f = go.Figure()
     for lang in langs:
         pts = sorted((r["tokens_seen"], r["bpb"], r["step"]) for r in rows if r["lang"] == lang)

@@ -10,17 +10,19 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
+import pyarrow as pa
+
 from training.config import EvalConfig
 from eval.evaluate import evaluate
 from eval.metrics import regressions
-from eval.results import forget_after, read_results, write_results
+from eval.results import SCHEMA, VALIDATION, forget_after, read_results, validation_rows, write_results
 from training.checkpoint import RunDir
 from training.online_mixture import write_feedback
 
 
 def previous_rows(run_dir: Path, step: int) -> dict[str, dict[str, Any]]:
-    """Language rows of the latest evaluation before ``step``, by language."""
-    t = read_results(run_dir).to_pylist()
+    """The validation task's language rows of the latest evaluation before ``step``, by language."""
+    t = validation_rows(read_results(run_dir))
     earlier = [r["step"] for r in t if r["step"] < step]
     if not earlier:
         return {}
@@ -29,12 +31,17 @@ def previous_rows(run_dir: Path, step: int) -> dict[str, dict[str, Any]]:
 
 
 def write_tensorboard(run_dir: Path, rows: list[dict[str, Any]]) -> None:
-    """Per-language and aggregate scalars at the checkpoint's step, in the run's TensorBoard folder,
-    under BLOOM's names (``lm-loss-validation/<set>/lm loss validation``) plus bits per byte."""
+    """Scalars at the checkpoint's step, in the run's TensorBoard folder: the validation task's per
+    language and aggregate under BLOOM's names (``lm-loss-validation/<set>/lm loss validation``)
+    plus bits per byte; every other task's as ``eval/<task>/<lang>/<metric>``."""
     from torch.utils.tensorboard import SummaryWriter
 
     w = SummaryWriter(str(RunDir(run_dir).tensorboard), filename_suffix=".eval")
     for r in rows:
+        if r["task"] != VALIDATION and r["value"] is not None and math.isfinite(r["value"]):
+            name = r["lang"] if r["scope"] == "language" else f"{r['lang']}-{r['weighting']}"
+            w.add_scalar(f"eval/{r['task']}/{name}/{r['metric']}", r["value"], r["step"])
+    for r in validation_rows(pa.Table.from_pylist(rows, schema=SCHEMA)):
         name = r["lang"] if r["scope"] == "language" else f"{r['lang']}-{'tokens' if r['weighting'] == 'tokens' else 'mean'}"
         for tag, v in ((f"lm-loss-validation/{name}/lm loss validation", r["loss"]),
                        (f"lm-loss-validation/{name}/lm loss validation ppl", r["ppl"]),
@@ -65,13 +72,14 @@ def run_evaluation(ckpt_dir: str | Path, data_dir: str | Path, cfg: EvalConfig, 
     step = ev.rows[0]["step"]
     before = previous_rows(run_dir, step)
     path = write_results(run_dir, step, ev.rows, ev.generations)
+    val = validation_rows(pa.Table.from_pylist(ev.rows, schema=SCHEMA))
     # what an online mixture steered by evaluations reads (training/online_mixture.py)
-    langs = [r for r in ev.rows if r["scope"] == "language"]
+    langs = [r for r in val if r["scope"] == "language"]
     write_feedback(run_dir, step, {r["lang"]: r["bpb"] for r in langs}, {r["lang"]: r["tokens_seen"] for r in langs})
     write_tensorboard(run_dir, ev.rows)
     from eval.dashboard import build  # the dashboard reads the results table this module writes
 
     dashboard = build(run_dir, cfg.regression_threshold)  # every evaluation refreshes it
-    return {"step": step, "results": str(path), "dashboard": str(dashboard), "rows": ev.rows, "generations": ev.generations,
-            "regressions": regressions(ev.rows, before, cfg.regression_threshold), "previous": before,
-            "seconds": ev.seconds, "tokens": ev.tokens}
+    return {"step": step, "results": str(path), "dashboard": str(dashboard), "rows": val, "task_rows": ev.rows,
+            "generations": ev.generations, "regressions": regressions(val, before, cfg.regression_threshold),
+            "previous": before, "seconds": ev.seconds, "tokens": ev.tokens, "task_seconds": ev.task_seconds}

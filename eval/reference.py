@@ -16,7 +16,7 @@ from typing import Any
 from bloomline.errors import ConfigError
 from bloomline.io import read_json
 from data_prep.shards import load_manifest
-from eval.results import read_results
+from eval.results import read_results, validation_rows
 from training.checkpoint import RunDir, read_meta
 from training.mixture import ReferenceCurve
 
@@ -39,7 +39,7 @@ def reference_curve(ref_dir: str | Path, data_dir: str | Path, languages: list[s
     ref = RunDir(Path(ref_dir).resolve())
     if not ref.results.is_dir():
         raise ConfigError(KEY, f"{ref.root} has no evaluation results ({ref.results})")
-    rows = [r for r in read_results(ref.root).to_pylist() if r["scope"] == "language"]
+    rows = [r for r in validation_rows(read_results(ref.root)) if r["scope"] == "language"]
     if not rows:
         raise ConfigError(KEY, f"{ref.results} holds no per-language results")
     theirs = sorted({r["lang"] for r in rows})

@@ -15,23 +15,72 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 (pa.compute)
 import pyarrow.parquet as pq
 
 from bloomline.errors import BloomlineError
 from bloomline.io import TMP_MARK, remove_stale_tmp, write_bytes_atomic
 from training.checkpoint import RunDir
 
-RESULTS_VERSION = 1
+RESULTS_VERSION = 2
+READS = (1, 2)
+"""Results versions :func:`read_results` reads: version 1's wide rows become version 2's long ones."""
 VERSION_KEY = b"bloomline.results_version"
 
 SCHEMA = pa.schema([
+    ("run", pa.string()), ("step", pa.int64()), ("checkpoint", pa.string()),
+    ("task", pa.string()), ("scope", pa.string()), ("lang", pa.string()), ("family", pa.string()),
+    ("weighting", pa.string()), ("metric", pa.string()), ("value", pa.float64()), ("stderr", pa.float64()),
+    ("n", pa.int64()), ("note", pa.string()), ("tokens_seen", pa.int64()),
+    ("precision", pa.string()), ("layout", pa.string()), ("data_manifest_sha256", pa.string()),
+    ("evaluated_at", pa.timestamp("us", tz="UTC")),
+], metadata={VERSION_KEY: str(RESULTS_VERSION).encode()})
+"""Version 2: one row per (step, task, scope, lang, weighting, metric) (eval/RESULTS.md)."""
+
+SCHEMA_V1 = pa.schema([
     ("run", pa.string()), ("step", pa.int64()), ("checkpoint", pa.string()),
     ("scope", pa.string()), ("lang", pa.string()), ("family", pa.string()), ("weighting", pa.string()),
     ("loss", pa.float64()), ("ppl", pa.float64()), ("bpb", pa.float64()),
     ("tokens", pa.int64()), ("bytes", pa.int64()), ("docs", pa.int64()), ("tokens_seen", pa.int64()),
     ("precision", pa.string()), ("layout", pa.string()), ("data_manifest_sha256", pa.string()),
     ("evaluated_at", pa.timestamp("us", tz="UTC")),
-], metadata={VERSION_KEY: str(RESULTS_VERSION).encode()})
+], metadata={VERSION_KEY: b"1"})
+"""Version 1 (wide: one row per language or aggregate, the validation task's columns)."""
+
+VALIDATION = "validation"
+"""The task every evaluation runs: loss, ppl and bits per byte on the data's validation split."""
+VALIDATION_METRICS = ("loss", "ppl", "bpb", "tokens", "bytes", "docs")
+
+
+def long_rows(wide: list[dict[str, Any]], task: str = VALIDATION) -> list[dict[str, Any]]:
+    """Wide rows (one per language or aggregate, a column per metric: version 1's, and
+    eval.metrics.metric_rows') as version 2's long rows of ``task``; ``n`` is the predicted tokens."""
+    out = []
+    for r in wide:
+        base = {k: r.get(k) for k in ("run", "step", "checkpoint", "scope", "lang", "family", "weighting", "tokens_seen",
+                                      "precision", "layout", "data_manifest_sha256", "evaluated_at")}
+        for m in VALIDATION_METRICS:
+            if m in r:
+                out.append({**base, "task": task, "metric": m, "value": None if r[m] is None else float(r[m]),
+                            "stderr": None, "n": r.get("tokens"), "note": None})
+    return out
+
+
+def validation_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """The validation task's rows of a results table, one per (step, scope, lang, weighting) with
+    its metrics as keys (``loss``, ``ppl``, ``bpb``, ``tokens``, ``bytes``, ``docs``) beside
+    ``step``, ``scope``, ``lang``, ``family``, ``weighting``, ``tokens_seen``: the view the
+    dashboard, the regressions, the mixture's feedback and its reference curve read."""
+    out: dict[tuple, dict[str, Any]] = {}
+    for r in table.filter(pa.compute.equal(table["task"], VALIDATION)).to_pylist():
+        key = (r["step"], r["scope"], r["lang"], r["weighting"])
+        row = out.setdefault(key, {k: r[k] for k in ("run", "step", "checkpoint", "scope", "lang", "family", "weighting",
+                                                     "tokens_seen", "precision", "layout", "data_manifest_sha256",
+                                                     "evaluated_at")})
+        v = r["value"]
+        row[r["metric"]] = int(v) if r["metric"] in ("tokens", "bytes", "docs") and v is not None else v
+    return list(out.values())
+
 
 GENERATIONS_SCHEMA = pa.schema([
     ("run", pa.string()), ("step", pa.int64()), ("lang", pa.string()), ("k", pa.int64()), ("prompt", pa.string()),
@@ -68,33 +117,42 @@ def write_results(run_dir: str | Path, step: int, rows: list[dict[str, Any]], ge
     return _write(results_dir(run_dir), step, rows, SCHEMA)
 
 
-def _read(folder: Path, schema: pa.Schema) -> pa.Table:
+def _read(folder: Path, schema: pa.Schema, versions: dict[str, Any]) -> pa.Table:
+    """Every ``step_*.parquet`` of ``folder``, checked: a version it reads (``versions``: version
+    → (its schema, how its table becomes ``schema``'s)), and that version's columns."""
     tables = []
     for f in sorted(folder.glob("step_*.parquet")) if folder.is_dir() else []:
         try:
             found = pq.read_schema(f)
         except (pa.ArrowInvalid, OSError) as e:
             raise ResultsError(f"{f}: not a readable Parquet file ({e})") from None
-        version = (found.metadata or {}).get(VERSION_KEY)
-        if version != str(RESULTS_VERSION).encode():
-            raise ResultsError(f"{f}: results version {version.decode() if version else 'missing'}, this bloomline "
-                               f"reads {RESULTS_VERSION} (eval/RESULTS.md)")
-        if not found.remove_metadata().equals(schema.remove_metadata()):
-            want = {n: str(t) for n, t in zip(schema.names, schema.types)}
+        version = (found.metadata or {}).get(VERSION_KEY, b"").decode()
+        if version not in versions:
+            raise ResultsError(f"{f}: results version {version or 'missing'}, this bloomline reads "
+                               f"{', '.join(versions)} (eval/RESULTS.md)")
+        want, convert = versions[version]
+        if not found.remove_metadata().equals(want.remove_metadata()):
+            w = {n: str(t) for n, t in zip(want.names, want.types)}
             got = {n: str(t) for n, t in zip(found.names, found.types)}
-            diff = sorted(set(want.items()) ^ set(got.items()))[:4]
-            raise ResultsError(f"{f}: not the results schema of eval/RESULTS.md (columns differ: {diff})")
-        tables.append(pq.read_table(f, schema=schema))
+            diff = sorted(set(w.items()) ^ set(got.items()))[:4]
+            raise ResultsError(f"{f}: not the results schema (version {version}) of eval/RESULTS.md (columns differ: {diff})")
+        tables.append(convert(pq.read_table(f, schema=want)))
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
+def _v1_to_v2(t: pa.Table) -> pa.Table:
+    return pa.Table.from_pylist(long_rows(t.to_pylist()), schema=SCHEMA)
+
+
 def read_results(run_dir: str | Path) -> pa.Table:
-    """Every evaluation of the run, checked file by file; empty (with the schema) when there is none."""
-    return _read(results_dir(run_dir), SCHEMA)
+    """Every evaluation of the run in version 2's long form (version 1 files converted), checked
+    file by file; empty (with the schema) when there is none. The one reader of contract 3."""
+    return _read(results_dir(run_dir), SCHEMA, {"2": (SCHEMA, lambda t: t), "1": (SCHEMA_V1, _v1_to_v2)})
 
 
 def read_generations(run_dir: str | Path) -> pa.Table:
-    return _read(generations_dir(run_dir), GENERATIONS_SCHEMA)
+    same = (GENERATIONS_SCHEMA, lambda t: t)  # unchanged from version 1 to 2
+    return _read(generations_dir(run_dir), GENERATIONS_SCHEMA, {"1": same, "2": same})
 
 
 def evaluated_steps(run_dir: str | Path) -> list[int]:

@@ -245,6 +245,9 @@ def evaluate(
         from training.checkpoint import read_meta
 
         read_meta(checkpoint)  # a bad checkpoint folder is refused before any server starts
+        from eval.tasks import check
+
+        check(cfg.tasks)
         from flows.evaluate import evaluate_flow
         from training.checkpoint import RunDir
 
@@ -253,6 +256,10 @@ def evaluate(
                                 str(out.resolve()) if out else None)
         console.print(f"[bold green]done[/]: step {res['step']}, {res['tokens']:,} tokens in {res['seconds']:.1f} s; "
                       f"results in {res['results']}")
+        for t in res["tasks"]:
+            console.print(f"{t['task']} {t['metric']}: {t['value']:.4f} (mean of {t['n']} languages)")
+        for t in res["skipped"]:
+            console.print(f"[yellow]not evaluated[/]: {t['task']} {t['lang']}: {t['note']}", highlight=False)
         for g in res["regressions"]:
             console.print(f"[yellow]regression[/]: {g['lang']} bits per byte {g['previous_bpb']:.4f} → {g['bpb']:.4f}")
 

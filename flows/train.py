@@ -52,6 +52,9 @@ def validate(recipe: TrainRecipe, data_dir: str | Path) -> Optional[tuple[Refere
     import torch
 
     recipe.parallel.check_model(recipe.model)
+    from eval.tasks import check
+
+    check(recipe.evaluation.settings.tasks)  # an unknown task would fail every evaluation
     recipe.check_device(torch.cuda.is_available(), torch.__version__)
     check_hostfile(recipe.launch, recipe.parallel.world_size)
     m = load_manifest(data_dir)

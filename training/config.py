@@ -263,6 +263,24 @@ class CheckpointConfig:
 
 
 @dataclass
+class TaskSpec:
+    """One evaluation task of ``tasks`` (eval/tasks/: what each needs and reports)."""
+
+    name: str = "continuation"
+    """The task's name in eval/tasks/'s registry (``continuation``, ``xstorycloze``, ...)."""
+    data: Optional[str] = None
+    """Its data folder, ``DATA/<lang>.jsonl`` per language, for tasks that read items from files."""
+    langs: Optional[list[str]] = None
+    """Only these languages (bloomline codes); None: every language the task can run."""
+    limit: Optional[int] = None
+    """At most this many items per language (the first ones, the same every round); None: the task's own default."""
+
+    def validate(self) -> None:
+        check(bool(self.name), "name", "must name a task")
+        check(self.limit is None or self.limit >= 1, "limit", "must be >= 1")
+
+
+@dataclass
 class EvalConfig:
     """How ``bloomline evaluate`` evaluates a checkpoint (recipes in ``configs/eval/``; eval/)."""
 
@@ -283,6 +301,9 @@ class EvalConfig:
     """torch threads for the evaluation; None: torch's default (all cores)."""
     regression_threshold: float = 0.02
     """A language whose bits per byte rose by more than this since the previous checkpoint is flagged."""
+    tasks: list[TaskSpec] = field(default_factory=list)
+    """Tasks evaluated beside the validation split's loss and bits per byte (which always run):
+    ``[{name: continuation}, {name: xstorycloze, data: DIR}]``."""
 
     def validate(self) -> None:
         check(self.max_tokens_per_lang is None or self.max_tokens_per_lang >= 1, "max_tokens_per_lang", "must be >= 1")

@@ -16,7 +16,7 @@ from bloomline.config import load_config
 from bloomline.io import sha256_file
 from eval.dashboard import all_regressions, build, regression_threshold
 from eval.metrics import LangTotals, metric_rows
-from eval.results import read_results, write_results
+from eval.results import long_rows, read_results, validation_rows, write_results
 from training.checkpoint import make_meta
 from training.config import TrainRecipe
 
@@ -35,7 +35,17 @@ def chromium() -> str:
     return exe
 
 
-def make_run(run: Path, demo: Path, gens: list[tuple[str, str]] = (("Habari za", "asubuhi"),)) -> None:
+def task_rows(step: int, langs: list[str], note: str = "fewer than 4 windows of 48 tokens") -> list[dict]:
+    """continuation rows of one checkpoint: swahili's accuracy rises with the step, far above
+    chance; every other language sits at chance; yoruba was not evaluated (``note``)."""
+    from eval.tasks.base import Row, skipped, with_means
+
+    rows = [Row(l, "acc", 0.25 + (0.5 * step / 300 if l == "sw" else 0.0), 0.02, 200) for l in langs if l != "yo"]
+    return [r.to_dict("continuation") for r in with_means(rows) + [skipped("yo", note)]]
+
+
+def make_run(run: Path, demo: Path, gens: list[tuple[str, str]] = (("Habari za", "asubuhi"),), tasks: bool = False,
+             note: str = "fewer than 4 windows of 48 tokens") -> None:
     """Three evaluated checkpoints of a run (swahili regresses at the last), its metrics, swahili
     generations (``gens``: prompt, completion) and a bloomline.json that points at the prepared
     data ``demo`` (whose ledger and drop log the dashboard shows)."""
@@ -49,7 +59,9 @@ def make_run(run: Path, demo: Path, gens: list[tuple[str, str]] = (("Habari za",
                  "evaluated_at": datetime.now(timezone.utc)}
         rows = [{"run": run.name, "step": step, "lang": "sw", "k": k, "prompt": p, "completion": f"{c} {step}",
                  "precision": "fp32", "evaluated_at": ident["evaluated_at"]} for k, (p, c) in enumerate(gens)]
-        write_results(run, step, [{**ident, **r} for r in metric_rows(per, {l: 10 * step for l in langs})], rows)
+        extra = [{**ident, **r, "tokens_seen": 0} for r in task_rows(step, langs, note)] if tasks else []
+        write_results(run, step, long_rows([{**ident, **r} for r in metric_rows(per, {l: 10 * step for l in langs})]) + extra,
+                      rows)
     (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 8 - s / 100, "lr": 1e-4 * min(1, s / 50)}) + "\n"
                                                for s in range(1, 301)))
     r = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml")
@@ -65,7 +77,7 @@ def make_run(run: Path, demo: Path, gens: list[tuple[str, str]] = (("Habari za",
 def test_dashboard_renders_offline_in_chromium(demo, tmp_path):
     run = tmp_path / "run"
     make_run(run, demo)
-    regs = all_regressions(read_results(run).to_pylist(), regression_threshold(run))
+    regs = all_regressions(validation_rows(read_results(run)), regression_threshold(run))
     assert [(g["lang"], g["step"]) for g in regs] == [("sw", 300)] and math.isclose(regs[0]["change"], 0.7 * 1.3 / 0.8 - 1, rel_tol=1e-9)
     # the run's own regression_threshold rules the dashboard too (its recipe.json)
     recipe = json.loads((run / "recipe.json").read_text()) if (run / "recipe.json").exists() else None
@@ -171,12 +183,12 @@ def test_markup_in_documents_generations_and_the_run_name_never_runs(tmp_path):
     run = tmp_path / ("run" + planted("dir")[0])  # a folder name may hold any markup without a slash
     # prompts are the first tokens of kept validation documents, and generations echo training text:
     # the generations table carries the markup as a crawl's kept document would put it there
-    make_run(run, data, gens=[(m, m) for m in planted("gen")])
+    make_run(run, data, gens=[(m, m) for m in planted("gen")], tasks=True, note=planted("note")[0])
     log = [{"step": 0, "weights": {"en": 0.5, "sw": 0.5}, "cause": {"rule": "start"}, "inputs": None},
            {"step": 150, "weights": {"en": 0.6, "sw": 0.4}, "cause": {"rule": "bandit"}, "inputs": None}]
     (run / "mixture.jsonl").write_text("".join(json.dumps(e) + "\n" for e in log))
     build(run)
-    pages = {p: run / "dashboard" / p for p in ("index.html", "data.html", "mixture.html")}
+    pages = {p: run / "dashboard" / p for p in ("index.html", "data.html", "mixture.html", "task-continuation.html")}
     for name, path in pages.items():
         dom, console = open_page(path)
         assert "main-svg" in dom or name == "data.html", (name, dom[-2000:])  # the page drew
@@ -204,3 +216,27 @@ def test_the_policy_stops_markup_that_escaping_missed(demo, tmp_path):
     assert re.search(r"<title>bloomline: ", dom), re.findall(r"<title>[^<]*", dom)
     assert re.search(r"Content Security Policy", console), console  # refused by the policy, not by luck
     assert len(re.findall(r'class="main-svg"', dom)) >= 8  # plotly's own scripts run under it
+
+
+def test_task_pages_show_every_language_and_the_signal_report_in_chromium(demo, tmp_path):
+    """A run evaluated with a task: its page draws the metric per language and the heatmap, says
+    which language was not evaluated and why, and its signal report finds swahili above chance
+    and rising (Spearman's ρ = 1) and the others at chance; the main page links it and plots the
+    families' means."""
+    from eval.task_pages import signal, task_rows as rows_of
+
+    run = tmp_path / "run"
+    make_run(run, demo, tasks=True)
+    report = {(s["metric"], s["lang"]): s for s in signal(rows_of(run), "continuation")}
+    assert report[("acc", "sw")]["above_chance"] is True and report[("acc", "sw")]["spearman"] == pytest.approx(1.0)
+    assert report[("acc", "en")]["above_chance"] is False and report[("acc", "en")]["spearman"] is None
+    assert ("acc", "yo") not in report
+    index = build(run)
+    html = index.read_text()
+    assert 'href="task-continuation.html"' in html and "Tasks: each family" in html
+    dom, console = open_page(run / "dashboard" / "task-continuation.html")
+    assert not re.search(r"error|uncaught|refused", console, re.I), console
+    assert len(re.findall(r'class="main-svg"', dom)) >= 4  # per language, heatmap, report, not evaluated
+    assert "signal report (1 of" in dom and "fewer than 4 windows of 48 tokens" in dom
+    idom, _ = open_page(index)
+    assert "continuation acc: all" in idom

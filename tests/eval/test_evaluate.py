@@ -10,10 +10,11 @@ import torch
 
 from bloomline.config import load_config
 from training.config import EvalConfig
-from eval.evaluate import evaluate_model, generations, language_samples
+from eval.evaluate import generations
+from eval.tasks.validation import evaluate_model, language_samples
 from eval.metrics import LangTotals, metric_rows
-from eval.results import (ResultsError, clear_evaluations, copy_evaluations, evaluated_steps, read_results,
-                          record_skipped, skipped_steps, write_results)
+from eval.results import (SCHEMA, ResultsError, clear_evaluations, copy_evaluations, evaluated_steps, long_rows,
+                          read_results, record_skipped, skipped_steps, validation_rows, write_results)
 from eval.metrics import regressions
 from flows.evaluate import artifact_key
 from training.config import ModelConfig
@@ -106,7 +107,7 @@ def rows_for(step, bpb):
 
     base = {"run": "r", "checkpoint": f"/r/checkpoints/step_{step}", "precision": "fp32", "layout": "tp=1 pp=1 dp=1 zero_stage=1",
             "data_manifest_sha256": "a" * 64, "evaluated_at": datetime.now(timezone.utc), "step": step}
-    return [{**base, **r} for r in metric_rows({"en": LangTotals(nll=10, tokens=10, text_nll=bpb * math.log(2) * 10, bytes=10)}, {})]
+    return long_rows([{**base, **r} for r in metric_rows({"en": LangTotals(nll=10, tokens=10, text_nll=bpb * math.log(2) * 10, bytes=10)}, {})])
 
 
 def test_results_store_replaces_a_checkpoints_rows_and_refuses_foreign_files(tmp_path):
@@ -116,7 +117,7 @@ def test_results_store_replaces_a_checkpoints_rows_and_refuses_foreign_files(tmp
     write_results(tmp_path, 20, rows_for(20, 1.2), [])  # re-evaluated: replaces, no duplicates
     t = read_results(tmp_path)
     assert evaluated_steps(tmp_path) == [10, 20] and t.num_rows == 2 * len(rows_for(10, 1.0))
-    en20 = [r for r in t.to_pylist() if r["step"] == 20 and r["scope"] == "language"]
+    en20 = [r for r in validation_rows(t) if r["step"] == 20 and r["scope"] == "language"]
     assert len(en20) == 1 and en20[0]["bpb"] == pytest.approx(1.2)
     assert not list((tmp_path / "eval" / "results").glob("*.tmp-*"))
     # plain pyarrow reads the folder as a dataset
@@ -146,9 +147,12 @@ def test_a_runs_evaluations_are_copied_and_restored_whole(tmp_path):
 
 
 def test_regressions_and_artifact_keys():
-    before = {r["lang"]: r for r in rows_for(10, 1.0) if r["scope"] == "language"}
-    assert regressions(rows_for(20, 1.01), before, 0.02) == []
-    (g,) = regressions(rows_for(20, 1.05), before, 0.02)
+    def wide(step, bpb):
+        return validation_rows(pa.Table.from_pylist(rows_for(step, bpb), schema=SCHEMA))
+
+    before = {r["lang"]: r for r in wide(10, 1.0) if r["scope"] == "language"}
+    assert regressions(wide(20, 1.01), before, 0.02) == []
+    (g,) = regressions(wide(20, 1.05), before, 0.02)
     assert g["lang"] == "en" and g["change"] == pytest.approx(0.05) and g["previous_step"] == 10
     assert artifact_key("evaluation", "My Run_zh-Hans") == "evaluation-my-run-zh-hans"
 
@@ -202,3 +206,37 @@ def test_a_resumed_run_withdraws_the_evaluations_of_the_future_it_redoes(tmp_pat
                                                                                        "step_00000020.parquet"]
     assert newest_feedback(RunDir(tmp_path)).name == "step_00000020.json"
     assert retract_after(tmp_path, 20) == []
+
+
+def test_version_1_results_are_still_read_in_the_long_form(tmp_path):
+    """A version-1 file (one wide row per language or aggregate) reads as version 2's long rows of
+    the validation task, and its validation view has the numbers it was written with."""
+    from eval.results import SCHEMA_V1
+
+    wide = validation_rows(pa.Table.from_pylist(rows_for(10, 1.25), schema=SCHEMA))
+    folder = tmp_path / "eval" / "results"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(wide, schema=SCHEMA_V1), folder / "step_00000010.parquet")
+    write_results(tmp_path, 20, rows_for(20, 1.5), [])  # a version-2 file beside it
+    t = read_results(tmp_path)
+    assert t.schema.equals(SCHEMA) and set(t.column("task").to_pylist()) == {"validation"}
+    got = {(r["step"], r["scope"], r["lang"], r["weighting"]): r["bpb"] for r in validation_rows(t)}
+    assert got[(10, "language", "en", "tokens")] == pytest.approx(1.25) and got[(20, "language", "en", "tokens")] == pytest.approx(1.5)
+    assert len(got) == 2 * len(wide)
+
+
+def test_every_results_column_is_documented():
+    from eval.results import SCHEMA
+
+    doc = (REPO / "eval" / "RESULTS.md").read_text()
+    assert [c for c in SCHEMA.names if f"| `{c}` |" not in doc] == []
+
+
+def test_an_unknown_task_or_one_without_its_data_is_refused_naming_the_key():
+    from bloomline.errors import ConfigError
+    from eval.tasks import check
+    from training.config import TaskSpec
+
+    with pytest.raises(ConfigError, match=r"tasks.*unknown task 'xstory' \(known: continuation, "):
+        check([TaskSpec(name="xstory")])
+    check([TaskSpec(name="continuation")])

@@ -83,7 +83,8 @@ def test_lm_eval_bits_per_byte_on_an_export(demo, tmp_path):
                 n_bytes += len(d.encode("utf-8"))
         return nll / (math.log(2) * n_bytes)
 
-    rows = {x["lang"]: x for x in evaluate(step, demo, EvalConfig(prompts_per_lang=0), "run").rows}
+    rows = {x["lang"]: x for x in evaluate(step, demo, EvalConfig(prompts_per_lang=0), "run").validation()
+            if x["scope"] == "language"}
     for lang in ("sw", "en", "yo"):
         docs = validation_documents(demo, lang)
         got = lm_eval_bits_per_byte(hf, demo, lang, tmp_path / "lm-eval", max_length=512)

@@ -153,8 +153,8 @@ def test_3d_layout_trains_resumes_and_loads_as_the_single_device_model(data, tmp
 
     cfg = EvalConfig(max_tokens_per_lang=300, prompts_per_lang=0)
     ea, eb = evaluate(one / "checkpoints" / "step_4", data, cfg, "a"), evaluate(ck, data, cfg, "b")
-    assert len(ea.rows) == len(eb.rows) > 50
-    for x, y in zip(ea.rows, eb.rows):
+    assert len(ea.validation()) == len(eb.validation()) > 50
+    for x, y in zip(ea.validation(), eb.validation()):
         assert (x["lang"], x["tokens"], x["bytes"]) == (y["lang"], y["tokens"], y["bytes"])
         assert y["bpb"] == pytest.approx(x["bpb"], rel=1e-6) and y["loss"] == pytest.approx(x["loss"], rel=1e-6)
     assert eb.rows[0]["layout"] == "tp=2 pp=2 dp=2 zero_stage=1"

@@ -1,0 +1,39 @@
+"""Evaluation tasks (the contract: eval/tasks/base.py). Adding one: a file here with its class,
+and a line in ``REGISTRY``."""
+
+from __future__ import annotations
+
+from bloomline.errors import ConfigError
+from eval.results import VALIDATION
+from eval.tasks.base import Task
+from training.config import TaskSpec
+
+REGISTRY = {
+    VALIDATION: "eval.tasks.validation:Validation",
+    "continuation": "eval.tasks.continuation:Continuation",
+}
+"""Task name → ``module:class``, imported when a run asks for it."""
+
+
+def make(spec: TaskSpec) -> Task:
+    """The task ``spec`` names; a ConfigError naming the key for an unknown one or missing data."""
+    import importlib
+
+    where = REGISTRY.get(spec.name)
+    if where is None:
+        raise ConfigError("tasks", f"unknown task '{spec.name}' (known: {', '.join(sorted(REGISTRY))})")
+    module, cls = where.split(":")
+    task = getattr(importlib.import_module(module), cls)()
+    if getattr(task, "needs_data", False) and not spec.data:
+        raise ConfigError("tasks", f"task '{spec.name}' reads its items from a data folder: give it data: DIR")
+    return task
+
+
+def check(specs: list[TaskSpec]) -> None:
+    """Refuse unknown tasks, or tasks without their data, before anything runs."""
+    for spec in specs:
+        make(spec)
+
+
+def validation_spec() -> TaskSpec:
+    return TaskSpec(name=VALIDATION)
