@@ -117,8 +117,8 @@ def evaluate(ckpt_dir: str | Path, data_dir: str | Path, cfg: EvalConfig, run: s
     eos = int(tok["eos_id"])
     sp = spm.SentencePieceProcessor(model_file=str(model_file))
     tokens_seen = meta["sampler"]["tokens_by_lang"]
-    base = dict(model=model.eval(), tokenizer=sp, index=index, token_bytes=token_bytes(model_file), eos_id=eos,
-                settings=cfg, tokens_seen=tokens_seen, progress=progress)
+    base = dict(model=model.eval(), tokenizer=sp, index=index, token_bytes=token_bytes(model_file),
+                tokenizer_file=model_file, eos_id=eos, settings=cfg, tokens_seen=tokens_seen, progress=progress)
     rows, seconds, tokens = [], {}, 0
     for spec, task in tasks:
         t = time.perf_counter()

@@ -53,12 +53,44 @@ def hf_config(cfg: Any, tok: dict[str, Any], dtype: str) -> dict[str, Any]:
     }
 
 
-def save_tokenizer(model_file: str | Path, out: str | Path) -> None:
-    """The SentencePiece model as a tokenizer ``AutoTokenizer`` loads (see the module docstring)."""
+def hf_tokenizer(model_file: str | Path) -> Any:
+    """The SentencePiece model as transformers' tokenizer (see the module docstring)."""
     from transformers import BertGenerationTokenizer
 
-    BertGenerationTokenizer(vocab_file=str(model_file), sep_token=None, bos_token="<s>", eos_token="</s>",
-                            unk_token="<unk>", pad_token="<pad>").save_pretrained(str(out))
+    return BertGenerationTokenizer(vocab_file=str(model_file), sep_token=None, bos_token="<s>", eos_token="</s>",
+                                   unk_token="<unk>", pad_token="<pad>")
+
+
+def save_tokenizer(model_file: str | Path, out: str | Path) -> None:
+    """The tokenizer as ``AutoTokenizer`` loads it from ``out``."""
+    hf_tokenizer(model_file).save_pretrained(str(out))
+
+
+def hf_tensors(model: Any) -> dict[str, Any]:
+    """``model``'s parameters under HF Bloom's names, the padded vocabulary rows dropped."""
+    out = {}
+    for name, t in model.state_dict().items():
+        if name == EMBEDDING:
+            t = t[:model.cfg.vocab_size]  # padding rows: masked in training, dropped here
+        out[hf_name(name)] = t.contiguous()
+    return out
+
+
+def hf_model(model: Any, tok: dict[str, Any]) -> Any:
+    """``model`` (training.model.Bloom) as an in-memory ``BloomForCausalLM``, in its dtype: the
+    model an export of the same dtype loads (``tok``: the manifest's tokenizer entry)."""
+    import torch
+    from transformers import BloomConfig, BloomForCausalLM
+
+    tensors = hf_tensors(model)
+    dtype = next(iter(tensors.values())).dtype
+    conf = hf_config(model.cfg, tok, {torch.float32: "float32", torch.bfloat16: "bfloat16"}[dtype])
+    hf = BloomForCausalLM(BloomConfig(**{k: v for k, v in conf.items() if k != "architectures"})).to(dtype)
+    missing, unexpected = hf.load_state_dict(tensors, strict=False)
+    if unexpected or set(missing) - {"lm_head.weight"}:  # lm_head is tied to the word embeddings
+        raise CheckpointError(f"the HF model does not take these parameters: missing {missing}, unexpected {unexpected}")
+    hf.tie_weights()
+    return hf.eval()
 
 
 def export(ckpt_dir: str | Path, out: str | Path, data_dir: Optional[str | Path] = None,
@@ -78,11 +110,7 @@ def export(ckpt_dir: str | Path, out: str | Path, data_dir: Optional[str | Path]
                               f"{manifest_path(data)}: the tokenizer must be the one the model trained with; pass "
                               f"--data with the run's data")
     cfg = model.cfg
-    tensors = {}
-    for name, t in model.state_dict().items():
-        if name == EMBEDDING:
-            t = t[:cfg.vocab_size]  # padding rows: masked in training, dropped here
-        tensors[hf_name(name)] = t.contiguous()
+    tensors = hf_tensors(model)
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     tok = manifest["tokenizer"]

@@ -259,7 +259,10 @@ def evaluate(
         for t in res["tasks"]:
             console.print(f"{t['task']} {t['metric']}: {t['value']:.4f} (mean of {t['n']} languages)")
         for t in res["skipped"]:
-            console.print(f"[yellow]not evaluated[/]: {t['task']} {t['lang']}: {t['note']}", highlight=False)
+            if str(t["note"]).startswith(("malformed record", "lm-eval failed")):  # bad task data: an error, the rest ran
+                print(f"error: {t['task']} {t['lang']} not evaluated, {t['note']}", file=sys.stderr)
+            else:
+                console.print(f"[yellow]not evaluated[/]: {t['task']} {t['lang']}: {t['note']}", highlight=False)
         for g in res["regressions"]:
             console.print(f"[yellow]regression[/]: {g['lang']} bits per byte {g['previous_bpb']:.4f} → {g['bpb']:.4f}")
 

@@ -80,8 +80,8 @@ def evaluate_flow(checkpoint: str, data: str, config: dict[str, Any], out: str |
     if tasks:
         create_table_artifact(mask_tree(tasks), key=artifact_key("evaluation-tasks", run),
                               description=f"step {res['step']}: each task's metrics per language")
-    for task, s in res["task_seconds"].items():
-        log.info("task %s: %.1f s", task, s)
+    for name, s in res["task_seconds"].items():
+        log.info("task %s: %.1f s", name, s)
     create_markdown_artifact(mask_text(summary_markdown(res)), key=artifact_key("evaluation-summary", run),
                              description=f"step {res['step']}")
     for g in res["regressions"]:

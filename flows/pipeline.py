@@ -31,6 +31,7 @@ from bloomline.config import from_dict, to_dict
 from bloomline.errors import BloomlineError
 from bloomline.io import read_json, sha256_file, write_json_atomic
 from data_prep.shards import manifest_path, manifest_sha256
+from eval.tasks import data_digest
 from training.checkpoint import read_meta, weights_digest
 from bloomline.secrets import mask_tree
 from flows.params import masked, real
@@ -74,7 +75,9 @@ def train_key(recipe: Any, data_dir: Path) -> StageKey:
 
 
 def evaluate_key(recipe: Any, train: StageKey) -> StageKey:
-    return StageKey("evaluate", {"train": train.key, "code": code_digest("evaluate")}, to_dict(recipe.evaluation.settings))
+    settings = recipe.evaluation.settings
+    return StageKey("evaluate", {"train": train.key, "code": code_digest("evaluate"), "task_data": data_digest(settings.tasks)},
+                    to_dict(settings))
 
 
 def export_key(cfg: Any, ckpt: Path) -> StageKey:

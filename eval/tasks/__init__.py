@@ -3,6 +3,8 @@ and a line in ``REGISTRY``."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from bloomline.errors import ConfigError
 from eval.results import VALIDATION
 from eval.tasks.base import Task
@@ -11,6 +13,11 @@ from training.config import TaskSpec
 REGISTRY = {
     VALIDATION: "eval.tasks.validation:Validation",
     "continuation": "eval.tasks.continuation:Continuation",
+    "xstorycloze": "eval.tasks.xstorycloze:XStoryCloze",
+    "xcopa": "eval.tasks.xcopa:XCopa",
+    "xnli": "eval.tasks.xnli:XNli",
+    "xwinograd": "eval.tasks.xwinograd:XWinograd",
+    "belebele": "eval.tasks.belebele:Belebele",
 }
 """Task name → ``module:class``, imported when a run asks for it."""
 
@@ -26,6 +33,8 @@ def make(spec: TaskSpec) -> Task:
     task = getattr(importlib.import_module(module), cls)()
     if getattr(task, "needs_data", False) and not spec.data:
         raise ConfigError("tasks", f"task '{spec.name}' reads its items from a data folder: give it data: DIR")
+    if spec.data and not Path(spec.data).is_dir():
+        raise ConfigError("tasks", f"task '{spec.name}': data folder {spec.data} does not exist")
     return task
 
 
@@ -37,3 +46,15 @@ def check(specs: list[TaskSpec]) -> None:
 
 def validation_spec() -> TaskSpec:
     return TaskSpec(name=VALIDATION)
+
+
+def data_digest(specs: list[TaskSpec]) -> dict[str, dict[str, str]]:
+    """sha256 of every data file each task reads (task name → file name → hash): what a reuse key
+    and a manifest record, so that changed items are never mistaken for the same evaluation."""
+    from bloomline.io import sha256_file
+
+    out: dict[str, dict[str, str]] = {}
+    for spec in specs:
+        if spec.data and Path(spec.data).is_dir():
+            out[spec.name] = {p.name: sha256_file(p) for p in sorted(Path(spec.data).glob("*.jsonl"))}
+    return out

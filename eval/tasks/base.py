@@ -34,6 +34,8 @@ class Context:
     """training.data.ShardIndex of the data's validation split."""
     token_bytes: Any
     """UTF-8 bytes each token id stands for (data_prep.tokenizer.token_bytes)."""
+    tokenizer_file: Any
+    """Path of the data's SentencePiece model (what an export's tokenizer wraps)."""
     eos_id: int
     settings: Any
     """training.config.EvalConfig."""

@@ -265,11 +265,23 @@ def test_evaluate_publishes_results_tensorboard_and_artifacts_and_refuses_bad_ch
                  {**os.environ, "DS_ACCELERATOR": "cpu"}, timeout=300, cwd=REPO)
     assert rc == 0, (run / "train.log").read_text()[-3000:]
     home = {"PREFECT_HOME": str(tmp_path / "prefect-home")}
-    for step in (2, 4, 4):  # step 4 twice: its rows are replaced, not duplicated
+    # a local task whose id file breaks at line 2: an error naming it, and every other task and language still run
+    items = tmp_path / "xcopa"
+    items.mkdir()
+    rec = {"premise": "Mtu alianguka chini.", "choice1": "Aliteleza", "choice2": "Alicheka", "question": "cause", "label": 0}
+    (items / "sw.jsonl").write_text((json.dumps(rec) + "\n") * 3)
+    (items / "id.jsonl").write_text(json.dumps(rec) + "\n" + '{"premise": "x",\n')
+    tasks = f"tasks=[{{name: continuation, limit: 4}}, {{name: xcopa, data: {items}}}]"
+    for step, more in ((2, []), (4, []), (4, ["-o", tasks])):  # step 4 twice: its rows are replaced, not duplicated
         res = cli("evaluate", "--checkpoint", run / "checkpoints" / f"step_{step}", "--data", demo_data,
-                  "-o", "max_tokens_per_lang=300", env=home)
+                  "-o", "max_tokens_per_lang=300", *more, env=home)
         assert res.returncode == 0, res.stderr[-3000:]
         assert f"done: step {step}" in res.stdout + res.stderr
+    assert f"error: xcopa id not evaluated, malformed record: {items / 'id.jsonl'}:2: not a JSON record" in res.stderr
+    long = read_results(run).to_pylist()
+    assert {(x["task"], x["metric"]) for x in long if x["step"] == 4 and x["lang"] == "sw"} >= {
+        ("validation", "bpb"), ("continuation", "acc"), ("xcopa", "acc"), ("xcopa", "acc_bytes")}
+    assert [x["note"] for x in long if x["task"] == "xcopa" and x["lang"] == "id"][0].startswith("malformed record")
     t = validation_rows(read_results(run))
     langs = {x["lang"] for x in t if x["scope"] == "language"}
     assert len(langs) > 50 and sorted({x["step"] for x in t}) == [2, 4]

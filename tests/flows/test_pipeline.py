@@ -236,6 +236,29 @@ def test_the_export_key_hashes_the_weights(tmp_path):
     assert export_key(cfg, ckpt).key != key
 
 
+def test_the_evaluate_key_covers_the_tasks_and_the_bytes_of_their_files(tmp_path):
+    """Another task, or one byte of a task's items edited in place: another evaluation; a copy of
+    the files elsewhere with the same settings would be the same, but the folder is a setting."""
+    from bloomline.config import load_config
+    from flows.config import PipelineConfig
+    from flows.pipeline import evaluate_key
+    from flows.stages import StageKey
+
+    items = tmp_path / "xsc"
+    items.mkdir()
+    (items / "en.jsonl").write_text('{"input_sentence_1": "a"}\n')
+    train = StageKey("train", {"x": "1"})
+    key = lambda *o: evaluate_key(load_config(PipelineConfig, REPO / "configs/pipeline/demo.yaml", list(o)).train,  # noqa: E731
+                                  train).key
+    tasks = f"train.evaluation.settings.tasks=[{{name: continuation}}, {{name: xstorycloze, data: {items}}}]"
+    base = key(tasks)
+    assert key() != base and key(tasks) == base
+    st = (items / "en.jsonl").stat()
+    (items / "en.jsonl").write_text('{"input_sentence_1": "b"}\n')
+    os.utime(items / "en.jsonl", ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert key(tasks) != base
+
+
 def test_a_reused_export_must_load_in_transformers(tmp_path):
     from flows.pipeline import export_broken
 
