@@ -1,5 +1,5 @@
 """The chunk stage: per chunk of input (in parallel), read → normalize → langid → quality →
-dedup signatures; the kept documents go to one Arrow file per chunk, sorted by language, and a
+decontaminate → dedup signatures; the kept documents go to one Arrow file per chunk, sorted by language, and a
 summary (ledger, per-step stats) marks the chunk done."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from bloomline.io import read_json, write_json_atomic
 from data_prep.config import PrepareConfig
+from data_prep.decontaminate import Decontaminator, load_index
 from data_prep.dedup.signature import DedupSigner
 from data_prep.document import Document, Ledger, uniform_draw
 from data_prep.droplog import DROP_SCHEMA, SCORE_SCHEMA, DropLog, dropped_path, scores_path, write_rows
@@ -44,6 +45,8 @@ def process_chunk(chunk: dict[str, Any], cfg: PrepareConfig, out: str, strict: b
         steps.append(LanguageIdFilter(cfg.langid, ledger, strict))
     if cfg.filters.enabled:
         steps.append(QualityFilter(cfg.filters, ledger, strict))
+    if cfg.decontaminate.tasks:  # the planner's index, memory-mapped once per worker
+        steps.append(Decontaminator(cfg.decontaminate, load_index(paths.decontaminate), ledger, strict))
     signer = DedupSigner(cfg.dedup, ledger)
     steps.append(signer)
     quality = next((s for s in steps if isinstance(s, QualityFilter)), None)

@@ -15,6 +15,7 @@ from bloomline import languages
 from bloomline.config import check, from_dict
 from bloomline.errors import ConfigError
 from bloomline.host import available_cpus
+from bloomline.task_spec import TaskSpec
 
 MIN_GIB = 0.75
 """The smallest ``memory_gib`` accepted: a process's own baseline and room for one default chunk
@@ -263,6 +264,25 @@ class BlendConfig:
 
 
 @dataclass
+class DecontaminateConfig:
+    """Drop corpus documents that share an n-gram with an evaluation task's item (data_prep/decontaminate.py)."""
+
+    tasks: list[TaskSpec] = field(default_factory=list)
+    """The tasks, as the evaluation's ``tasks`` lists them (``name``, ``data``: ``DATA/<lang>.jsonl``,
+    ``langs``, ``limit``); empty: no decontamination."""
+    ngram: int = 13
+    """Words per n-gram in languages written with spaces (GPT-3's and lm-eval's 13)."""
+    char_ngram: int = 20
+    """Characters per n-gram in languages written without spaces (Chinese: about 13 words)."""
+
+    def validate(self) -> None:
+        check(self.ngram >= 1, "ngram", "must be >= 1")
+        check(self.char_ngram >= 1, "char_ngram", "must be >= 1")
+        for i, t in enumerate(self.tasks):
+            check(bool(t.data), f"tasks[{i}].data", f"task '{t.name}' needs its data folder to decontaminate against")
+
+
+@dataclass
 class DaskConfig:
     address: Optional[str] = None
     """Address of an existing Dask scheduler (``tcp://host:8786``); None: start a LocalCluster."""
@@ -301,6 +321,8 @@ class PrepareConfig:
     """Validation hold-out and packing into length buckets."""
     blend: BlendConfig = field(default_factory=BlendConfig)
     """Language sampling weights written to the manifest."""
+    decontaminate: DecontaminateConfig = field(default_factory=DecontaminateConfig)
+    """Evaluation tasks whose items the corpus is cleaned of."""
     dask: DaskConfig = field(default_factory=DaskConfig)
     """Where the parallel work runs."""
     seed: int = 1234
@@ -325,6 +347,9 @@ class PrepareConfig:
         for s in self.sources:
             if not Path(s.path).is_absolute() and "://" not in s.path:
                 s.path = str((base / s.path).resolve())
+        for t in self.decontaminate.tasks:
+            if t.data and not Path(t.data).is_absolute():
+                t.data = str((base / t.data).resolve())
         if self.tokenizer.model and not Path(self.tokenizer.model).is_absolute():
             self.tokenizer.model = str((base / self.tokenizer.model).resolve())
 

@@ -273,7 +273,8 @@ def render(out: Path, cfg: FilterConfig, lang: Optional[str] = None, reason: Opt
             lines.append(f"- **{key}**: {e['count']:,}")
             for r in e["examples"]:
                 score = "" if r["score"] is None else f" score {r['score']:.4g} vs {r['threshold']:.4g};"
-                dup = f" duplicate of {md_text(r['duplicate_of'])};" if r["duplicate_of"] else ""
+                what = "shares an n-gram with task item" if r["reason"] == "contaminated" else "duplicate of"
+                dup = f" {what} {md_text(r['duplicate_of'])};" if r["duplicate_of"] else ""
                 lines.append(f"  - {md_code(r['id'])} ({md_text(r['source'])}):{score}{dup} {_cell(r['text'])}")
         lines.append("")
     stats = kept_stats(out, cfg)

@@ -103,6 +103,8 @@ def write_manifest(cfg: PrepareConfig, paths: Paths, plan_: dict[str, Any], chun
     }
     if tok.get("trained"):
         manifest["tokenizer"]["sample_weights"] = tok["sample_weights"]
+    if plan_.get("decontaminate"):  # what the data was cleaned against: each task file's sha256, items, n-grams
+        manifest["decontaminated_against"] = plan_["decontaminate"]
     _sp_ids = processor(str(paths.tokenizer), tok["sha256"])
     for key, fn in (("eos_id", _sp_ids.eos_id), ("pad_id", _sp_ids.pad_id), ("bos_id", _sp_ids.bos_id), ("unk_id", _sp_ids.unk_id)):
         manifest["tokenizer"][key] = int(fn())

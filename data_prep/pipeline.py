@@ -36,10 +36,11 @@ from typing import Any, Callable, Iterable, Iterator
 
 from bloomline.config import to_dict
 from bloomline.errors import DataError
-from bloomline.io import read_json, write_json_atomic
+from bloomline.io import read_json, sha256_file, write_json_atomic
 from data_prep.budget import bundle_bytes, check_inputs
 from data_prep.chunks import process_chunk
 from data_prep.config import PrepareConfig
+from data_prep.decontaminate import build_index, task_files
 from data_prep.dedup.stage import progress_units, run_dedup
 from data_prep.manifest import write_manifest
 from data_prep.pack_parts import pack_part, plan_parts
@@ -65,7 +66,10 @@ def fingerprint(cfg: PrepareConfig, chunks: list[Chunk], strict: bool) -> str:
         c.pop(where, None)
     inputs = sorted({p for ch in chunks for p in ch.paths})
     stat = [(p, Path(p).stat().st_size, Path(p).stat().st_mtime_ns) for p in inputs]
-    blob = json.dumps({"config": c, "inputs": stat, "strict": strict, "format": FORMAT_VERSION}, sort_keys=True)
+    # the task items decontaminated against, by content: an edited item is another run
+    tasks = [(t, lang, sha256_file(f)) for t, lang, f in task_files(cfg.decontaminate.tasks)]
+    blob = json.dumps({"config": c, "inputs": stat, "strict": strict, "format": FORMAT_VERSION,
+                       **({"decontaminate": tasks} if tasks else {})}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -92,6 +96,8 @@ def plan(cfg: PrepareConfig, paths: Paths, strict: bool = False) -> dict[str, An
         return old
     paths.work.mkdir(parents=True, exist_ok=True)
     p = {"fingerprint": fp, "work_version": WORK_VERSION, "chunks": [c.to_dict() for c in chunks]}
+    if cfg.decontaminate.tasks:  # built once per run, before the plan: a resumed run finds it
+        p["decontaminate"] = build_index(cfg.decontaminate, paths.decontaminate)
     write_json_atomic(plan_file, p)
     return p
 

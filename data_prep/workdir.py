@@ -24,6 +24,11 @@ class Paths:
     def work(self) -> Path:
         return self.out / ".work"
 
+    @property
+    def decontaminate(self) -> Path:
+        """The decontamination index (data_prep/decontaminate.py), built by the planner."""
+        return self.work / "decontaminate"
+
     def chunk_data(self, cid: int) -> Path:
         return self.work / "chunks" / f"c{cid:06d}.arrow"
 

@@ -16,7 +16,6 @@ the tokens bloomline scored.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -65,10 +64,9 @@ def lm_eval_bits_per_byte(hf_dir: str | Path, data_dir: str | Path, lang: str, w
     """Run lm-eval offline on the export ``hf_dir``; ``max_length`` is passed explicitly because
     BLOOM's config has no ``n_positions`` for lm-eval to read. The process's environment is as it
     was afterwards (the offline switches hold for this call only)."""
-    offline = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
-    before = {k: os.environ.get(k) for k in offline}
-    os.environ.update({k: "1" for k in offline})
-    try:
+    from eval.tasks.lm_eval_local import offline
+
+    with offline():
         import lm_eval
         from lm_eval.tasks import TaskManager
 
@@ -80,11 +78,5 @@ def lm_eval_bits_per_byte(hf_dir: str | Path, data_dir: str | Path, lang: str, w
                                                            f"dtype=float32,prefix_token_id={eos}",
                                       tasks=[name], task_manager=TaskManager(include_path=str(work)), batch_size=1,
                                       device="cpu")
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return {"task": name, "bits_per_byte": float(res["results"][name]["bits_per_byte,none"]),
             "documents": len(validation_documents(data_dir, lang))}

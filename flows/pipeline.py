@@ -58,6 +58,8 @@ def prepare_key(cfg: Any) -> StageKey:
         c.pop(where, None)
     if c["tokenizer"].get("model"):  # its bytes, not its path
         c["tokenizer"]["model"] = {"sha256": sha256_file(c["tokenizer"]["model"])}
+    for t in c.get("decontaminate", {}).get("tasks", []):  # task items by their bytes, not their folder
+        t["data"] = {f.name: sha256_file(f) for f in sorted(Path(t["data"]).glob("*.jsonl"))}
     sources = c.pop("sources", [])
     inputs, _, _ = content_digest([s["path"] for s in sources])
     # a source's path names no content; its reading options do

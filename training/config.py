@@ -13,6 +13,7 @@ from typing import Any, Literal, Optional, Union
 
 from bloomline.config import check
 from bloomline.errors import ConfigError
+from bloomline.task_spec import TaskSpec
 from training.mixture import OnlineMixtureConfig
 
 
@@ -260,24 +261,6 @@ class CheckpointConfig:
         check(self.interval >= 1, "interval", "must be >= 1")
         check(self.keep >= 1, "keep", "must be >= 1")
         check(self.max_restarts >= 0, "max_restarts", "must be >= 0")
-
-
-@dataclass
-class TaskSpec:
-    """One evaluation task of ``tasks`` (eval/tasks/: what each needs and reports)."""
-
-    name: str = "continuation"
-    """The task's name in eval/tasks/'s registry (``continuation``, ``xstorycloze``, ...)."""
-    data: Optional[str] = None
-    """Its data folder, ``DATA/<lang>.jsonl`` per language, for tasks that read items from files."""
-    langs: Optional[list[str]] = None
-    """Only these languages (bloomline codes); None: every language the task can run."""
-    limit: Optional[int] = None
-    """At most this many items per language (the first ones, the same every round); None: the task's own default."""
-
-    def validate(self) -> None:
-        check(bool(self.name), "name", "must name a task")
-        check(self.limit is None or self.limit >= 1, "limit", "must be >= 1")
 
 
 @dataclass

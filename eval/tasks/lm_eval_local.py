@@ -24,10 +24,12 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, Optional
 
 from bloomline.errors import DataError
+from bloomline.task_spec import task_records
 from eval.tasks.base import Context, Row, Task, skipped, with_means
 
 METRICS = ("acc", "acc_norm", "acc_bytes")
@@ -73,20 +75,7 @@ class LocalLmEvalTask(Task):
 
     def records(self, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         """(line number, record) of a data file; a DataError naming ``path:line`` for a malformed one."""
-        with open(path, encoding="utf-8", errors="strict") as f:
-            try:
-                lines = list(f)
-            except UnicodeDecodeError as e:
-                raise DataError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
-        for no, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except (json.JSONDecodeError, RecursionError) as e:
-                raise DataError(f"{path}:{no}: not a JSON record ({str(e).splitlines()[0][:80]})") from None
-            if not isinstance(rec, dict):
-                raise DataError(f"{path}:{no}: a record must be a JSON object, not {type(rec).__name__}")
+        for no, rec in task_records(path):
             missing = [k for k in self.fields if k not in rec]
             if missing:
                 raise DataError(f"{path}:{no}: the record lacks {', '.join(missing)} ({self.name} records have "
@@ -185,16 +174,24 @@ def run_lm_eval(model: Any, tasks: list[str], folder: str | Path, limit: Optiona
     """``lm_eval.simple_evaluate`` of ``tasks`` written in ``folder``, offline: ``model`` an HFLM, or
     ``"hf"`` with ``model_args`` (lm-eval's own run on an export). The process's environment is as it
     was afterwards."""
-    offline = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "TQDM_DISABLE")
-    before = {k: os.environ.get(k) for k in offline}
-    os.environ.update({k: "1" for k in offline})  # (and no progress bars of lm-eval's in our logs)
-    try:
+    with offline():
         import lm_eval
         from lm_eval.tasks import TaskManager
 
         return lm_eval.simple_evaluate(model=model, model_args=model_args, tasks=tasks, limit=limit,
                                        task_manager=TaskManager(include_path=str(folder), include_defaults=False),
                                        batch_size=BATCH, device="cpu", log_samples=log_samples)
+
+
+@contextmanager
+def offline() -> Iterator[None]:
+    """The hub switched off for transformers, datasets and huggingface_hub (no machine of ours
+    reaches it), and no progress bars; the environment as it was afterwards."""
+    keys = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "TQDM_DISABLE")
+    before = {k: os.environ.get(k) for k in keys}
+    os.environ.update({k: "1" for k in keys})
+    try:
+        yield
     finally:
         for k, v in before.items():
             if v is None:
