@@ -45,7 +45,7 @@ def process_chunk(chunk: dict[str, Any], cfg: PrepareConfig, out: str, strict: b
         steps.append(LanguageIdFilter(cfg.langid, ledger, strict))
     if cfg.filters.enabled:
         steps.append(QualityFilter(cfg.filters, ledger, strict))
-    if cfg.decontaminate.tasks:  # the planner's index, memory-mapped once per worker
+    if cfg.decontaminate.tasks:  # the planner's index, loaded once per worker process
         steps.append(Decontaminator(cfg.decontaminate, load_index(paths.decontaminate), ledger, strict))
     signer = DedupSigner(cfg.dedup, ledger)
     steps.append(signer)

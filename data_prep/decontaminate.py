@@ -21,7 +21,7 @@ evaluation runs (``bloomline.task_spec.TaskSpec``: ``name``, ``data`` = ``DATA/<
 * The index: each n-gram as a 64-bit hash (words by CRC-32, combined by a polynomial over the
   window, then splitmix64), sorted, with the item it came from; 12 bytes per n-gram. Built once
   per run by the planner from the task files (:func:`build_index`), saved under the work folder
-  and memory-mapped by every worker (:func:`load_index`), so nothing large crosses the scheduler.
+  and loaded once by each worker process (:func:`load_index`), so nothing large crosses the scheduler.
 * A match is booked as stage ``decontaminate``, outcome ``filtered``, reason ``contaminated``;
   the drop log's ``duplicate_of`` names the item (``task/lang.jsonl:line``), ``score`` counts the
   document's n-grams that are in the index. A 64-bit collision could drop a clean document with

@@ -76,6 +76,13 @@ def test_demo_pipeline_end_to_end_reuse_failure_and_rerun(demo_run):
     # every kept checkpoint evaluated, per language
     evaluated = stages["evaluate"]["outputs"]["evaluated"]
     assert evaluated and evaluated[-1] == 30
+    # the demo's continuation task: every language's accuracy at every evaluated checkpoint, and its dashboard page
+    from eval.results import read_results
+
+    acc = {(r["step"], r["lang"]) for r in read_results(stages["train"]["folder"]).to_pylist()
+           if r["task"] == "continuation" and r["metric"] == "acc" and r["scope"] == "language"}
+    assert {s for s, _ in acc} == set(evaluated) and len(acc) >= 50 * len(evaluated)
+    assert (Path(o["dashboard"]).parent / "task-continuation.html").is_file()
     # the export loads in transformers, offline
     from transformers import AutoConfig
 
