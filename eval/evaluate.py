@@ -21,6 +21,7 @@ import torch
 from bloomline.errors import CheckpointError
 from data_prep.shards import manifest_path
 from data_prep.tokenizer import token_bytes
+from eval.generate import greedy
 from eval.metrics import GROUPS, group_of
 from eval.tasks import make, validation_spec
 from eval.tasks.base import Context
@@ -50,19 +51,6 @@ class Evaluation:
         from eval.results import SCHEMA, validation_rows
 
         return validation_rows(pa.Table.from_pylist(self.rows, schema=SCHEMA))
-
-
-@torch.no_grad()
-def greedy(model: Bloom, prompt: list[int], new_tokens: int, eos_id: int) -> list[int]:
-    """Greedy continuation of ``prompt`` (one document), stopping at </s>."""
-    ids = list(prompt)
-    vocab = model.cfg.vocab_size
-    for _ in range(new_tokens):
-        nxt = int(model(torch.tensor([ids]))[0, -1, :vocab].argmax())
-        if nxt == eos_id:
-            break
-        ids.append(nxt)
-    return ids[len(prompt):]
 
 
 def generations(model: Bloom, index: ShardIndex, cfg: EvalConfig, decode: Callable[[list[int]], str],

@@ -18,6 +18,7 @@ REGISTRY = {
     "xnli": "eval.tasks.xnli:XNli",
     "xwinograd": "eval.tasks.xwinograd:XWinograd",
     "belebele": "eval.tasks.belebele:Belebele",
+    "flores": "eval.tasks.flores:Flores",
 }
 """Task name → ``module:class``, imported when a run asks for it."""
 
