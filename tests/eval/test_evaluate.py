@@ -237,6 +237,10 @@ def test_an_unknown_task_or_one_without_its_data_is_refused_naming_the_key():
     from eval.tasks import check
     from training.config import TaskSpec
 
-    with pytest.raises(ConfigError, match=r"tasks.*unknown task 'xstory' \(known: continuation, "):
+    with pytest.raises(ConfigError, match=r"tasks.*unknown task 'xstory' \(known: belebele, continuation, flores, "):
         check([TaskSpec(name="xstory")])
     check([TaskSpec(name="continuation")])
+    with pytest.raises(ConfigError, match=r"task 'xstorycloze' reads its items from a data folder: give it data: DIR"):
+        check([TaskSpec(name="xstorycloze")])
+    with pytest.raises(ConfigError, match=r"task 'flores': data folder /nowhere/flores does not exist"):
+        check([TaskSpec(name="flores", data="/nowhere/flores")])
