@@ -115,16 +115,22 @@ def spec_yaml(specs: list[TaskSpec]) -> str:
 def train_throughput(data: Path, wd: Path, steps: int, specs: list[TaskSpec]) -> Path:
     print("1. training tokens/s with the automatic evaluation beside it (bloomline train, 2 cores; target ≤ 10% slower)")
     runs = {}
+    # every checkpoint kept: training never waits for an evaluation to free one (checkpoint.max_deferred),
+    # so the figures are what evaluating beside it costs, not how long it holds checkpoints back
+    keep = ["checkpoint.keep=100"]
     for label, extra in (("no evaluation", ["evaluation.enabled=false"]),
                          ("validation only", ["evaluation.settings.tasks=[]"]),
                          ("validation + 6 tasks", [f"evaluation.settings.tasks={spec_yaml(specs)}"])):
         out = wd / f"run-{len(runs)}"
-        m = train(data, out, steps, extra)
+        m = train(data, out, steps, [*keep, *extra])
         after = [x for x in m if x["step"] > 10]  # from the first checkpoint on, when evaluations run
         runs[label] = sum(x["global_batch_tokens"] for x in after) / sum(x["step_seconds"] for x in after)
-        ref = runs.get("validation only", runs["no evaluation"])
-        print(f"   {label:22s}: {runs[label]:,.0f} tokens/s ({runs[label] / ref:.3f}× of "
-              f"{'validation only' if 'validation only' in runs and label != 'validation only' else 'no evaluation'})")
+        from eval.results import read_results, skipped_steps
+
+        steps_done = sorted({r["step"] for r in read_results(out).to_pylist()}) if label != "no evaluation" else []
+        print(f"   {label:22s}: {runs[label]:,.0f} tokens/s ({runs[label] / runs['no evaluation']:.3f}× of no evaluation"
+              + (f", {runs[label] / runs['validation only']:.3f}× of validation only" if label.endswith("tasks") else "")
+              + (f"); evaluated steps {steps_done}, failed {sorted(skipped_steps(out))}" if label != "no evaluation" else ")"))
     return wd / "run-2"
 
 

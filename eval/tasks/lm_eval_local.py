@@ -149,10 +149,18 @@ class LocalLmEvalTask(Task):
         for lang, name in names.items():
             out = res["results"][name]
             n = int(res["n-samples"][name]["effective"])
-            for m in METRICS:
-                rows.append(Row(lang, m, float(out[f"{m},none"]), float(out[f"{m}_stderr,none"]), n))
+            for m in METRICS:  # (lm-eval writes the stderr of a single item as "N/A")
+                rows.append(Row(lang, m, float(out[f"{m},none"]), number(out.get(f"{m}_stderr,none")), n))
             ctx.progress(f"{self.name} {lang}: acc {out['acc,none']:.3f} over {n} items")
         return with_means(rows)
+
+
+def number(x: Any) -> Optional[float]:
+    """``x`` as a float, or None where lm-eval has none ("N/A", a missing key)."""
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return None
 
 
 def in_memory_lm(model: Any, tokenizer: Any, max_length: int, eos_id: int) -> Any:

@@ -155,9 +155,10 @@ def test_hand_computed_story_endings_a_missing_language_and_a_malformed_record(d
             recs.append(rec)
         write(data, lang, recs)
         expect[lang] = right_bytes / 3
+    write(data, "es", [record("xstorycloze", pieces(demo_data, "es"), 0)])  # one item: lm-eval's stderr is "N/A"
     good = json.dumps(record("xstorycloze", pieces(demo_data, "sw"), 0))
     (data / "sw.jsonl").write_text(good + "\n" + good[:-9] + "\n" + good + "\n")
-    spec = TaskSpec(name="xstorycloze", data=str(data), langs=["en", "zh-Hans", "sw", "ar"])
+    spec = TaskSpec(name="xstorycloze", data=str(data), langs=["en", "zh-Hans", "sw", "ar", "es"])
     rows = {(r.lang, r.metric): r for r in make(spec).run(context(demo_data, model, spec)) if r.scope == "language"}
     for lang in ("en", "zh-Hans"):
         assert rows[lang, "acc"].value == pytest.approx(2 / 3) and rows[lang, "acc"].n == 3
@@ -165,3 +166,4 @@ def test_hand_computed_story_endings_a_missing_language_and_a_malformed_record(d
     assert rows["sw", "skipped"].note.startswith(f"malformed record: {data / 'sw.jsonl'}:2: not a JSON record")
     assert rows["ar", "skipped"].note == f"no {data / 'ar.jsonl'}"
     assert not any(m != "skipped" for l, m in rows if l in ("sw", "ar"))
+    assert rows["es", "acc"].n == 1 and rows["es", "acc"].stderr is None and rows["es", "acc"].value in (0.0, 1.0)
