@@ -22,6 +22,10 @@ evaluation runs (``bloomline.task_spec.TaskSpec``: ``name``, ``data`` = ``DATA/<
   window, then splitmix64), sorted, with the item it came from; 12 bytes per n-gram. Built once
   per run by the planner from the task files (:func:`build_index`), saved under the work folder
   and loaded once by each worker process (:func:`load_index`), so nothing large crosses the scheduler.
+* Costs (bench/eval_tasks.py, this 2-core machine, one process): the index takes 11.7 MiB and
+  2.3 s to build per million n-grams; checking a corpus costs 1.2 s per million n-grams of its
+  documents (the step was 17% of the chunk stage on ../shared/corpus against 182,461 n-grams of
+  2,202 items: 962 against 1,091 documents/s).
 * A match is booked as stage ``decontaminate``, outcome ``filtered``, reason ``contaminated``;
   the drop log's ``duplicate_of`` names the item (``task/lang.jsonl:line``), ``score`` counts the
   document's n-grams that are in the index. A 64-bit collision could drop a clean document with
