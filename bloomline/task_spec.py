@@ -31,6 +31,14 @@ class TaskSpec:
         check(self.limit is None or self.limit >= 1, "limit", "must be >= 1")
 
 
+def folder_digest(folder: str | Path) -> dict[str, str]:
+    """sha256 of every task file of ``folder`` (file name → hash): what a reuse key or a manifest
+    records of a task's items, so that edited items are never mistaken for the same ones."""
+    from bloomline.io import sha256_file
+
+    return {p.name: sha256_file(p) for p in sorted(Path(folder).glob("*.jsonl"))}
+
+
 def task_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, record) of a task file ``DATA/<lang>.jsonl``, blank lines skipped; a
     DataError naming ``path:line`` for a line that is not a JSON object (or the file for bytes

@@ -34,6 +34,7 @@ from data_prep.shards import manifest_path, manifest_sha256
 from eval.tasks import data_digest
 from training.checkpoint import read_meta, weights_digest
 from bloomline.secrets import mask_tree
+from bloomline.task_spec import folder_digest
 from flows.params import masked, real
 from flows.config import PipelineConfig
 from flows.runlock import owns
@@ -59,7 +60,7 @@ def prepare_key(cfg: Any) -> StageKey:
     if c["tokenizer"].get("model"):  # its bytes, not its path
         c["tokenizer"]["model"] = {"sha256": sha256_file(c["tokenizer"]["model"])}
     for t in c.get("decontaminate", {}).get("tasks", []):  # task items by their bytes, not their folder
-        t["data"] = {f.name: sha256_file(f) for f in sorted(Path(t["data"]).glob("*.jsonl"))}
+        t["data"] = folder_digest(t["data"])
     sources = c.pop("sources", [])
     inputs, _, _ = content_digest([s["path"] for s in sources])
     # a source's path names no content; its reading options do

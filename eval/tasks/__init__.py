@@ -50,12 +50,7 @@ def validation_spec() -> TaskSpec:
 
 
 def data_digest(specs: list[TaskSpec]) -> dict[str, dict[str, str]]:
-    """sha256 of every data file each task reads (task name → file name → hash): what a reuse key
-    and a manifest record, so that changed items are never mistaken for the same evaluation."""
-    from bloomline.io import sha256_file
+    """:func:`~bloomline.task_spec.folder_digest` of each task's data folder, by task name."""
+    from bloomline.task_spec import folder_digest
 
-    out: dict[str, dict[str, str]] = {}
-    for spec in specs:
-        if spec.data and Path(spec.data).is_dir():
-            out[spec.name] = {p.name: sha256_file(p) for p in sorted(Path(spec.data).glob("*.jsonl"))}
-    return out
+    return {s.name: folder_digest(s.data) for s in specs if s.data and Path(s.data).is_dir()}

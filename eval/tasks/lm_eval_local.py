@@ -25,6 +25,7 @@ import json
 import os
 import tempfile
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, Optional
 
@@ -37,6 +38,7 @@ BATCH = 16
 """Requests lm-eval scores in one forward pass (the same in the run on an export, for equal numbers)."""
 
 
+@lru_cache(maxsize=None)
 def lm_eval_yaml(family: str, task: str) -> Path:
     """lm-eval's own YAML of ``task`` (the file under ``lm_eval/tasks/<family>/`` that names it)."""
     import re
