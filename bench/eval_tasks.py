@@ -9,7 +9,9 @@ or word, the others taken from other documents of the language.
 
 1. Training tokens/s of ``bloomline train`` with the automatic evaluation running validation only,
    and validation plus every task (continuation and the five local families), beside it; the
-   same run otherwise (target: at most 10% slower). ``evaluation.enabled=false`` for reference.
+   same run otherwise (target: at most 10% slower). ``evaluation.enabled=false`` for reference,
+   and the tasks once more without the evaluation's CPU cap (``evaluation.cpu_share=null``); for
+   each, how long after training the last evaluation was in (what the cap defers).
 2. Seconds per evaluated checkpoint, per task (``eval.evaluate.evaluate`` on the last checkpoint).
 3. bloomline's scoring of each local family (in-process) against lm-eval's own run of the same
    tasks on ``bloomline export``'s folder: wall time of each, and whether every number is equal.
@@ -114,23 +116,32 @@ def spec_yaml(specs: list[TaskSpec]) -> str:
 
 def train_throughput(data: Path, wd: Path, steps: int, specs: list[TaskSpec]) -> Path:
     print("1. training tokens/s with the automatic evaluation beside it (bloomline train, 2 cores; target ≤ 10% slower)")
+    from eval.results import evaluated_steps, results_dir, skipped_steps
+    from training.checkpoint import RunDir
+
     runs = {}
     # every checkpoint kept: training never waits for an evaluation to free one (checkpoint.max_deferred),
     # so the figures are what evaluating beside it costs, not how long it holds checkpoints back
     keep = ["checkpoint.keep=100"]
     for label, extra in (("no evaluation", ["evaluation.enabled=false"]),
                          ("validation only", ["evaluation.settings.tasks=[]"]),
-                         ("validation + 6 tasks", [f"evaluation.settings.tasks={spec_yaml(specs)}"])):
+                         ("validation + 6 tasks", [f"evaluation.settings.tasks={spec_yaml(specs)}"]),
+                         ("validation + 6 tasks, no CPU cap", [f"evaluation.settings.tasks={spec_yaml(specs)}",
+                                                               "evaluation.cpu_share=null"])):
         out = wd / f"run-{len(runs)}"
         m = train(data, out, steps, [*keep, *extra])
         after = [x for x in m if x["step"] > 10]  # from the first checkpoint on, when evaluations run
         runs[label] = sum(x["global_batch_tokens"] for x in after) / sum(x["step_seconds"] for x in after)
-        from eval.results import read_results, skipped_steps
-
-        steps_done = sorted({r["step"] for r in read_results(out).to_pylist()}) if label != "no evaluation" else []
-        print(f"   {label:22s}: {runs[label]:,.0f} tokens/s ({runs[label] / runs['no evaluation']:.3f}× of no evaluation"
-              + (f", {runs[label] / runs['validation only']:.3f}× of validation only" if label.endswith("tasks") else "")
-              + (f"); evaluated steps {steps_done}, failed {sorted(skipped_steps(out))}" if label != "no evaluation" else ")"))
+        line = f"   {label:33s}: {runs[label]:,.0f} tokens/s ({runs[label] / runs['no evaluation']:.3f}× of no evaluation"
+        if "tasks" in label:
+            line += f", {runs[label] / runs['validation only']:.3f}× of validation only"
+        if label != "no evaluation":
+            # how far the evaluations lag: the last one's results against the end of training
+            lag = max(f.stat().st_mtime for f in results_dir(out).glob("step_*.parquet")) \
+                - RunDir(out).training_done.stat().st_mtime
+            line += (f"); evaluated steps {evaluated_steps(out)}, failed {sorted(skipped_steps(out))}, "
+                     f"the last in {lag:.0f} s after training ended")
+        print(line + (")" if label == "no evaluation" else ""), flush=True)
     return wd / "run-2"
 
 
@@ -266,6 +277,8 @@ def main() -> None:
     run = args.workdir / "run-2"
     if args.only in (None, "train") or not (run / "checkpoints" / "latest").exists():
         run = train_throughput(data, args.workdir, args.steps, specs)
+    if args.only == "train":
+        return
     ckpt = per_task_seconds(run, data, specs)
     against_lm_eval(ckpt, data, specs)
 

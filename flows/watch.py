@@ -1,8 +1,9 @@
 """Automatic evaluation while ``bloomline train`` runs: a watcher process beside the ranks.
 
 The train flow starts it (``python -m flows.watch``) in its own session at a lower priority
-(``evaluation.nice``, one torch thread unless ``evaluation.settings.threads`` says otherwise), so
-neither a slow nor a hung evaluation can stall training: BLOOM-176B evaluated inside its training
+(``evaluation.nice``, one torch thread unless ``evaluation.settings.threads`` says otherwise) and,
+while training runs, held to ``evaluation.cpu_share`` of a core (flows/pace.py), so neither a
+slow, a hung nor a busy evaluation can stall training: BLOOM-176B evaluated inside its training
 loop, and one hung evaluation stopped the run for about 18 hours. The watcher evaluates every
 complete checkpoint exactly once, each as its own Prefect flow run (``evaluate``):
 
@@ -30,6 +31,7 @@ from typing import Callable
 
 from bloomline.config import from_dict, to_dict
 from eval.results import record_skipped, settled
+from flows.pace import Pacer, install
 from flows.params import masked
 from training.checkpoint import RunDir
 from training.config import TrainRecipe
@@ -58,8 +60,9 @@ def settle(run_dir: str | Path, max_deferred: int, busy: int | None = None) -> N
 
 
 def watch(run_dir: Path, data: Path, recipe: TrainRecipe, done: Callable[[], bool], poll_s: float = 1.0,
-          evaluate: Callable[..., dict] | None = None) -> list[int]:
-    """Evaluate checkpoints as they appear until ``done()`` and none is pending; the steps evaluated."""
+          evaluate: Callable[..., dict] | None = None, pacer: Pacer | None = None) -> list[int]:
+    """Evaluate checkpoints as they appear until ``done()`` and none is pending; the steps evaluated.
+    ``pacer`` (installed on the process's forwards) is also settled after each evaluation."""
     if evaluate is None:
         from flows.evaluate import evaluate_flow as evaluate
     folder = RunDir(run_dir)
@@ -79,7 +82,10 @@ def watch(run_dir: Path, data: Path, recipe: TrainRecipe, done: Callable[[], boo
         try:
             evaluate(str(folder.step_dir(step)), str(data), masked(settings), str(run_dir))
             evaluated.append(step)
-            print(f"evaluated step {step} in {time.perf_counter() - t0:.1f} s", flush=True)
+            if pacer is not None:
+                pacer.pace()  # the CPU spent outside forwards (loading, writing, the dashboard)
+            print(f"evaluated step {step} in {time.perf_counter() - t0:.1f} s"
+                  + (f" (paced: {pacer.slept:.1f} s slept so far)" if pacer is not None else ""), flush=True)
         except Exception as e:  # a deleted, damaged or refused checkpoint: say so, go on with the others
             traceback.print_exc()
             record_skipped(run_dir, step, f"its evaluation failed: {type(e).__name__}: {e}")
@@ -103,8 +109,13 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(recipe.evaluation.settings.threads or 1)
+    done = RunDir(args.run).training_done.exists
+    pacer = None
+    if recipe.evaluation.cpu_share is not None:
+        pacer = Pacer(recipe.evaluation.cpu_share, active=lambda: not done())
+        install(pacer)
     try:
-        watch(args.run, args.data, recipe, done=lambda: RunDir(args.run).training_done.exists())
+        watch(args.run, args.data, recipe, done=done, pacer=pacer)
     finally:
         RunDir(args.run).hold_file.unlink(missing_ok=True)
     return 0

@@ -313,6 +313,11 @@ class EvaluationConfig:
     idle_priority: bool = True
     """Run the evaluation process in Linux's idle scheduling class: it gets a core only when
     training leaves one idle (so on a busy machine evaluations may wait for the end of training)."""
+    cpu_share: float | None = 0.1
+    """While training runs, the evaluation process uses at most this many CPU seconds per wall second
+    (flows/pace.py): on a machine whose cores training fills, neither ``nice`` nor the idle class
+    keeps an evaluation from slowing training, its CPU time does. What the cap defers runs at full
+    speed once training ends (within ``drain_s``). None: no cap."""
     max_deferred: int = 2
     """Checkpoints that ``checkpoint.keep`` would delete wait for their evaluation; when more than
     this many wait, the oldest is recorded as skipped (with the reason) and deleted."""
@@ -321,6 +326,7 @@ class EvaluationConfig:
 
     def validate(self) -> None:
         check(0 <= self.nice <= 19, "nice", "must be in [0, 19]")
+        check(self.cpu_share is None or self.cpu_share > 0, "cpu_share", "must be > 0, or null for no cap")
         check(self.max_deferred >= 0, "max_deferred", "must be >= 0")
         check(self.drain_s >= 0, "drain_s", "must be >= 0")
 

@@ -1,0 +1,67 @@
+"""Hold the evaluation process to a share of one core while training runs.
+
+Neither a nice level nor Linux's idle scheduling class keeps a CPU evaluation from slowing training
+on a machine whose cores training fills: measured on a 2-core machine beside bloom-tiny's training
+(one rank, two threads), a busy loop in the idle class cost training 24% of its tokens/s, a
+one-thread matmul loop in the idle class 38%, and the evaluator itself slowed each training step
+2.5× for as long as it ran (the rank's threads wake into a core the other process holds, and the
+two share caches and memory bandwidth). What training loses grows with the CPU time the evaluator
+uses, so that is what the pacer caps: a token bucket refilled at ``share`` CPU seconds per wall
+second (at most ``burst_s`` banked, so a wait for a checkpoint does not buy a long burst later),
+drained by the process's CPU time; when it runs dry the process sleeps until it refills. Work the
+cap defers is done once training has ended (``active()`` false), at full speed.
+
+:func:`install` calls :meth:`Pacer.pace` before every ``torch.nn.Module`` forward in the process
+(torch's global forward pre-hook): every task's model calls pass through there, bloomline's own
+model and transformers' alike, without any task knowing; the watcher also calls it between
+checkpoints, which settles the CPU spent outside forwards (loading, writing, the dashboard).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+
+class Pacer:
+    """CPU seconds used ≤ ``share`` × wall seconds (+ ``burst_s``) while ``active()``."""
+
+    def __init__(self, share: float, active: Callable[[], bool], burst_s: float = 1.0,
+                 check_s: float = 0.01, active_every_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic, cpu: Callable[[], float] = time.process_time,
+                 sleep: Callable[[float], None] = time.sleep):
+        if share <= 0:
+            raise ValueError(f"share must be > 0, got {share}")
+        self.share, self.active, self.burst_s = share, active, burst_s
+        self.check_s, self.active_every_s = check_s, active_every_s
+        self.clock, self.cpu, self.sleep = clock, cpu, sleep
+        self.wall, self.used = clock(), cpu()
+        self.bucket = burst_s
+        self.is_active, self.asked = True, float("-inf")
+        self.slept = 0.0
+        """Seconds slept so far (reported by the watcher)."""
+
+    def pace(self) -> None:
+        now = self.clock()
+        if now - self.wall < self.check_s:  # called per module: look at the clocks 100 times a second at most
+            return
+        if now - self.asked >= self.active_every_s:
+            self.is_active, self.asked = self.active(), now
+        used = self.cpu()
+        self.bucket = min(self.burst_s, self.bucket + self.share * (now - self.wall)) - (used - self.used)
+        self.wall, self.used = now, used
+        if not self.is_active:
+            self.bucket = self.burst_s
+            return
+        if self.bucket < 0:
+            wait = -self.bucket / self.share
+            self.sleep(wait)
+            self.slept += wait
+            self.wall, self.used, self.bucket = self.clock(), self.cpu(), 0.0
+
+
+def install(pacer: Pacer):
+    """Call ``pacer.pace()`` before every module forward in this process; returns the hook's handle."""
+    import torch
+
+    return torch.nn.modules.module.register_module_forward_pre_hook(lambda module, args: pacer.pace())
