@@ -31,28 +31,6 @@ from bloomline.errors import ConfigError
 
 T = TypeVar("T")
 
-# Which schema a recipe folder holds. tests/test_configs.py loads every file in configs/
-# through this table, so a recipe that stops matching its schema fails CI.
-SCHEMAS: dict[str, str] = {
-    "data": "data_prep.config:PrepareConfig",
-    "model": "training.config:ModelConfig",
-    "train": "training.config:TrainRecipe",
-    "eval": "training.config:EvalConfig",
-    "pipeline": "flows.config:PipelineConfig",
-}
-
-
-def schema_for(path: Path) -> type:
-    """The config dataclass for a recipe, chosen by its folder under ``configs/``."""
-    import importlib
-
-    folder = Path(path).resolve().parent.name
-    if folder not in SCHEMAS:
-        raise ConfigError("", f"{path}: no schema for recipes in configs/{folder}/ (known: {sorted(SCHEMAS)})")
-    module, _, name = SCHEMAS[folder].partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
 def load_config(cls: type[T], path: str | Path | None = None, overrides: Iterable[str] = ()) -> T:
     """Load ``path`` (or the dataclass defaults when None), apply overrides, validate."""
     raw: dict[str, Any] = {}

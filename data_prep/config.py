@@ -338,6 +338,32 @@ class PrepareConfig:
     cannot fit (one chunk of input, the tokenizer's sample, a skewed partition) stops the run with
     an error naming this setting (data_prep/budget.py). The output does not depend on it."""
 
+    def identity(self) -> dict[str, Any]:
+        """What the prepared data depends on, by content; the one definition behind ``bloomline
+        prepare``'s fingerprint (data_prep/pipeline.py) and the main job's prepare key
+        (flows/pipeline.py). ``config``: the settings less where and how the work runs (``dask``,
+        ``keep_work``, ``memory_gib``: the output does not depend on them), with a given tokenizer
+        and the task items decontaminated against by their bytes, and the sources less their paths
+        (a path names no content; the reading options do). ``inputs``: one digest over the bytes
+        of every source's files."""
+        from bloomline.config import to_dict
+        from bloomline.io import content_digest, sha256_file
+        from bloomline.task_spec import folder_digest
+
+        c = to_dict(self)
+        for where in ("dask", "keep_work", "memory_gib"):
+            c.pop(where, None)
+        if c["tokenizer"].get("model"):
+            c["tokenizer"]["model"] = {"sha256": sha256_file(c["tokenizer"]["model"])}
+        for t in c["decontaminate"]["tasks"]:
+            if not Path(t["data"]).is_dir():
+                raise ConfigError("decontaminate.tasks", f"task '{t['name']}': data folder {t['data']} does not exist")
+            t["data"] = folder_digest(t["data"])
+        sources = c.pop("sources")
+        inputs, _, _ = content_digest([s["path"] for s in sources])
+        c["sources"] = [{k: v for k, v in s.items() if k != "path"} for s in sources]
+        return {"config": c, "inputs": inputs}
+
     def validate(self) -> None:
         check(self.dropped_text_chars >= 0, "dropped_text_chars", "must be >= 0")
         check(self.memory_gib >= MIN_GIB, "memory_gib",

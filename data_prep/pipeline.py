@@ -28,23 +28,20 @@ and ``pack_parts.plan_parts``), ``tokenizer.py`` (``build_tokenizer``), ``pack_p
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from bloomline.config import to_dict
 from bloomline.errors import DataError
-from bloomline.io import read_json, sha256_file, write_json_atomic
+from bloomline.io import read_json, sha256_tree, write_json_atomic
 from data_prep.budget import bundle_bytes, check_inputs
 from data_prep.chunks import process_chunk
 from data_prep.config import PrepareConfig
-from data_prep.decontaminate import build_index, task_files
+from data_prep.decontaminate import build_index
 from data_prep.dedup.stage import progress_units, run_dedup
 from data_prep.manifest import write_manifest
 from data_prep.pack_parts import pack_part, plan_parts
-from data_prep.readers import Chunk, plan_chunks
+from data_prep.readers import plan_chunks
 from data_prep.shards import FORMAT_VERSION
 from data_prep.split import validation_rules
 from data_prep.tokenizer import build_tokenizer
@@ -59,25 +56,16 @@ def serial_map(func: Callable[[Any], Any], items: list[Any]) -> Iterator[Any]:
     return (func(x) for x in items)
 
 
-def fingerprint(cfg: PrepareConfig, chunks: list[Chunk], strict: bool) -> str:
-    """What the output depends on: the config (minus where work runs) and the inputs' identity."""
-    c = to_dict(cfg)
-    for where in ("dask", "keep_work", "memory_gib"):  # where and how work runs, not what it makes
-        c.pop(where, None)
-    inputs = sorted({p for ch in chunks for p in ch.paths})
-    stat = [(p, Path(p).stat().st_size, Path(p).stat().st_mtime_ns) for p in inputs]
-    # the task items decontaminated against, by content: an edited item is another run
-    tasks = [(t, lang, sha256_file(f)) for t, lang, f in task_files(cfg.decontaminate.tasks)]
-    blob = json.dumps({"config": c, "inputs": stat, "strict": strict, "format": FORMAT_VERSION,
-                       **({"decontaminate": tasks} if tasks else {})}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
+def fingerprint(cfg: PrepareConfig, strict: bool) -> str:
+    """What the output depends on: :meth:`PrepareConfig.identity`, ``strict`` and the output format."""
+    return sha256_tree({**cfg.identity(), "strict": strict, "format": FORMAT_VERSION})
 
 
 def plan(cfg: PrepareConfig, paths: Paths, strict: bool = False) -> dict[str, Any]:
     """Cut the inputs into chunks and pin the run to its config; refuses a mismatched folder."""
     check_inputs(cfg)
     chunks = plan_chunks(cfg.sources, cfg.read, bundle_bytes(cfg))
-    fp = fingerprint(cfg, chunks, strict)
+    fp = fingerprint(cfg, strict)
     if paths.manifest.exists():
         m = read_json(paths.manifest)
         if m.get("fingerprint") != fp:

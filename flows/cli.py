@@ -345,7 +345,8 @@ def plan(
         import contextlib
         import json
 
-        from bloomline.config import load_config, schema_for
+        from bloomline.config import load_config
+        from flows.config import schema_for
         from training.config import TrainRecipe
         from training.planner import DEVICES, cpu_device, plan as make_plan
 

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from bloomline.config import check, load_config, to_dict
+from bloomline.errors import ConfigError
 from data_prep.config import PrepareConfig
-from training.config import TrainRecipe
+from training.config import EvalConfig, ModelConfig, TrainRecipe
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -74,3 +75,23 @@ def _merge(under: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     for k, v in over.items():
         out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
+
+
+# Which schema a recipe folder holds: here, in the one layer that knows them all.
+# tests/test_configs.py loads every file in configs/ through this table, so a recipe that stops
+# matching its schema fails CI.
+SCHEMAS: dict[str, type] = {
+    "data": PrepareConfig,
+    "model": ModelConfig,
+    "train": TrainRecipe,
+    "eval": EvalConfig,
+    "pipeline": PipelineConfig,
+}
+
+
+def schema_for(path: Path) -> type:
+    """The config dataclass for a recipe, chosen by its folder under ``configs/``."""
+    folder = Path(path).resolve().parent.name
+    if folder not in SCHEMAS:
+        raise ConfigError("", f"{path}: no schema for recipes in configs/{folder}/ (known: {sorted(SCHEMAS)})")
+    return SCHEMAS[folder]

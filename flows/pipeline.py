@@ -29,16 +29,16 @@ from prefect.cache_policies import NONE
 
 from bloomline.config import from_dict, to_dict
 from bloomline.errors import BloomlineError
-from bloomline.io import read_json, sha256_file, write_json_atomic
+from bloomline.io import read_json, write_json_atomic
 from data_prep.shards import manifest_path, manifest_sha256
+from eval.results import clear_evaluations, copy_evaluations
 from eval.tasks import data_digest
-from training.checkpoint import read_meta, weights_digest
+from training.checkpoint import RunDir, read_meta, weights_digest
 from bloomline.secrets import mask_tree
-from bloomline.task_spec import folder_digest
 from flows.params import masked, real
 from flows.config import PipelineConfig
 from flows.runlock import owns
-from flows.stages import StageKey, code_digest, completed, content_digest, mark_complete, why_rerun
+from flows.stages import StageKey, code_digest, completed, mark_complete, why_rerun
 
 RECORD = "pipeline.json"
 
@@ -52,29 +52,25 @@ class StageError(BloomlineError):
 
 
 def prepare_key(cfg: Any) -> StageKey:
-    """Data: the config (less where and how the work runs) and the bytes of every input file and
-    of a given tokenizer."""
-    c = to_dict(cfg)
-    for where in ("dask", "keep_work", "memory_gib"):
-        c.pop(where, None)
-    if c["tokenizer"].get("model"):  # its bytes, not its path
-        c["tokenizer"]["model"] = {"sha256": sha256_file(c["tokenizer"]["model"])}
-    for t in c.get("decontaminate", {}).get("tasks", []):  # task items by their bytes, not their folder
-        t["data"] = folder_digest(t["data"])
-    sources = c.pop("sources", [])
-    inputs, _, _ = content_digest([s["path"] for s in sources])
-    # a source's path names no content; its reading options do
-    c["sources"] = [{k: v for k, v in s.items() if k != "path"} for s in sources]
-    return StageKey("prepare", {"inputs": inputs, "code": code_digest("prepare")}, c)
+    """Data: :meth:`PrepareConfig.identity` (the settings and the bytes of every input) and the code."""
+    ident = cfg.identity()
+    return StageKey("prepare", {"inputs": ident["inputs"], "code": code_digest("prepare")}, ident["config"])
 
 
 def train_key(recipe: Any, data_dir: Path) -> StageKey:
     """Training: the recipe (less the evaluation, its own stage, and where the ranks run) and the
-    prepared data's manifest, which holds every shard's sha256: a content hash of the whole dataset."""
+    prepared data's manifest, which holds every shard's sha256: a content hash of the whole dataset.
+    A mixture steered by evaluations (``batch.online.rule: evaluation``) makes the evaluation's
+    settings and code shape the weights: then they are in this key too."""
     c = to_dict(recipe)
-    c.pop("evaluation", None)
     c.pop("launch", None)
-    return StageKey("train", {"data": manifest_sha256(data_dir), "code": code_digest("train")}, c)
+    parts = {"data": manifest_sha256(data_dir), "code": code_digest("train")}
+    if recipe.batch.mixture == "online" and recipe.batch.online.rule == "evaluation":
+        parts["evaluation_code"] = code_digest("evaluate")
+        parts["task_data"] = data_digest(recipe.evaluation.settings.tasks)
+    else:
+        c.pop("evaluation", None)
+    return StageKey("train", parts, c)
 
 
 def evaluate_key(recipe: Any, train: StageKey) -> StageKey:
@@ -141,6 +137,25 @@ def export_broken(export_dir: Path) -> str | None:
     return None
 
 
+def evaluations_of(folder: RunDir, key: StageKey, restore_from: Path | None = None) -> bool:
+    """Make the run's eval/ (what its dashboard reads) hold the evaluations of ``key``'s settings
+    only: when it holds another key's, or nobody knows whose, it is unmarked, then cleared (or made a
+    copy of ``restore_from``, a kept set), then marked with ``key`` (``folder.evaluated_with``) —
+    so a kill midway leaves it unknown, never mislabelled. Whether it had to."""
+    try:
+        if read_json(folder.evaluated_with)["key"] == key.key:
+            return False
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    folder.evaluated_with.unlink(missing_ok=True)
+    if restore_from is None:
+        clear_evaluations(folder.root)
+    else:
+        copy_evaluations(restore_from, folder.root)
+    write_json_atomic(folder.evaluated_with, {"key": key.key, "settings": mask_tree(key.config)})
+    return True
+
+
 @flow(name="pipeline", persist_result=False)
 @owns(lambda config, out: out, "flow pipeline")
 def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
@@ -148,11 +163,10 @@ def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
     from data_prep.shards import load_manifest
     from eval.dashboard import build
     from eval.export import export
-    from eval.results import clear_evaluations, copy_evaluations, evaluated_steps, skipped_steps
+    from eval.results import evaluated_steps, skipped_steps
     from flows.evaluate import evaluate_flow
     from flows.prepare import prepare
     from flows.train import train, validate
-    from training.checkpoint import RunDir
 
     log = get_run_logger()
     cfg = from_dict(PipelineConfig, real(config))
@@ -185,25 +199,9 @@ def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
     folder = RunDir(train_dir)
     ek = evaluate_key(recipe, tk)
 
-    def evaluated_with() -> str | None:
-        """The evaluation key the results in the run's eval/ were made with (None: unknown)."""
-        try:
-            return read_json(folder.evaluated_with)["key"]
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-
-    def mark_evaluated_with(key: StageKey | None) -> None:
-        if key is None:
-            folder.evaluated_with.unlink(missing_ok=True)
-        else:
-            write_json_atomic(folder.evaluated_with, {"key": key.key, "settings": mask_tree(key.config)})
-
     def do_train() -> dict[str, Any]:
         validate(recipe, data_dir)
-        if evaluated_with() != ek.key:  # the watcher evaluates with this recipe's settings: no mixing with others
-            mark_evaluated_with(None)
-            clear_evaluations(train_dir)
-            mark_evaluated_with(ek)
+        evaluations_of(folder, ek)  # the watcher evaluates with this recipe's settings: no mixing with others
         res = train(masked(to_dict(recipe)), str(data_dir), str(train_dir))
         if res["stopped_by_kill_switch"]:
             raise BloomlineError(f"stopped by the kill switch at step {res['step']}/{res['steps']}: remove "
@@ -223,14 +221,11 @@ def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
     kept = ek.folder(run)
 
     def do_evaluate() -> dict[str, Any]:
-        if evaluated_with() != ek.key:  # made with other settings, or unknown: evaluate every checkpoint
-            mark_evaluated_with(None)
-            clear_evaluations(train_dir)
+        evaluations_of(folder, ek)  # made with other settings, or unknown: evaluate every checkpoint
         todo = [s for s in folder.complete_steps() if s not in evaluated_steps(train_dir)]
         settings = masked(to_dict(recipe.evaluation.settings))
         for step in todo:
             evaluate_flow(str(folder.step_dir(step)), str(data_dir), settings, str(train_dir))
-        mark_evaluated_with(ek)
         copy_evaluations(train_dir, kept)
         return {"evaluated": evaluated_steps(train_dir), "skipped": {str(k): v for k, v in skipped_steps(train_dir).items()},
                 "evaluated_now": todo}
@@ -240,10 +235,7 @@ def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
         return None if have == outputs["evaluated"] else f"it keeps results of steps {have}, not {outputs['evaluated']}"
 
     _, reused = stages.run_stage(ek, kept, do_evaluate, kept_intact)
-    if reused and evaluated_with() != ek.key:  # the run's eval/ holds other settings' results: restore these
-        mark_evaluated_with(None)
-        copy_evaluations(kept, train_dir)
-        mark_evaluated_with(ek)
+    if reused and evaluations_of(folder, ek, restore_from=kept):  # the run's eval/ held other settings' results
         log.info("evaluate: the run's evaluations restored from %s", kept)
     dashboard = task(build, name="dashboard", cache_policy=NONE, persist_result=False)(train_dir)
 

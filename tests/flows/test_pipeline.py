@@ -210,19 +210,30 @@ def test_stage_keys_hash_contents_not_paths(tmp_path):
     assert with_tok(tok).key != k3.key
 
 
-def test_code_digests_cover_the_flow_modules(tmp_path, monkeypatch):
-    """A stage's code is its packages and its flow module: an edit to flows/prepare.py reruns prepare."""
+def test_code_digests_follow_what_each_stage_imports(tmp_path, monkeypatch):
+    """A stage's code is what its entries import, derived: an edit to a module a stage imports
+    (directly, inside a function, or by name in a registry) changes its key, an edit elsewhere not."""
     from flows import stages
 
     tree = tmp_path / "repo"
     for pkg in ("bloomline", "data_prep", "training", "eval", "flows"):
         shutil.copytree(REPO / pkg, tree / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.jsonl"))
     monkeypatch.setattr(stages, "REPO", tree)
-    before = {s: stages.code_digest(s) for s in stages.STAGE_CODE}
-    (tree / "flows" / "prepare.py").write_text((tree / "flows" / "prepare.py").read_text() + "\n# edited\n")
-    (tree / "flows" / "evaluate.py").write_text((tree / "flows" / "evaluate.py").read_text() + "\n# edited\n")
-    after = {s: stages.code_digest(s) for s in stages.STAGE_CODE}
-    assert [s for s in before if before[s] != after[s]] == ["prepare", "evaluate"]
+
+    def changed_by(*files: str) -> list[str]:
+        before = {s: stages.code_digest(s) for s in stages.STAGES}
+        for f in files:
+            (tree / f).write_text((tree / f).read_text() + "\n# edited\n")
+        return [s for s in before if before[s] != stages.code_digest(s)]
+
+    assert changed_by("flows/prepare.py", "flows/evaluate.py") == ["prepare", "evaluate"]
+    # bits per byte are counted with data_prep's tokenizer: evaluation's numbers depend on it
+    assert changed_by("data_prep/tokenizer.py") == ["prepare", "evaluate"]
+    assert changed_by("eval/export.py") == ["evaluate", "export"]  # lm-eval tasks score through its model
+    assert changed_by("eval/tasks/xcopa.py") == ["evaluate"]  # named only in eval/tasks' registry, as a string
+    assert changed_by("training/reshard.py") == ["train"]
+    assert changed_by("data_prep/dedup/pairs.py") == ["prepare"]
+    assert changed_by("training/planner.py", "flows/cli.py", "data_prep/thresholds.py") == []
 
 
 def test_the_export_key_hashes_the_weights(tmp_path):

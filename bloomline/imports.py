@@ -1,0 +1,87 @@
+"""Which of bloomline's modules use which: one walk of the sources' syntax trees, read by the layer
+test (tests/test_layers.py) and by the stages' code digests (flows/stages.py).
+
+Every import counts, those inside functions too, and so does a string constant that names one of
+our modules the way importlib, ``python -m`` and our registries do (``"training.config"``,
+``"eval.tasks.xcopa:XCopa"``): code that loads a module by its name depends on it as much as code
+with an import statement, and a layer test that cannot see such a string lets an upward dependency
+through.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Iterable
+
+LAYERS = ("bloomline", "data_prep", "training", "eval", "flows")
+"""The packages, lowest first: each imports only those to its left."""
+
+
+def modules(repo: Path) -> dict[str, Path]:
+    """Dotted name → file of every module of the layers under ``repo`` (a package by its name)."""
+    out = {}
+    for layer in LAYERS:
+        for p in sorted((repo / layer).rglob("*.py")):
+            name = ".".join(p.relative_to(repo).with_suffix("").parts)
+            out[name.removesuffix(".__init__")] = p
+    return out
+
+
+@lru_cache(maxsize=4096)
+def _parsed(path: Path, mtime_ns: int, size: int) -> tuple[tuple[int, str, str], ...]:
+    """(line, kind, name) of each import and module-like string in the file; cached by its stat."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, "import", a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out += [(node.lineno, "from", f"{node.module}\0{a.name}") for a in node.names]
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.split(".")[0] in LAYERS
+              and ("." in node.value or ":" in node.value)):  # "eval" alone is a folder's name as often as a package's
+            out.append((node.lineno, "string", node.value))
+    return tuple(out)
+
+
+def imports(path: Path, known: dict[str, Path]) -> list[tuple[int, str]]:
+    """(line, module) of every use of one of our modules in the file: ``import a.b``, ``from a
+    import b`` (names ``a.b`` when that is a module, else ``a``), and a string ``"a.b"`` or
+    ``"a.b:Name"`` naming a module in ``known``."""
+    st = path.stat()
+    out = []
+    for line, kind, name in _parsed(path, st.st_mtime_ns, st.st_size):
+        if kind == "import":
+            out.append((line, name))
+        elif kind == "from":
+            module, _, attr = name.partition("\0")
+            out.append((line, f"{module}.{attr}" if f"{module}.{attr}" in known else module))
+        else:
+            module = name.partition(":")[0]
+            if module in known:
+                out.append((line, module))
+    return [(line, m) for line, m in out if m.split(".")[0] in LAYERS]
+
+
+def graph(repo: Path) -> dict[str, set[str]]:
+    """Module → the modules of ours it uses (itself left out)."""
+    known = modules(repo)
+    return {name: {m for _, m in imports(p, known) if m in known and m != name} for name, p in known.items()}
+
+
+def closure(entries: Iterable[str], g: dict[str, set[str]], follow: Callable[[str], bool] = lambda m: True) -> set[str]:
+    """``entries`` and every module they use, transitively, with the packages that importing each
+    one runs (``a`` and ``a.b`` for ``a.b.c``); the walk leaves out the modules ``follow`` refuses
+    (and what only they use)."""
+    seen: set[str] = set()
+    todo = list(entries)
+    first = set(todo)
+    while todo:
+        m = todo.pop()
+        if m in seen or m not in g or (m not in first and not follow(m)):
+            continue
+        seen.add(m)
+        parts = m.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]
+        todo += sorted(g[m])
+    return seen
