@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
@@ -109,6 +109,27 @@ def is_worker_node(recipe: TrainRecipe) -> bool:
     return recipe.launch.no_ssh and recipe.launch.node_rank > 0
 
 
+def restarted(once: Callable[[int, Path], int], attempts: int, logs: Path, failed: Callable[[int, Path], None],
+              gave_up: str) -> int:
+    """Run the job until it succeeds, at most ``attempts`` times; the attempts it took.
+    ``once(attempt, log_file)`` runs attempt 1, 2, … (its log ``logs/attempt-N.log``) and returns
+    the exit status. A user error (:data:`EXIT_USER_ERROR`: a configuration or data problem, which
+    the same job would hit again) stops at once with the error line from its log; any other
+    failure is reported by ``failed(status, log_file)`` and retried from the latest checkpoint,
+    or, after the last attempt, raised as ``gave_up``."""
+    for attempt in range(1, attempts + 1):
+        log_file = logs / f"attempt-{attempt}.log"
+        rc = once(attempt, log_file)
+        if rc == EXIT_OK:
+            return attempt
+        if rc == EXIT_USER_ERROR:
+            raise BloomlineError(f"training stopped: {_error_line(log_file) or f'exit status {rc}, see {log_file}'}")
+        failed(rc, log_file)
+        if attempt < attempts:
+            time.sleep(1)
+    raise BloomlineError(gave_up)
+
+
 def run_worker_node(r: TrainRecipe, data: str | Path, out: str | Path, say: Any = print) -> int:
     """This node's ranks of a job whose first node runs the flow ``train``; restarted like the
     flow restarts its own (they meet again at the same master address and port). Prefect-free:
@@ -124,17 +145,14 @@ def run_worker_node(r: TrainRecipe, data: str | Path, out: str | Path, say: Any 
     attempts = r.checkpoint.max_restarts + 1
     recipe_file = ranks_recipe(r, folder)
     try:
-        for attempt in range(attempts):
-            log_file = logs / f"attempt-{attempt + 1}.log"
-            say(f"node {node}: attempt {attempt + 1}/{attempts}, log {log_file}")
-            rc = run_job(launch_command(recipe_file, data, run, r.parallel.world_size, r.launch), log_file, env)
-            if rc == EXIT_OK:
-                return attempt + 1
-            if rc == EXIT_USER_ERROR:
-                raise BloomlineError(f"training stopped: {_error_line(log_file) or f'exit status {rc}, see {log_file}'}")
+        def once(attempt: int, log_file: Path) -> int:
+            say(f"node {node}: attempt {attempt}/{attempts}, log {log_file}")
+            return run_job(launch_command(recipe_file, data, run, r.parallel.world_size, r.launch), log_file, env)
+
+        def failed(rc: int, log_file: Path) -> None:
             say(f"node {node}: the job failed (exit {rc}); rejoining from the latest checkpoint")
-            time.sleep(1)
-        raise BloomlineError(f"training failed {attempts} times on node {node}; see {logs}")
+
+        return restarted(once, attempts, logs, failed, f"training failed {attempts} times on node {node}; see {logs}")
     finally:
         (logs / "launch.env").unlink(missing_ok=True)
         if recipe_file != folder.recipe:
@@ -229,7 +247,7 @@ def stop_watcher(proc: subprocess.Popen, run: Path, recipe: TrainRecipe, log: An
 
 
 def _error_line(log_file: Path) -> str | None:
-    """The message a rank printed for a user error (``error: ...``), to layout_label it."""
+    """The message a rank printed for a user error (``error: ...``), to stop with it."""
     lines = log_file.read_text(errors="replace").splitlines() if log_file.exists() else []
     return next((l.removeprefix("error: ") for l in reversed(lines) if l.startswith("error: ")), None)
 
@@ -282,27 +300,23 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
         log.info("first run on this machine: DeepSpeed builds its CPU communication kernel before the first step "
                  "(about 30 s; cached for the runs after)")
     try:
-        for attempt in range(attempts):
-            start = folder.latest_step() or 0
-            log.info("attempt %d/%d: %d ranks (tp=%d pp=%d dp=%d), from step %d", attempt + 1, attempts, world,
-                     r.parallel.tp, r.parallel.pp, r.parallel.dp, start)
+        def once(attempt: int, log_file: Path) -> int:
+            log.info("attempt %d/%d: %d ranks (tp=%d pp=%d dp=%d), from step %d", attempt, attempts, world,
+                     r.parallel.tp, r.parallel.pp, r.parallel.dp, folder.latest_step() or 0)
             progress = TrainProgress(folder.metrics, r.train.steps, log.info, every_s=PROGRESS_EVERY_S)
-            rc = task(run_job, name=f"ranks-attempt-{attempt + 1}", cache_policy=NONE, persist_result=False)(
-                launch_command(recipe_file, data, str(run), world, r.launch), logs / f"attempt-{attempt + 1}.log", env,
-                poll=progress)
+            rc = task(run_job, name=f"ranks-attempt-{attempt}", cache_policy=NONE, persist_result=False)(
+                launch_command(recipe_file, data, str(run), world, r.launch), log_file, env, poll=progress)
             progress()  # the last steps, if the job ended between two polls
-            if rc == EXIT_OK:
-                break
-            attempt_log = logs / f"attempt-{attempt + 1}.log"
-            if rc == EXIT_USER_ERROR:  # a configuration or data problem: the same job would fail again
-                raise BloomlineError(f"training stopped: {_error_line(attempt_log) or f'exit status {rc}, see {attempt_log}'}")
-            tail = attempt_log.read_text(errors="replace").splitlines()[-15:]
+            return rc
+
+        def failed(rc: int, log_file: Path) -> None:
+            tail = log_file.read_text(errors="replace").splitlines()[-15:]
             log.warning("the job failed (exit %s) at step %d; last lines:\n%s", rc, folder.latest_step() or 0,
                         "\n".join(tail))
-            if attempt + 1 == attempts:
-                raise BloomlineError(f"training failed {attempts} times (checkpoint.max_restarts={r.checkpoint.max_restarts}); "
-                                     f"see {logs}")
-            time.sleep(1)
+
+        tries = restarted(once, attempts, logs, failed,
+                          f"training failed {attempts} times (checkpoint.max_restarts={r.checkpoint.max_restarts}); "
+                          f"see {logs}")
     except BaseException:
         if watcher:  # a failed run: no waiting for evaluations
             stop_watcher(watcher, run, r, log, drain_s=0, why="training stopped with an error before it was evaluated")
@@ -317,5 +331,5 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
     records = read_metrics(metrics)[0]
     last = records[-1] if records else {}
     stopped = folder.stop.exists() and step < r.train.steps
-    return {"step": step, "steps": r.train.steps, "last": last, "attempts": attempt + 1, "stopped_by_kill_switch": stopped,
+    return {"step": step, "steps": r.train.steps, "last": last, "attempts": tries, "stopped_by_kill_switch": stopped,
             "evaluation": evaluation}
