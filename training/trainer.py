@@ -35,6 +35,7 @@ from training.parallelize import parallelize
 from training.resume import plan_resume, restore_rng, rng_state
 from training.sampler import DynamicBatchSampler
 from training.schedule import lr_at, schedule_change
+from training.step_row import StepRow
 from training.flops import ForwardTimer, balance_over_dp, model_pair_weight, model_params, step_flops
 
 
@@ -179,25 +180,29 @@ class Trainer:
         FLOPs (all replicas), the DP balance of computed FLOPs and of measured forward time, each
         language's Σ token loss and labelled tokens (from the last pipeline stage), and, with an
         online mixture, rank 0's evaluation feedback (training/online_mixture.py)."""
-        k = len(self.languages)
         feedback = self.mixture.row(self.step) if self.mixture is not None else []
-        weights = self.mixture.fingerprint() if self.mixture is not None else 0
-        me = torch.tensor([self.mesh.dp_rank, self.mesh.tp_rank, self.mesh.pp_rank, self._flops,
-                           self.forward_timer.take(), weights, *self.loss.lang_loss.tolist(),
-                           *self.loss.lang_tokens.tolist(), *feedback], dtype=torch.float64, device=self.device)
+        layout = StepRow(langs=len(self.languages), feedback=len(feedback))
+        me = torch.tensor(layout.pack(
+            dp_rank=self.mesh.dp_rank, tp_rank=self.mesh.tp_rank, pp_rank=self.mesh.pp_rank, flops=self._flops,
+            forward_s=self.forward_timer.take(), weights=self.mixture.fingerprint() if self.mixture is not None else 0,
+            lang_loss=self.loss.lang_loss.tolist(), lang_tokens=self.loss.lang_tokens.tolist(), feedback=feedback),
+            dtype=torch.float64, device=self.device)
         self._flops = 0.0
         rows = [torch.zeros_like(me) for _ in range(self.mesh.world)]
         torch.distributed.all_gather(rows, me)
         a = torch.stack(rows).cpu().numpy()
-        first = a[(a[:, 1] == 0) & (a[:, 2] == 0)]  # one rank per replica: each counts its replica's whole work
-        last = a[(a[:, 1] == 0) & (a[:, 2] == self.mesh.pp - 1)]  # one loss-computing rank per replica
-        if len(set(a[:, 5].tolist())) > 1:  # a guard, not a sync: the weights are derived alike on every rank
+        tp, pp = layout.get(a, "tp_rank"), layout.get(a, "pp_rank")
+        first = a[(tp == 0) & (pp == 0)]  # one rank per replica: each counts its replica's whole work
+        last = a[(tp == 0) & (pp == self.mesh.pp - 1)]  # one loss-computing rank per replica
+        weights = sorted(set(layout.get(a, "weights").tolist()))
+        if len(weights) > 1:  # a guard, not a sync: the weights are derived alike on every rank
             raise BloomlineError(f"step {self.step}: the ranks drew from different mixture weights "
-                                 f"(fingerprints {sorted(set(a[:, 5].astype(int).tolist()))})")
-        return {"flops": float(first[:, 3].sum()), "dp_balance": balance_over_dp(a[:, [0, 1, 2, 3]]),
-                "dp_time_balance": balance_over_dp(a[:, [0, 1, 2, 4]]),
-                "lang_loss": last[:, 6:6 + k].sum(axis=0), "lang_tokens": last[:, 6 + k:6 + 2 * k].sum(axis=0),
-                "feedback": a[0, 6 + 2 * k:]}  # rank 0's
+                                 f"(fingerprints {[int(w) for w in weights]})")
+        return {"flops": float(layout.get(first, "flops").sum()), "dp_balance": balance_over_dp(layout.by_rank(a, "flops")),
+                "dp_time_balance": balance_over_dp(layout.by_rank(a, "forward_s")),
+                "lang_loss": layout.get(last, "lang_loss").sum(axis=0),
+                "lang_tokens": layout.get(last, "lang_tokens").sum(axis=0),
+                "feedback": layout.get(a, "feedback")[0]}  # rank 0's
 
     def _run(self, batches: list[dict[str, torch.Tensor]], gas: int) -> float:
         dp = self.mesh.dp
