@@ -49,8 +49,8 @@ def main() -> None:
     if not SHARED.is_dir():
         raise SystemExit(f"{SHARED} not found")
     from training.data import ShardIndex
-    from training.sampler import DynamicBatchSampler
     from training.flops import model_pair_weight, model_params
+    from training.sampler import DynamicBatchSampler
 
     args.workdir.mkdir(parents=True, exist_ok=True)
     packed, loose = packed_and_loose(args.workdir)

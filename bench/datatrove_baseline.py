@@ -41,7 +41,12 @@ def spm_to_tokenizers(model_file: str | Path, out: str | Path) -> Path:
 
 def run(src: str, out: Path, tokenizer: str, workers: int) -> dict:
     from datatrove.executor import LocalPipelineExecutor
-    from datatrove.pipeline.dedup import MinhashDedupBuckets, MinhashDedupCluster, MinhashDedupFilter, MinhashDedupSignature
+    from datatrove.pipeline.dedup import (
+        MinhashDedupBuckets,
+        MinhashDedupCluster,
+        MinhashDedupFilter,
+        MinhashDedupSignature,
+    )
     from datatrove.pipeline.dedup.minhash import MinhashConfig
     from datatrove.pipeline.filters import GopherQualityFilter
     from datatrove.pipeline.readers import JsonlReader

@@ -56,8 +56,8 @@ def overrides(data: Path) -> list[str]:
 
 def eval_vs_forward(data: Path, dtype: torch.dtype) -> tuple[float, float]:
     from data_prep.tokenizer import token_bytes
-    from training.config import EvalConfig
     from eval.tasks.validation import evaluate_model, language_samples
+    from training.config import EvalConfig
     from training.data import ShardIndex, collate
     from training.loss import token_losses
     from training.model import Bloom
@@ -137,8 +137,8 @@ def main() -> None:
                  if done else ""))
 
     print("2. one full per-language evaluation of the last checkpoint (all validation data, generations)")
-    from training.config import EvalConfig
     from eval.evaluate import evaluate
+    from training.config import EvalConfig
 
     run = args.workdir / "run-0"
     ckpt = run / "checkpoints" / (run / "checkpoints" / "latest").read_text().strip()

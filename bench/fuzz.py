@@ -174,7 +174,8 @@ def overrides(draw: Any) -> str:
 # ------------------------------------------------------------------------------------ the long run
 def _draw_many(strategy: Any, n: int, seed: int) -> list[Any]:
     """``n`` examples of ``strategy``, reproducible from ``seed`` (Hypothesis drives the drawing)."""
-    from hypothesis import HealthCheck, Phase, given, settings, seed as hseed
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hseed
 
     out: list[Any] = []
 
@@ -249,7 +250,7 @@ def main() -> int:
     unbooked = None
     if m is not None:
         unbooked = expected - m["totals"]["input_records"]
-        for lang, e in m["languages"].items():
+        for e in m["languages"].values():
             for reason, n in e.get("errors", {}).items():
                 found[reason] = found.get(reason, 0) + n
     print(f"prepare over them: {run_s:.0f} s, crashes: {len(crashes)}{': ' + crashes[0] if crashes else ''}")
@@ -267,11 +268,11 @@ def clean_docs_unchanged(cfg: Any, clean: Path, work: Path) -> bool:
     as alone (whichever chunk or bundle read it)."""
     import copy
 
+    from bloomline.io import read_json
     from data_prep.chunks import chunk_table
     from data_prep.config import SourceConfig
     from data_prep.pipeline import run_all
     from data_prep.workdir import Paths
-    from bloomline.io import read_json
 
     def kept(out: Path, path: Path) -> list[tuple[str, str]]:
         paths = Paths(out)

@@ -174,10 +174,10 @@ def whole_run(x1: Path, nbytes: int, wd: Path, model: str) -> None:
     """Section 4: four ways from the same JSONL files to tokens, the whole span timed."""
     from importlib.metadata import version
 
-    from bench.datatrove_baseline import run_timed, spm_to_tokenizers
-
     import sentencepiece as spm
     from tokenizers import Tokenizer
+
+    from bench.datatrove_baseline import run_timed, spm_to_tokenizers
 
     tok_json = spm_to_tokenizers(model, wd / "tokenizer.json")
     sp, fast = spm.SentencePieceProcessor(model_file=model), Tokenizer.from_file(str(tok_json))

@@ -189,7 +189,7 @@ def many_files(counts: list[int], wd: Path, repo: Path) -> None:
               f"Prefect task runs {prefect_tasks}", flush=True)
     print("\n| input files | documents | plan s | wall s | peak RSS driver MiB | largest worker MiB | Dask tasks | Prefect task runs |")
     print("|---|---|---|---|---|---|---|---|")
-    for n, d, plan_s, wall, drv, wrk, tasks, _, pt, recs in rows:
+    for n, _d, plan_s, wall, drv, wrk, tasks, _, pt, recs in rows:
         print(f"| {n:,} | {recs:,} | {plan_s:.1f} | {wall:.0f} | {drv:,.0f} | {wrk:,.0f} | {tasks:,} | {pt} |")
     if len(rows) > 1:
         print(f"\ndriver peak at {rows[-1][0]:,} files over at {rows[0][0]:,}: {rows[-1][4] / rows[0][4]:.2f}")

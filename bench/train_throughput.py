@@ -98,9 +98,9 @@ def plain_tokens_per_s(data: Path, steps: int, weights: str = "bf16", megatron: 
     ``seq_len`` tokens (as many samples per step as the token budget holds, in micro-batches of
     ``micro_batch_tokens``) instead of bloomline's dynamic ones."""
     from training.data import ShardIndex, collate
+    from training.ds_config import param_groups
     from training.model import IGNORE_INDEX, Bloom
     from training.sampler import DynamicBatchSampler
-    from training.ds_config import param_groups
 
     r = recipe(data, steps)
     model = Bloom(r.model, seed=r.train.seed)  # the trainer's initial weights (init by parameter name)
@@ -171,8 +171,8 @@ def run_flops(run: Path, model: object) -> tuple[float, float]:
 
 def batching(data: Path, steps: int = 200, dp: int = 2) -> None:
     from training.data import ShardIndex, collate
-    from training.sampler import DynamicBatchSampler
     from training.flops import document_pairs, model_pair_weight, model_params, step_flops
+    from training.sampler import DynamicBatchSampler
 
     r = recipe(data, steps)
     m = r.model

@@ -14,6 +14,7 @@ kernel's OOM killer.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from bloomline.errors import DataError
 from data_prep.config import PrepareConfig
 

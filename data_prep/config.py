@@ -136,7 +136,7 @@ class FilterConfig:
     """Checks for programming-language documents (natural-language checks do not apply)."""
 
     def validate(self) -> None:
-        for lang, over in self.languages.items():
+        for lang in self.languages:
             check(languages.resolve(lang) is not None, f"languages.{lang}", "not one of BLOOM's languages")
             self.for_language(lang)  # type-checks the override keys
 

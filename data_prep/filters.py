@@ -39,6 +39,7 @@ from data_prep.document import Document, Ledger
 from data_prep.step import PipelineStep
 from data_prep.text import is_han, is_special, strip_edges
 
+
 def words(text: str, han_chars: bool = False) -> list[str]:
     out = []
     for w in text.split():

@@ -4,8 +4,6 @@ language blend, written last and atomically as ``DIR/manifest.json`` (contract 1
 
 from __future__ import annotations
 
-from bloomline.secrets import mask_tree
-
 from typing import Any
 
 import bloomline
@@ -13,6 +11,7 @@ from bloomline import languages
 from bloomline.config import to_dict
 from bloomline.errors import DataError
 from bloomline.io import write_json_atomic
+from bloomline.secrets import mask_tree
 from data_prep.config import PrepareConfig
 from data_prep.document import OUTCOMES, Ledger
 from data_prep.droplog import DROPPED_DIR, SCORES_DIR, check_dropped

@@ -21,14 +21,13 @@ from typing import Any
 
 from bloomline.io import write_bytes_atomic
 from eval import page
-from eval.page import plotly_text as T
 from eval.metrics import regressions
 from eval.mixture_page import mixture_page
+from eval.page import plotly_text as T
+from eval.results import read_generations, read_results, validation_rows
 from eval.task_pages import overview, task_pages
 from training.checkpoint import RunDir
 from training.metrics_log import read_metrics
-from eval.results import read_generations, read_results, validation_rows
-
 
 
 def _data_dir(run_dir: Path) -> Path | None:

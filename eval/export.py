@@ -19,7 +19,6 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-
 from bloomline.errors import CheckpointError
 from bloomline.io import write_json_atomic
 from data_prep.shards import manifest_path

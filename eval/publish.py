@@ -12,11 +12,11 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from training.config import EvalConfig
 from eval.evaluate import evaluate
 from eval.metrics import regressions
 from eval.results import SCHEMA, VALIDATION, forget_after, read_results, validation_rows, write_results
 from training.checkpoint import RunDir
+from training.config import EvalConfig
 from training.online_mixture import write_feedback
 
 

@@ -44,8 +44,16 @@ class RichProgress:
     """Progress bars per stage: bytes and bytes/s while reading and tokenizing, a count of tasks elsewhere."""
 
     def __init__(self) -> None:
-        from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, ProgressColumn,
-                                   TextColumn, TimeElapsedColumn, TransferSpeedColumn)
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            MofNCompleteColumn,
+            Progress,
+            ProgressColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TransferSpeedColumn,
+        )
 
         class ByUnit(ProgressColumn):
             """Bytes for stages counted in bytes, "done/total unit" for the others."""
@@ -348,7 +356,8 @@ def plan(
         from bloomline.config import load_config
         from flows.config import schema_for
         from training.config import TrainRecipe
-        from training.planner import DEVICES, cpu_device, plan as make_plan
+        from training.planner import DEVICES, cpu_device
+        from training.planner import plan as make_plan
 
         if gpu != "cpu" and gpu not in DEVICES:
             raise BloomlineError(f"--gpu {gpu}: use one of {', '.join([*DEVICES, 'cpu'])}")
@@ -383,7 +392,8 @@ def serve(
     """Start (or use) a Prefect server and serve pipeline, prepare, train and evaluate as deployments."""
 
     def body() -> None:
-        from flows.serve import DEPLOYMENT, LOOPBACK, api_url as url_of, serve_deployments, start_server, stop, wait_healthy
+        from flows.serve import DEPLOYMENT, LOOPBACK, serve_deployments, start_server, stop, wait_healthy
+        from flows.serve import api_url as url_of
 
         server = None
         url = api_url
@@ -439,10 +449,10 @@ def _run(body, debug: bool, driver: bool = False) -> None:
         from bloomline.secrets import mask_text
 
         console.print(f"[bold red]error:[/] {mask_text(str(e))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     except KeyboardInterrupt:
         console.print("[bold red]interrupted[/]: rerun the same command to resume")
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
 
 
 def main() -> None:

@@ -18,11 +18,11 @@ from prefect.cache_policies import NONE
 
 from bloomline.config import from_dict, to_dict
 from bloomline.secrets import mask_text, mask_tree
+from eval.publish import run_evaluation
 from flows.params import real
 from flows.runlock import owns
 from training.checkpoint import RunDir
 from training.config import EvalConfig
-from eval.publish import run_evaluation
 
 
 def artifact_key(*parts: str) -> str:

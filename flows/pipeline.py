@@ -30,15 +30,15 @@ from prefect.cache_policies import NONE
 from bloomline.config import from_dict, to_dict
 from bloomline.errors import BloomlineError
 from bloomline.io import read_json, write_json_atomic
+from bloomline.secrets import mask_tree
 from data_prep.shards import manifest_path, manifest_sha256
 from eval.results import clear_evaluations, copy_evaluations
 from eval.tasks import data_digest
-from training.checkpoint import RunDir, read_meta, weights_digest
-from bloomline.secrets import mask_tree
-from flows.params import masked, real
 from flows.config import PipelineConfig
+from flows.params import masked, real
 from flows.runlock import owns
 from flows.stages import StageKey, code_digest, completed, mark_complete, why_rerun
+from training.checkpoint import RunDir, read_meta, weights_digest
 
 RECORD = "pipeline.json"
 

@@ -23,10 +23,10 @@ from prefect.cache_policies import NONE
 
 from bloomline.config import from_dict, to_dict
 from bloomline.secrets import install_log_masking, mask_text, mask_tree
-from flows.params import masked, real
-from flows.runlock import owns
 from data_prep.config import PrepareConfig
 from data_prep.pipeline import Progress, run_all
+from flows.params import masked, real
+from flows.runlock import owns
 from flows.summary import summary_rows
 
 # Dask's INFO chatter (workers starting, connections) would drown the stage progress.

@@ -74,9 +74,8 @@ def default_parameters() -> dict[str, dict[str, Any]]:
     """Each flow's parameters with the bundled recipes filled in (``out`` and paths are the user's)."""
     from bloomline.config import load_config, to_dict
     from data_prep.config import PrepareConfig
-    from training.config import EvalConfig
     from flows.config import PipelineConfig
-    from training.config import TrainRecipe
+    from training.config import EvalConfig, TrainRecipe
 
     configs = REPO / "configs"
     return {

@@ -23,22 +23,30 @@ from bloomline.config import from_dict, to_dict
 from bloomline.errors import BloomlineError, ConfigError
 from bloomline.io import write_json_atomic
 from bloomline.secrets import mask_tree
-from flows.params import real
-from flows.runlock import owns
 from data_prep.shards import check_model_fits, load_manifest
-from flows.progress import TrainProgress
 from eval.publish import retract_after
 from eval.reference import reference_curve
+from flows.params import real
+from flows.progress import TrainProgress
+from flows.runlock import owns
+from training.checkpoint import RunDir, read_meta, saved_recipe, trained_on
+from training.config import TrainRecipe
+from training.launch import (
+    EXIT_OK,
+    EXIT_USER_ERROR,
+    check_hostfile,
+    cpu_comm_kernel_built,
+    kill_group,
+    launch_command,
+    launch_env,
+    run_job,
+    spawn_logged,
+)
+from training.layout import layout_label, layout_of
 from training.metrics_log import read_metrics
 from training.mixture import ReferenceCurve
 from training.online_mixture import write_reference
-from training.checkpoint import RunDir, read_meta, saved_recipe, trained_on
-from training.config import TrainRecipe
-from training.launch import (EXIT_OK, EXIT_USER_ERROR, check_hostfile, cpu_comm_kernel_built, kill_group, launch_command,
-                             launch_env, run_job, spawn_logged)
-from training.layout import layout_of, layout_label
 from training.schedule import schedule_change
-
 
 PROGRESS_EVERY_S = 5.0  # seconds between two progress lines while the ranks run
 

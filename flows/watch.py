@@ -36,6 +36,7 @@ from flows.params import masked
 from training.checkpoint import RunDir
 from training.config import TrainRecipe
 
+
 def pending(run_dir: str | Path) -> list[int]:
     """Complete checkpoints neither evaluated nor recorded as skipped, newest first."""
     done = settled(run_dir)

@@ -11,8 +11,6 @@ process, with no distributed setup.
 
 from __future__ import annotations
 
-from bloomline.secrets import mask_tree
-
 import contextlib
 import io
 import json
@@ -29,9 +27,18 @@ import bloomline
 from bloomline.config import from_dict, to_dict
 from bloomline.errors import CheckpointError, ConfigError
 from bloomline.io import read_contract_json, sha256_file, write_bytes_atomic, write_json_atomic
+from bloomline.secrets import mask_tree
 from training.config import ModelConfig, TrainRecipe
-from training.layout import (LAYOUT_KEYS, bloom_name, first_mismatch, layout_of, pipeline_prefixes, layout_label, tp_merge,
-                             tp_rules)
+from training.layout import (
+    LAYOUT_KEYS,
+    bloom_name,
+    first_mismatch,
+    layout_label,
+    layout_of,
+    pipeline_prefixes,
+    tp_merge,
+    tp_rules,
+)
 
 FORMAT_VERSION = 2  # 2: the online mixture's state (``mixture``); version 1 files read as a fixed mixture
 READS_VERSIONS = (1, 2)

@@ -31,8 +31,8 @@ import torch
 from bloomline.errors import DataError
 from bloomline.io import write_json_atomic
 from data_prep.shards import CorruptShardError, checksum_error, load_manifest, manifest_sha256, pad_id, read_shard
-from training.model import IGNORE_INDEX
 from training.flops import document_pairs
+from training.model import IGNORE_INDEX
 
 SampleRef = tuple[int, int]
 """``(shard_id, row)``: shard_id indexes :attr:`ShardIndex.shards`."""

@@ -13,7 +13,7 @@ from training.config import TrainRecipe
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """No weight decay on biases and LayerNorm parameters (as Megatron)."""
     decay, no_decay = [], []
-    for name, p in model.named_parameters():
+    for _name, p in model.named_parameters():
         if not p.requires_grad:
             continue
         (no_decay if p.ndim < 2 else decay).append(p)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from training.distributed import tp_rank_and_size
 from training.model import IGNORE_INDEX
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def token_losses(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -181,7 +181,9 @@ def pipeline(model: Bloom, parallel: ParallelConfig, loss_fn: Callable, build: C
 
     specs = []
     for name, layer in model.layers():
-        make = (lambda n=name, m=layer: build(n, m))
+        def make(n: str = name, m: Any = layer) -> Any:
+            return build(n, m)
+
         specs.append(_existing_spec(layer, make, tied=True, tied_weight_attr=["word_embeddings.weight"])
                      if name == "embedding" else _existing_spec(layer, make))
     specs.append(_existing_spec(model.embedding, lambda: build("embedding", model.embedding), tied=True,

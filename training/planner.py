@@ -293,8 +293,8 @@ def deepspeed_estimates(stages: list[StagePlan], dp: int, largest: int) -> dict[
     the GPUs sharing them. They agree with ours at ZeRO-2 (2 + 18/D bytes per parameter); at
     ZeRO-3 they leave out the 16-bit weights' own partition (2/D); neither covers ZeRO-1's
     BF16_Optimizer, whose whole fp32 gradient-accumulation buffer (4 bytes) ZeRO-2 would partition."""
-    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
     from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
 
     worst = max(stages, key=lambda x: x.memory_gib)
     _, z2 = estimate_zero2_model_states_mem_needs(worst.params, num_gpus_per_node=dp, num_nodes=1, cpu_offload=False)

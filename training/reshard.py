@@ -34,7 +34,7 @@ from typing import Any
 from bloomline.host import available_cpus
 from training.checkpoint import model_config, read_meta
 from training.config import ModelConfig
-from training.layout import EMBEDDING, LAYOUT_KEYS, bloom_name, layout_name, layout_label, tp_dim
+from training.layout import EMBEDDING, LAYOUT_KEYS, bloom_name, layout_label, layout_name, tp_dim
 
 MARKER = "bloomline_layout.json"  # in step_N/universal: written last, says which layout it is laid out for
 

@@ -19,7 +19,7 @@ import torch
 from bloomline.errors import BloomlineError
 from training.checkpoint import RunDir, read_meta, trained_on
 from training.config import ParallelConfig
-from training.layout import layout_of, layout_label
+from training.layout import layout_label, layout_of
 from training.reshard import has_universal, reshard_command
 
 

@@ -26,17 +26,17 @@ from training.config import ModelConfig, TrainRecipe
 from training.data import ShardIndex, collate, torch_collectives, verify_once
 from training.distributed import Mesh, init_distributed
 from training.ds_config import allow_cpu_fp16, deepspeed_config, param_groups
+from training.flops import ForwardTimer, balance_over_dp, model_pair_weight, model_params, step_flops
 from training.kernel_choice import resolve_attention
 from training.loss import StepLoss, lang_means
 from training.metrics_log import MetricsLog, finite
-from training.online_mixture import OnlineMixture
 from training.model import IGNORE_INDEX, Bloom
+from training.online_mixture import OnlineMixture
 from training.parallelize import parallelize
 from training.resume import plan_resume, restore_rng, rng_state
 from training.sampler import DynamicBatchSampler
 from training.schedule import lr_at, schedule_change
 from training.step_row import StepRow
-from training.flops import ForwardTimer, balance_over_dp, model_pair_weight, model_params, step_flops
 
 
 class Trainer:

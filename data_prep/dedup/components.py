@@ -21,8 +21,8 @@ its partition's edges, never the graph. :func:`components` runs the same steps i
 
 from __future__ import annotations
 
-from pathlib import Path
 from functools import partial
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import numpy as np

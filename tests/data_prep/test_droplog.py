@@ -15,7 +15,7 @@ from bloomline.config import load_config
 from bloomline.errors import ConfigError, DataError
 from data_prep.config import PrepareConfig, SourceConfig
 from data_prep.droplog import check_dropped, dropped_counts
-from data_prep.filter_report import kept_stats, what_if, parse_set
+from data_prep.filter_report import kept_stats, parse_set, what_if
 from data_prep.pipeline import run_all
 from data_prep.shards import load_manifest
 

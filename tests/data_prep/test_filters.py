@@ -2,8 +2,15 @@ import pytest
 
 from data_prep.config import FilterConfig, QualityThresholds
 from data_prep.document import Document, Ledger
-from data_prep.filters import (QualityFilter, char_repetition_ratio, first_failure, quality_scores, special_ratio, word_repetition_ratio,
-                               words)
+from data_prep.filters import (
+    QualityFilter,
+    char_repetition_ratio,
+    first_failure,
+    quality_scores,
+    special_ratio,
+    word_repetition_ratio,
+    words,
+)
 
 GOOD = ("Every morning the baker opens her shop before sunrise. She kneads the dough, lights the oven and "
         "arranges fresh loaves on wooden shelves while the street slowly wakes up around her.")
@@ -62,10 +69,10 @@ def test_per_language_thresholds_and_code_checks():
 def test_real_corpus_mostly_passes(shared_corpus):
     """The demo recipe's thresholds keep most real documents of a few languages."""
     import json
+    from pathlib import Path
 
     from bloomline.config import load_config
     from data_prep.config import PrepareConfig
-    from pathlib import Path
 
     cfg = load_config(PrepareConfig, Path(__file__).resolve().parents[2] / "configs/data/demo.yaml")
     for lang in ("en", "fr", "hi", "zh-Hans", "sw", "yo"):

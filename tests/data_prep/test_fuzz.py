@@ -38,7 +38,6 @@ def config(*sources: Path) -> PrepareConfig:
 def chunk_stage(cfg: PrepareConfig, out: Path) -> tuple[list[dict], dict]:
     """The chunk stage over every input of ``cfg`` (in process): each chunk's summary; the chunks' ledger."""
     from data_prep.document import Ledger
-
     from data_prep.pipeline import plan
 
     summaries = [process_chunk(c, cfg, str(out)) for c in plan(cfg, Paths(out))["chunks"]]  # bundles too

@@ -2,7 +2,6 @@
 stage's dependencies are made to fail on marked documents, the stage itself runs for real."""
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest

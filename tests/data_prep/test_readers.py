@@ -27,7 +27,7 @@ def test_bad_records_are_booked_with_reason_and_location(tmp_path, bad_inputs):
     assert [d.id for d in docs] == ["ok-1", "s"]  # the surrogate text is caught by the normalize step
     led = ledger.to_dict()
     errors = {**led[UNKNOWN_LANG]["errors"], **led["en"]["errors"], **led.get("fr", {}).get("errors", {})}
-    for reason, line in expected.items():
+    for reason in expected:
         if reason == "invalid_unicode":
             continue
         assert reason in errors, reason
@@ -126,7 +126,7 @@ def test_a_deeply_nested_line_is_booked_and_the_run_goes_on(tmp_path):
     assert led["errors"] == {"too_deep": 1, "malformed_json": 1} and led["error_examples"]["too_deep"] == f"{f}:2"
     assert ledger.totals()["docs_in"] == 5 and reader.report()["records"] == 5
     assert [r["text"] for r in ledger.log.rows][0] == "[" * 40  # the raw line's first characters
-    with pytest.raises(StrictModeError, match=rf"deep.jsonl:2: too_deep \(--strict"):
+    with pytest.raises(StrictModeError, match=r"deep.jsonl:2: too_deep \(--strict"):
         read_all(f, strict=True)
 
 

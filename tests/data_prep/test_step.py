@@ -25,7 +25,7 @@ def docs():
 
 def test_a_step_that_fails_on_a_document_books_it_and_goes_on():
     ledger = Ledger(DropLog(100))
-    for d in docs():
+    for _ in docs():
         ledger.record_in("en")
     step = Fussy(ledger)
     kept = list(step.run(docs()))

@@ -223,7 +223,8 @@ def test_task_pages_show_every_language_and_the_signal_report_in_chromium(demo, 
     which language was not evaluated and why, and its signal report finds swahili above chance
     and rising (Spearman's ρ = 1) and the others at chance; the main page links it and plots the
     families' means."""
-    from eval.task_pages import signal, task_rows as rows_of
+    from eval.task_pages import signal
+    from eval.task_pages import task_rows as rows_of
 
     run = tmp_path / "run"
     make_run(run, demo, tasks=True)

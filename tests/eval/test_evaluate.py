@@ -9,15 +9,24 @@ import pytest
 import torch
 
 from bloomline.config import load_config
-from training.config import EvalConfig
 from eval.evaluate import generations
+from eval.metrics import LangTotals, metric_rows, regressions
+from eval.results import (
+    SCHEMA,
+    ResultsError,
+    clear_evaluations,
+    copy_evaluations,
+    evaluated_steps,
+    long_rows,
+    read_results,
+    record_skipped,
+    skipped_steps,
+    validation_rows,
+    write_results,
+)
 from eval.tasks.validation import evaluate_model, language_samples
-from eval.metrics import LangTotals, metric_rows
-from eval.results import (SCHEMA, ResultsError, clear_evaluations, copy_evaluations, evaluated_steps, long_rows,
-                          read_results, record_skipped, skipped_steps, validation_rows, write_results)
-from eval.metrics import regressions
 from flows.evaluate import artifact_key
-from training.config import ModelConfig
+from training.config import EvalConfig, ModelConfig
 from training.data import ShardIndex
 from training.model import Bloom
 

@@ -23,9 +23,9 @@ def complete(run: RunDir, *steps: int) -> None:
 
 
 def test_newest_first_none_skipped_silently(tmp_path):
-    from bloomline.config import load_config
     from pathlib import Path
 
+    from bloomline.config import load_config
     from training.config import TrainRecipe
 
     recipe = load_config(TrainRecipe, Path(__file__).resolve().parents[2] / "configs/train/bloom-tiny.yaml",

@@ -98,8 +98,8 @@ def test_the_model_computes_the_same_function_with_either_kernel():
 
 
 def test_auto_resolves_to_the_kernel_that_can_train_and_is_faster():
-    from training.kernel_choice import choose_kernel, measure_kernels, set_kernel
     from training.config import ModelConfig
+    from training.kernel_choice import choose_kernel, measure_kernels, set_kernel
     from training.model import Bloom
 
     cfg = ModelConfig(vocab_size=300, hidden_size=64, num_layers=2, num_heads=4, seq_len=256)
@@ -115,8 +115,8 @@ def test_auto_resolves_to_the_kernel_that_can_train_and_is_faster():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention trains on GPU only")
 def test_auto_times_both_kernels_on_gpu():
-    from training.kernel_choice import measure_kernels
     from training.config import ModelConfig
+    from training.kernel_choice import measure_kernels
 
     cfg = ModelConfig(vocab_size=300, hidden_size=256, num_layers=2, num_heads=4, seq_len=256)
     t = measure_kernels(cfg, batch(), torch.bfloat16, torch.device("cuda"))

@@ -1,9 +1,10 @@
+from pathlib import Path
+
 import pytest
 
 from bloomline.config import from_dict, load_config
 from bloomline.errors import ConfigError
 from training.config import ModelConfig, ParallelConfig, TrainRecipe
-from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,9 +9,16 @@ import torch
 
 from bloomline.config import load_config
 from training.config import ModelConfig
+from training.flops import (
+    ForwardTimer,
+    balance_over_dp,
+    computed_pairs,
+    document_pairs,
+    model_pair_weight,
+    model_params,
+    step_flops,
+)
 from training.model import Bloom, segment_ids_from_offsets
-from training.flops import (ForwardTimer, balance_over_dp, computed_pairs, document_pairs, model_pair_weight,
-                           model_params, step_flops)
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,8 +7,15 @@ import pytest
 
 from bloomline.config import from_dict
 from bloomline.errors import ConfigError
-from training.mixture import (MixtureController, OnlineMixtureConfig, ReferenceCurve, bandit_target, bound,
-                              exploration, progress)
+from training.mixture import (
+    MixtureController,
+    OnlineMixtureConfig,
+    ReferenceCurve,
+    bandit_target,
+    bound,
+    exploration,
+    progress,
+)
 
 
 def cfg(**kw):

@@ -214,7 +214,7 @@ def test_attention_splits_into_whole_heads_by_qkv_rows():
 
 def test_padding_columns_of_the_vocabulary_are_inert():
     """Ids >= vocab_size exist only to pad the table for TP: no probability, no gradient."""
-    from training.model import Bloom, PAD_LOGIT
+    from training.model import PAD_LOGIT, Bloom
 
     cfg = ModelConfig(vocab_size=200, hidden_size=32, num_layers=1, num_heads=2, seq_len=16)
     m = Bloom(cfg)

@@ -12,8 +12,8 @@ import torch
 
 from bloomline.errors import ConfigError, DataError
 from data_prep.packing import Sample
-from data_prep.workdir import shard_path
 from data_prep.shards import CorruptShardError, ShardWriter
+from data_prep.workdir import shard_path
 from training.config import BatchConfig
 from training.data import ShardIndex, collate, verify_once
 from training.sampler import DynamicBatchSampler, permutation_at

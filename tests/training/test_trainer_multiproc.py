@@ -148,8 +148,8 @@ def test_3d_layout_trains_resumes_and_loads_as_the_single_device_model(data, tmp
     print(f"load_model: max |logit difference| 1x1x1 vs TP2xPP2xDP2 after 4 fp32 steps = {diff:.3g}")
     assert diff < 1e-4
     # and the per-language evaluation gives the same numbers whatever layout wrote the checkpoint
-    from training.config import EvalConfig
     from eval.evaluate import evaluate
+    from training.config import EvalConfig
 
     cfg = EvalConfig(max_tokens_per_lang=300, prompts_per_lang=0)
     ea, eb = evaluate(one / "checkpoints" / "step_4", data, cfg, "a"), evaluate(ck, data, cfg, "b")
@@ -159,8 +159,9 @@ def test_3d_layout_trains_resumes_and_loads_as_the_single_device_model(data, tmp
         assert y["bpb"] == pytest.approx(x["bpb"], rel=1e-6) and y["loss"] == pytest.approx(x["loss"], rel=1e-6)
     assert eb.rows[0]["layout"] == "tp=2 pp=2 dp=2 zero_stage=1"
     # exported from the 3D checkpoint, transformers' BloomForCausalLM computes the same logits
-    from eval.export import export
     from transformers import AutoModelForCausalLM
+
+    from eval.export import export
 
     hf_dir = export(ck, tmp_path_factory.mktemp("hf"))
     hf = AutoModelForCausalLM.from_pretrained(hf_dir, local_files_only=True).eval()
