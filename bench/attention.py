@@ -44,8 +44,9 @@ def packed_and_loose(workdir: Path) -> tuple[Path, Path]:
     (``pack.max_open_samples=1``, the same tokenizer); prepared once per workdir."""
     packed = prepare(workdir, "packed", ["pack.buckets=[256,512,1024,2048]"])
     tok = str(packed / "tokenizer" / "tokenizer.model")
-    return packed, prepare(workdir, "loose", ["pack.buckets=[256,512,1024,2048]", "pack.max_open_samples=1",
-                                              f"tokenizer.model={tok}"])
+    return packed, prepare(
+        workdir, "loose", ["pack.buckets=[256,512,1024,2048]", "pack.max_open_samples=1", f"tokenizer.model={tok}"]
+    )
 
 
 def micro_batches(data: Path, seq: int, n: int) -> list[torch.Tensor]:
@@ -53,13 +54,15 @@ def micro_batches(data: Path, seq: int, n: int) -> list[torch.Tensor]:
     from training.data import ShardIndex, collate
 
     index = ShardIndex(data, "train")
-    refs = [(sid, row) for sid, s in enumerate(index.shards) if int(s["bucket"]) == seq for row in range(int(s["rows"]))]
+    refs = [
+        (sid, row) for sid, s in enumerate(index.shards) if int(s["bucket"]) == seq for row in range(int(s["rows"]))
+    ]
     b = max(TOKENS // seq, 1)
     if len(refs) < n * b:
         raise SystemExit(f"{data}: only {len(refs)} samples in the {seq} bucket")
     step = len(refs) // (n * b)
-    picked = refs[::step][:n * b]
-    return [collate(index, picked[i * b:(i + 1) * b], seq, index.pad_id)["segment_ids"] for i in range(n)]
+    picked = refs[::step][: n * b]
+    return [collate(index, picked[i * b : (i + 1) * b], seq, index.pad_id)["segment_ids"] for i in range(n)]
 
 
 def peak_mib(fn) -> float:
@@ -78,8 +81,10 @@ def peak_mib(fn) -> float:
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
-    points = sorted((e.time_range.start, e.cpu_memory_usage if e.name == "[memory]" else e.self_cpu_memory_usage)
-                    for e in prof.events())
+    points = sorted(
+        (e.time_range.start, e.cpu_memory_usage if e.name == "[memory]" else e.self_cpu_memory_usage)
+        for e in prof.events()
+    )
     run = peak = 0
     for _, v in points:
         run += v
@@ -110,7 +115,7 @@ def one_doc_batches(data: Path, seq: int, n: int) -> list[torch.Tensor]:
     out = []
     for i in range(n):
         seg = torch.zeros(b, seq, dtype=torch.long)
-        for r, d in enumerate(docs[i * b:(i + 1) * b]):
+        for r, d in enumerate(docs[i * b : (i + 1) * b]):
             seg[r, :d] = 1
         out.append(seg)
     return out
@@ -154,19 +159,27 @@ def main() -> None:
                     t0 = time.perf_counter()
                     blocks["flex"]((xs[0], segs[0]))  # compile for this shape
                     compile_s = time.perf_counter() - t0
-                    fwd = {k: timed(lambda b=b: [b((x, s)) for x, s in zip(xs, segs)], args.repeats) / len(segs)
-                           for k, b in blocks.items()}
+                    fwd = {
+                        k: timed(lambda b=b: [b((x, s)) for x, s in zip(xs, segs)], args.repeats) / len(segs)
+                        for k, b in blocks.items()
+                    }
                 x_train = [x.clone().requires_grad_() for x in xs]
-                train_sdpa = timed(lambda: [blocks["sdpa"]((x, s))[0].float().square().mean().backward()
-                                            for x, s in zip(x_train, segs)], max(args.repeats // 2, 1)) / len(segs)
+                train_sdpa = timed(
+                    lambda: [
+                        blocks["sdpa"]((x, s))[0].float().square().mean().backward() for x, s in zip(x_train, segs)
+                    ],
+                    max(args.repeats // 2, 1),
+                ) / len(segs)
                 bias_mib = segs[0].shape[0] * cfg.num_heads * seq * seq * 2 / 2**20
                 with torch.no_grad():
                     mem = {k: peak_mib(lambda b=b: b((xs[0], segs[0]))) for k, b in blocks.items()}
-                print(f"seq {seq:4d} {packing:6s} ({docs[0]:.1f} docs/sample, {skipped:.0f}% tiles skipped) {width:9s}: "
-                      f"forward sdpa {fwd['sdpa'] * 1e3:7.1f} ms, flex {fwd['flex'] * 1e3:7.1f} ms "
-                      f"(×{fwd['sdpa'] / fwd['flex']:.2f}; compile {compile_s:.0f} s); "
-                      f"train step sdpa {train_sdpa * 1e3:7.1f} ms; dense bias {bias_mib:,.0f} MiB per layer; "
-                      f"forward peak memory sdpa {mem['sdpa']:,.0f} MiB, flex {mem['flex']:,.0f} MiB")
+                print(
+                    f"seq {seq:4d} {packing:6s} ({docs[0]:.1f} docs/sample, {skipped:.0f}% tiles skipped) {width:9s}: "
+                    f"forward sdpa {fwd['sdpa'] * 1e3:7.1f} ms, flex {fwd['flex'] * 1e3:7.1f} ms "
+                    f"(×{fwd['sdpa'] / fwd['flex']:.2f}; compile {compile_s:.0f} s); "
+                    f"train step sdpa {train_sdpa * 1e3:7.1f} ms; dense bias {bias_mib:,.0f} MiB per layer; "
+                    f"forward peak memory sdpa {mem['sdpa']:,.0f} MiB, flex {mem['flex']:,.0f} MiB"
+                )
 
 
 if __name__ == "__main__":

@@ -57,8 +57,10 @@ def main() -> None:
     cfg = load_config(ModelConfig, REPO / "configs/model/bloom-560m.yaml")
     n_params, w = model_params(cfg), model_pair_weight(cfg)
     batch = BatchConfig(tokens_per_step=args.dp * 4 * 4096, micro_batch_tokens=4096)
-    print(f"dp={args.dp}, {batch.tokens_per_step:,} tokens per step, micro-batches of {batch.micro_batch_tokens} "
-          f"tokens, {args.steps} steps; measure: FLOPs flex computes (block masks) + linear, bloom-560m")
+    print(
+        f"dp={args.dp}, {batch.tokens_per_step:,} tokens per step, micro-batches of {batch.micro_batch_tokens} "
+        f"tokens, {args.steps} steps; measure: FLOPs flex computes (block masks) + linear, bloom-560m"
+    )
     for name, data in (("packed", packed), ("loose", loose)):
         index = ShardIndex(data, "train")
         for dealing in ("balanced", "round_robin"):
@@ -70,8 +72,10 @@ def main() -> None:
                 ratios.append(f.max() / f.mean())
                 model.append(plan.cost_balance)
             r = np.array(ratios)
-            print(f"{name:6s} {dealing:11s}: computed max/mean per step: mean {r.mean():.4f}, worst {r.max():.4f}, "
-                  f"steps ≤1.02: {np.mean(r <= 1.02) * 100:5.1f}%   (cost model's own: mean {np.mean(model):.4f})")
+            print(
+                f"{name:6s} {dealing:11s}: computed max/mean per step: mean {r.mean():.4f}, worst {r.max():.4f}, "
+                f"steps ≤1.02: {np.mean(r <= 1.02) * 100:5.1f}%   (cost model's own: mean {np.mean(model):.4f})"
+            )
 
 
 if __name__ == "__main__":

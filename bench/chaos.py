@@ -42,8 +42,16 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-TARGETS = ("prepare:chunks", "prepare:dedup", "prepare:tokenizer", "prepare:pack", "train:steps", "train:checkpoint",
-           "evaluation", "export")
+TARGETS = (
+    "prepare:chunks",
+    "prepare:dedup",
+    "prepare:tokenizer",
+    "prepare:pack",
+    "train:steps",
+    "train:checkpoint",
+    "evaluation",
+    "export",
+)
 """Where a kill may be aimed, in pipeline order: data preparation's stages (data_prep/pipeline.py),
 training between and during checkpoint writes, an evaluation running (the watcher's, or the
 pipeline's evaluation stage), the export (with the dashboard before it)."""
@@ -78,7 +86,7 @@ def _last_step(metrics: Path) -> int:
         data = metrics.read_bytes()
     except FileNotFoundError:
         return -1
-    lines = data[:data.rfind(b"\n") + 1].splitlines()
+    lines = data[: data.rfind(b"\n") + 1].splitlines()
     return json.loads(lines[-1])["step"] if lines else 0
 
 
@@ -167,8 +175,13 @@ def launch(out: Path, config: Path, overrides: list[str], log: Path) -> subproce
     env.pop("BLOOMLINE_JOB", None)  # the command is a job of its own
     args = [a for o in overrides for a in ("-o", o)]
     with open(log, "ab") as f:
-        return subprocess.Popen([sys.executable, "-m", "flows.cli", "pipeline", "--out", str(out), "--config", str(config),
-                                 *args], stdout=f, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+        return subprocess.Popen(
+            [sys.executable, "-m", "flows.cli", "pipeline", "--out", str(out), "--config", str(config), *args],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env=env,
+        )
 
 
 def job_of(driver: int) -> list[psutil.Process]:
@@ -176,7 +189,9 @@ def job_of(driver: int) -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter(["status"]):
         try:
-            if p.info["status"] != psutil.STATUS_ZOMBIE and p.environ().get("BLOOMLINE_JOB", "").startswith(f"{driver}."):
+            if p.info["status"] != psutil.STATUS_ZOMBIE and p.environ().get("BLOOMLINE_JOB", "").startswith(
+                f"{driver}."
+            ):
                 found.append(p)
         except (psutil.Error, OSError):
             continue
@@ -239,7 +254,11 @@ def saving(run: Path) -> bool:
     a window of tens of milliseconds for bloom-tiny, watched apart from :class:`Watch`."""
     for d in _dirs(run / "train"):
         try:
-            if any(not (p / "bloomline.json").is_file() for p in (d / "checkpoints").iterdir() if p.name.startswith("step_")):
+            if any(
+                not (p / "bloomline.json").is_file()
+                for p in (d / "checkpoints").iterdir()
+                if p.name.startswith("step_")
+            ):
                 return True
         except OSError:
             continue
@@ -281,8 +300,14 @@ def kill_and_check(driver: subprocess.Popen, shm_before: set[str]) -> tuple[list
     return names, gone_s, sorted(shm_buffers() - shm_before)
 
 
-def chaos(out: Path, config: Path, overrides: list[str], plan: list[tuple[str, float]],
-          say: Callable[[str], None] = print, limit_runs: int = 30) -> list[Kill]:
+def chaos(
+    out: Path,
+    config: Path,
+    overrides: list[str],
+    plan: list[tuple[str, float]],
+    say: Callable[[str], None] = print,
+    limit_runs: int = 30,
+) -> list[Kill]:
     """Run the pipeline into ``out``, killing its driver as ``plan`` says, rerunning until it finishes."""
     kills = [Kill(t, delay_s=d) for t, d in plan]
     todo = list(kills)
@@ -313,17 +338,21 @@ def chaos(out: Path, config: Path, overrides: list[str], plan: list[tuple[str, f
             while time.monotonic() < seen + k.delay_s and driver.poll() is None:
                 time.sleep(0.005)
             if driver.poll() is not None:
-                say(f"missed: {k.target} (the run ended {time.monotonic() - seen:.2f} s after it was seen, before the "
-                    f"drawn +{k.delay_s:.2f} s)")
+                say(
+                    f"missed: {k.target} (the run ended {time.monotonic() - seen:.2f} s after it was seen, before the "
+                    f"drawn +{k.delay_s:.2f} s)"
+                )
                 todo.pop(0)
                 break
             k.hit = "+".join(sorted(activity(out) | ({"train:checkpoint"} if saving(out) else set())))
             k.after_s = time.monotonic() - t0
             k.leftovers, k.gone_s, k.shm = kill_and_check(driver, shm_before)
             todo.pop(0)
-            say(f"kill {kills.index(k) + 1}/{len(kills)}: aimed at {k.target} (+{k.delay_s:.2f} s), hit {k.hit} "
+            say(
+                f"kill {kills.index(k) + 1}/{len(kills)}: aimed at {k.target} (+{k.delay_s:.2f} s), hit {k.hit} "
                 f"{k.after_s:.1f} s into the run; its processes gone in {k.gone_s:.1f} s, left alive: {len(k.leftovers)}, "
-                f"/dev/shm: {len(k.shm)}")
+                f"/dev/shm: {len(k.shm)}"
+            )
             break
         rc = driver.wait()
         watch.stop()
@@ -347,8 +376,11 @@ def _stage_dirs(ref: Path, run: Path, stage: str) -> tuple[Path, Path]:
 
 
 def _files(root: Path, skip: tuple[str, ...]) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name not in skip}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name not in skip
+    }
 
 
 def differences(ref: Path, run: Path) -> dict[str, list[str]]:
@@ -400,7 +432,9 @@ EXPORT_META = "bloomline_export.json"  # eval/export.py: what was exported, from
 def _export_of(run: Path, train: Path) -> Path:
     """The complete export in ``run`` of the final checkpoint of training run ``train``."""
     for d in _dirs(run / "export"):
-        if (d / STAGE_MARKER).is_file() and Path(json.loads((d / EXPORT_META).read_text())["checkpoint"]).parent.parent == train:
+        if (d / STAGE_MARKER).is_file() and Path(
+            json.loads((d / EXPORT_META).read_text())["checkpoint"]
+        ).parent.parent == train:
             return d
     raise RuntimeError(f"{run / 'export'}: no export of {train}")
 
@@ -412,7 +446,9 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=Path("/tmp/bloomline-chaos"))
     ap.add_argument("--config", type=Path, default=REPO / "configs/pipeline/demo.yaml")
     ap.add_argument("-o", dest="overrides", action="append", default=[])
-    ap.add_argument("--reference", type=Path, default=None, help="an uninterrupted run of the same recipe to compare with")
+    ap.add_argument(
+        "--reference", type=Path, default=None, help="an uninterrupted run of the same recipe to compare with"
+    )
     args = ap.parse_args()
     seed = random.SystemRandom().randrange(2**31) if args.seed is None else args.seed
     print(f"seed {seed} (python bench/chaos.py --seed {seed} draws the same moments)")
@@ -433,8 +469,10 @@ def main() -> int:
     print("| # | aimed at | delay s | hit | s into the run | processes gone in s | alive 20 s later | /dev/shm left |")
     print("|---|---|---|---|---|---|---|---|")
     for i, k in enumerate(kills, 1):
-        print(f"| {i} | {k.target} | {k.delay_s:.2f} | {k.hit} | {k.after_s:.1f} | {k.gone_s:.1f} | {len(k.leftovers)} | "
-              f"{len(k.shm)} |")
+        print(
+            f"| {i} | {k.target} | {k.delay_s:.2f} | {k.hit} | {k.after_s:.1f} | {k.gone_s:.1f} | {len(k.leftovers)} | "
+            f"{len(k.shm)} |"
+        )
     diff = differences(ref, out)
     print("\n| compared with the uninterrupted run | differences |\n|---|---|")
     for kind, d in diff.items():

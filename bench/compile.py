@@ -29,7 +29,7 @@ def split(run: Path) -> tuple[float, float]:
         (first if x["bucket"] not in seen else steady).append(x)
         seen.add(x["bucket"])
     last_new = max(i for i, x in enumerate(m) if x in first)
-    tail = m[last_new + 1:]
+    tail = m[last_new + 1 :]
     tps = sum(x["global_batch_tokens"] for x in tail) / sum(x["step_seconds"] for x in tail)
     per_bucket = {}
     for x in steady:
@@ -44,8 +44,10 @@ def main() -> None:
     for name, extra in (("eager", []), ("compiled", ["train.compile=true"])):
         trainer_tokens_per_s(data, args.workdir, args.steps, extra, run_name=f"run-{name}")
         res[name] = split(args.workdir / f"run-{name}")
-        print(f"{name:8s}: steady {res[name][0]:,.0f} tokens/s; first step of each bucket: {res[name][1]:.1f} s "
-              f"beyond the steady step time")
+        print(
+            f"{name:8s}: steady {res[name][0]:,.0f} tokens/s; first step of each bucket: {res[name][1]:.1f} s "
+            f"beyond the steady step time"
+        )
     print(f"compiled / eager, steady state: {res['compiled'][0] / res['eager'][0]:.2f}")
 
 

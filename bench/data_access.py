@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "corpus"
 
-RANK = r'''
+RANK = r"""
 import json, os, resource, sys, time
 sys.path.insert(0, os.environ["CODE"])
 import numpy as np, psutil, torch  # noqa: F401  (imports first: their RSS is not the data layer's)
@@ -75,15 +75,27 @@ if world > 1:
 print(json.dumps({"rank": rank, "startup_s": first, "hashed": hashed, "rss0_mb": rss0 / 2**20,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "rss_mb": psutil.Process().memory_info().rss / 2**20}))
-'''
+"""
 
 
 def prepare(wd: Path) -> Path:
     out = wd / "prepared"
     if not (out / "manifest.json").exists():
-        cmd = [sys.executable, "-m", "flows.cli", "prepare", "--out", str(out), str(SHARED),
-               "-o", "tokenizer.vocab_size=8000", "-o", "pack.buckets=[256,512,1024,2048]",
-               "-o", "pack.valid_fraction=0.02"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "flows.cli",
+            "prepare",
+            "--out",
+            str(out),
+            str(SHARED),
+            "-o",
+            "tokenizer.vocab_size=8000",
+            "-o",
+            "pack.buckets=[256,512,1024,2048]",
+            "-o",
+            "pack.valid_fraction=0.02",
+        ]
         subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return out
 
@@ -109,9 +121,14 @@ def replicate(src: Path, dst: Path, copies: int) -> Path:
 
 def one_rank(code: Path, data: Path, steps: int = 20, stamp: Path | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        out = subprocess.run([sys.executable, "-c", RANK, str(data), str(stamp or f"{tmp}/stamp.json"), str(steps)],
-                             env={**os.environ, "CODE": str(code), "DS_ACCELERATOR": "cpu"}, cwd=code,
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", RANK, str(data), str(stamp or f"{tmp}/stamp.json"), str(steps)],
+            env={**os.environ, "CODE": str(code), "DS_ACCELERATOR": "cpu"},
+            cwd=code,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -122,10 +139,25 @@ def ranks(code: Path, data: Path, world: int, hash_all: bool) -> list[dict]:
         port = free_port()
         procs = []
         for rank in range(world):
-            env = {**os.environ, "CODE": str(code), "RANK": str(rank), "WORLD_SIZE": str(world),
-                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), **({"HASH_ALL": "1"} if hash_all else {})}
-            procs.append(subprocess.Popen([sys.executable, "-c", RANK, str(data), f"{tmp}/stamp.json", "1"], env=env,
-                                          cwd=code, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+            env = {
+                **os.environ,
+                "CODE": str(code),
+                "RANK": str(rank),
+                "WORLD_SIZE": str(world),
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+                **({"HASH_ALL": "1"} if hash_all else {}),
+            }
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", RANK, str(data), f"{tmp}/stamp.json", "1"],
+                    env=env,
+                    cwd=code,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                )
+            )
         outs = [p.communicate()[0] for p in procs]
     return [json.loads(o.strip().splitlines()[-1]) for o in outs]
 
@@ -148,8 +180,13 @@ def main() -> None:
     print(f"data ×1: {size(x1):,.0f} MiB of shards, ×4: {size(x4):,.0f} MiB")
     old = wd / "before"
     if not old.exists():
-        subprocess.run(["git", "worktree", "add", "--detach", str(old), args.before], cwd=REPO, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(old), args.before],
+            cwd=REPO,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     print("\n1. one rank: start-up (open, verify, sampler) + 20 steps of batches, fresh process each")
     res = {}
@@ -157,15 +194,21 @@ def main() -> None:
         a, b = one_rank(code, x1), one_rank(code, x4)
         res[label] = (a, b)
         for name, r in (("×1", a), ("×4", b)):
-            print(f"   {label:18s} {name}: peak RSS {r['peak_rss_mb']:7.0f} MiB (data layer +{r['peak_rss_mb'] - r['rss0_mb']:6.0f}"
-                  f" MiB over the imports), start-up to first batch {r['startup_s']:6.2f} s, shards hashed {r['hashed']}")
-        print(f"   {label:18s} peak RSS ×4 / ×1 = {b['peak_rss_mb'] / a['peak_rss_mb']:.3f}"
-              f"   (data layer's share: {(b['peak_rss_mb'] - b['rss0_mb']) / max(1e-9, a['peak_rss_mb'] - a['rss0_mb']):.2f}×)")
+            print(
+                f"   {label:18s} {name}: peak RSS {r['peak_rss_mb']:7.0f} MiB (data layer +{r['peak_rss_mb'] - r['rss0_mb']:6.0f}"
+                f" MiB over the imports), start-up to first batch {r['startup_s']:6.2f} s, shards hashed {r['hashed']}"
+            )
+        print(
+            f"   {label:18s} peak RSS ×4 / ×1 = {b['peak_rss_mb'] / a['peak_rss_mb']:.3f}"
+            f"   (data layer's share: {(b['peak_rss_mb'] - b['rss0_mb']) / max(1e-9, a['peak_rss_mb'] - a['rss0_mb']):.2f}×)"
+        )
 
     with tempfile.TemporaryDirectory() as tmp:
         one_rank(REPO, x4, stamp=Path(tmp) / "stamp.json")
         again = one_rank(REPO, x4, stamp=Path(tmp) / "stamp.json")
-    print(f"   now, a restart of the same run on ×4: start-up {again['startup_s']:.2f} s, shards hashed {again['hashed']}")
+    print(
+        f"   now, a restart of the same run on ×4: start-up {again['startup_s']:.2f} s, shards hashed {again['hashed']}"
+    )
 
     print("\n2. start-up of N ranks on ×4 (until every rank has verified the data and drawn its first batch)")
     for world in (1, 8):
@@ -174,8 +217,10 @@ def main() -> None:
             rs = ranks(REPO, x4, world, hash_all)
             wall = time.perf_counter() - t0
             how = "every rank hashes every shard" if hash_all else "checksums once per run, split over ranks"
-            print(f"   {world} rank(s), {how:42s}: slowest rank {max(r['startup_s'] for r in rs):6.2f} s "
-                  f"(wall with process start {wall:5.1f} s), shards hashed per rank {max(r['hashed'] for r in rs)}")
+            print(
+                f"   {world} rank(s), {how:42s}: slowest rank {max(r['startup_s'] for r in rs):6.2f} s "
+                f"(wall with process start {wall:5.1f} s), shards hashed per rank {max(r['hashed'] for r in rs)}"
+            )
             if world == 1:
                 break  # one rank: the two ways are the same
     print(f"\n(machine: {available_cpus()} cores; 8 ranks share them)")

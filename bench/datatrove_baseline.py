@@ -32,8 +32,9 @@ def spm_to_tokenizers(model_file: str | Path, out: str | Path) -> Path:
     tok = Tokenizer(BPE(kw["vocab"], kw["merges"], unk_token="<unk>", fuse_unk=True, byte_fallback=spec.byte_fallback))
     steps = [normalizers.Precompiled(norm.precompiled_charsmap)] if norm.precompiled_charsmap else []
     tok.normalizer = normalizers.Sequence([*steps, normalizers.Replace(" ", "▁")])
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", split=False,
-                                                 prepend_scheme="first" if norm.add_dummy_prefix else "never")
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(
+        replacement="▁", split=False, prepend_scheme="first" if norm.add_dummy_prefix else "never"
+    )
     out = Path(out)
     tok.save(str(out))
     return out
@@ -60,13 +61,28 @@ def run(src: str, out: Path, tokenizer: str, workers: int) -> dict:
     t0 = time.perf_counter()
     stages = [
         dict(pipeline=[*read(), MinhashDedupSignature(output_folder=str(out / "sigs"), config=cfg)], tasks=workers),
-        dict(pipeline=[MinhashDedupBuckets(input_folder=str(out / "sigs"), output_folder=str(out / "buckets"), config=cfg)],
-             tasks=cfg.num_buckets),
-        dict(pipeline=[MinhashDedupCluster(input_folder=str(out / "buckets"), output_folder=str(out / "remove"), config=cfg)],
-             tasks=1),
-        dict(pipeline=[*read(), MinhashDedupFilter(input_folder=str(out / "remove")),
-                       DocumentTokenizer(output_folder=str(out / "tokens"), tokenizer_name_or_path=tokenizer,
-                                         eos_token="</s>")], tasks=workers),
+        dict(
+            pipeline=[
+                MinhashDedupBuckets(input_folder=str(out / "sigs"), output_folder=str(out / "buckets"), config=cfg)
+            ],
+            tasks=cfg.num_buckets,
+        ),
+        dict(
+            pipeline=[
+                MinhashDedupCluster(input_folder=str(out / "buckets"), output_folder=str(out / "remove"), config=cfg)
+            ],
+            tasks=1,
+        ),
+        dict(
+            pipeline=[
+                *read(),
+                MinhashDedupFilter(input_folder=str(out / "remove")),
+                DocumentTokenizer(
+                    output_folder=str(out / "tokens"), tokenizer_name_or_path=tokenizer, eos_token="</s>"
+                ),
+            ],
+            tasks=workers,
+        ),
     ]
     stats = []
     for i, st in enumerate(stages):
@@ -77,8 +93,12 @@ def run(src: str, out: Path, tokenizer: str, workers: int) -> dict:
     read_docs = next(v for k, v in by_name.items() if "Reader" in k or "READER" in k)
     tok = next(v for k, v in by_name.items() if "TOKENIZER" in k or "Tokeniz" in k)
     dedup = next(v for k, v in by_name.items() if "DEDUP" in k)
-    return {"seconds": seconds, "documents": int(read_docs["documents"].total),
-            "kept": int(dedup["forwarded"].total), "tokens": int(tok["tokens"].total)}
+    return {
+        "seconds": seconds,
+        "documents": int(read_docs["documents"].total),
+        "kept": int(dedup["forwarded"].total),
+        "tokens": int(tok["tokens"].total),
+    }
 
 
 def run_timed(src: str | Path, out: Path, tokenizer: str | Path, workers: int) -> tuple[float, dict]:
@@ -86,8 +106,9 @@ def run_timed(src: str | Path, out: Path, tokenizer: str | Path, workers: int) -
     import subprocess
 
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, __file__, str(src), str(out), str(tokenizer), str(workers)],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, __file__, str(src), str(out), str(tokenizer), str(workers)], capture_output=True, text=True
+    )
     if res.returncode:
         raise SystemExit(res.stderr[-3000:])
     return time.perf_counter() - t0, json.loads(res.stdout.strip().splitlines()[-1])

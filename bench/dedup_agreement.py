@@ -55,8 +55,12 @@ def datatrove_removed(src: Path, out: Path) -> tuple[set[str], dict[str, str]]:
     ]
     for i, (pipeline, tasks) in enumerate(stages):
         LocalPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=1, logging_dir=str(out / "logs" / str(i))).run()
-    ids = [json.loads(line)["id"] for f in get_datafolder(str(src)).list_files(glob_pattern="**/*.jsonl", recursive=True)
-           for line in (src / f).read_text(encoding="utf-8").splitlines() if line.strip()]
+    ids = [
+        json.loads(line)["id"]
+        for f in get_datafolder(str(src)).list_files(glob_pattern="**/*.jsonl", recursive=True)
+        for line in (src / f).read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
     removed = {ids[i] for i in np.fromfile(out / "remove" / "000000.remove", dtype="<u4").tolist()}
     pairs = np.fromfile(out / "remove" / "000000.clusters", dtype="<u4").reshape(-1, 2)
     return removed, {ids[a]: str(b) for a, b in pairs.tolist()}
@@ -120,8 +124,14 @@ def compare(src: Path, workdir: Path) -> dict:
             why = "unexplained"
             unexplained.append((doc, "datatrove" if doc in theirs else "bloomline", round(best, 3)))
         classes[(why, "datatrove only" if doc in theirs else "bloomline only")] += 1
-    return {"documents": len(docs), "bloomline": len(ours), "datatrove": len(theirs), "both": len(ours & theirs),
-            "classes": dict(classes), "unexplained": unexplained}
+    return {
+        "documents": len(docs),
+        "bloomline": len(ours),
+        "datatrove": len(theirs),
+        "both": len(ours & theirs),
+        "classes": dict(classes),
+        "unexplained": unexplained,
+    }
 
 
 def main() -> None:
@@ -132,8 +142,10 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/bloomline-dedup-agreement"))
     args = ap.parse_args()
     r = compare(args.inputs.resolve(), args.workdir)
-    print(f"{r['documents']:,} documents: bloomline removes {r['bloomline']:,}, datatrove {version('datatrove')} "
-          f"removes {r['datatrove']:,}, both {r['both']:,}")
+    print(
+        f"{r['documents']:,} documents: bloomline removes {r['bloomline']:,}, datatrove {version('datatrove')} "
+        f"removes {r['datatrove']:,}, both {r['both']:,}"
+    )
     for (why, side), n in sorted(r["classes"].items()):
         print(f"  {side:15s} {why:20s} {n:5d}")
     print(f"unexplained: {r['unexplained'] or 'none'}")

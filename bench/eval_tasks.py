@@ -61,11 +61,21 @@ def record(family: str, doc: list[str], other: list[str], rng: random.Random) ->
     s, k = doc, rng.randrange(2)
     if family == "xstorycloze":
         ends = [s[4], other[0]] if k == 0 else [other[0], s[4]]
-        return {**{f"input_sentence_{i + 1}": s[i] for i in range(4)}, "sentence_quiz1": ends[0],
-                "sentence_quiz2": ends[1], "answer_right_ending": 1 + k}
+        return {
+            **{f"input_sentence_{i + 1}": s[i] for i in range(4)},
+            "sentence_quiz1": ends[0],
+            "sentence_quiz2": ends[1],
+            "answer_right_ending": 1 + k,
+        }
     if family == "xcopa":
         ch = [s[1], other[0]] if k == 0 else [other[0], s[1]]
-        return {"premise": s[0].rstrip(".。") + ".", "choice1": ch[0], "choice2": ch[1], "question": "effect", "label": k}
+        return {
+            "premise": s[0].rstrip(".。") + ".",
+            "choice1": ch[0],
+            "choice2": ch[1],
+            "question": "effect",
+            "label": k,
+        }
     if family == "xnli":
         return {"premise": s[0], "hypothesis": s[1] if k == 0 else other[0], "label": 0 if k == 0 else 2}
     if family == "xwinograd":
@@ -74,14 +84,20 @@ def record(family: str, doc: list[str], other: list[str], rng: random.Random) ->
         if len(words) < 2:  # no spaces: a character stands in for a word
             words, i = list(s[0]), len(s[0]) // 2
         wrong = other[0].split()[0] if " " in other[0] else other[0][0]
-        sent = " ".join(words[:i] + ["_"] + words[i + 1:]) if " " in s[0] else "".join(words[:i] + ["_"] + words[i + 1:])
+        sent = (
+            " ".join(words[:i] + ["_"] + words[i + 1 :]) if " " in s[0] else "".join(words[:i] + ["_"] + words[i + 1 :])
+        )
         opts = [words[i], wrong] if k == 0 else [wrong, words[i]]
         return {"sentence": sent, "option1": opts[0], "option2": opts[1], "answer": "12"[k]}
     j = rng.randrange(4)
     answers = other[:3]
     answers.insert(j, s[4])
-    return {"flores_passage": " ".join(s[:3]), "question": s[3], **{f"mc_answer{i + 1}": a for i, a in enumerate(answers)},
-            "correct_answer_num": str(j + 1)}
+    return {
+        "flores_passage": " ".join(s[:3]),
+        "question": s[3],
+        **{f"mc_answer{i + 1}": a for i, a in enumerate(answers)},
+        "correct_answer_num": str(j + 1),
+    }
 
 
 def write_task_files(root: Path, items: int) -> dict[str, Path]:
@@ -100,8 +116,9 @@ def write_task_files(root: Path, items: int) -> dict[str, Path]:
             docs = sentences(path)
             rng = random.Random(f"{family}:{lang}")
             recs = [record(family, docs[i], docs[(i + 7) % len(docs)], rng) for i in range(min(items, len(docs) - 7))]
-            (folder / f"{lang}.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs),
-                                                  encoding="utf-8")
+            (folder / f"{lang}.jsonl").write_text(
+                "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs), encoding="utf-8"
+            )
         out[family] = folder
     return out
 
@@ -115,7 +132,9 @@ def spec_yaml(specs: list[TaskSpec]) -> str:
 
 
 def train_throughput(data: Path, wd: Path, steps: int, specs: list[TaskSpec]) -> Path:
-    print("1. training tokens/s with the automatic evaluation beside it (bloomline train, 2 cores; target ≤ 10% slower)")
+    print(
+        "1. training tokens/s with the automatic evaluation beside it (bloomline train, 2 cores; target ≤ 10% slower)"
+    )
     from eval.results import evaluated_steps, results_dir, skipped_steps
     from training.checkpoint import RunDir
 
@@ -123,24 +142,34 @@ def train_throughput(data: Path, wd: Path, steps: int, specs: list[TaskSpec]) ->
     # every checkpoint kept: training never waits for an evaluation to free one (checkpoint.max_deferred),
     # so the figures are what evaluating beside it costs, not how long it holds checkpoints back
     keep = ["checkpoint.keep=100"]
-    for label, extra in (("no evaluation", ["evaluation.enabled=false"]),
-                         ("validation only", ["evaluation.settings.tasks=[]"]),
-                         ("validation + 6 tasks", [f"evaluation.settings.tasks={spec_yaml(specs)}"]),
-                         ("validation + 6 tasks, no CPU cap", [f"evaluation.settings.tasks={spec_yaml(specs)}",
-                                                               "evaluation.cpu_share=null"])):
+    for label, extra in (
+        ("no evaluation", ["evaluation.enabled=false"]),
+        ("validation only", ["evaluation.settings.tasks=[]"]),
+        ("validation + 6 tasks", [f"evaluation.settings.tasks={spec_yaml(specs)}"]),
+        (
+            "validation + 6 tasks, no CPU cap",
+            [f"evaluation.settings.tasks={spec_yaml(specs)}", "evaluation.cpu_share=null"],
+        ),
+    ):
         out = wd / f"run-{len(runs)}"
         m = train(data, out, steps, [*keep, *extra])
         after = [x for x in m if x["step"] > 10]  # from the first checkpoint on, when evaluations run
         runs[label] = sum(x["global_batch_tokens"] for x in after) / sum(x["step_seconds"] for x in after)
-        line = f"   {label:33s}: {runs[label]:,.0f} tokens/s ({runs[label] / runs['no evaluation']:.3f}× of no evaluation"
+        line = (
+            f"   {label:33s}: {runs[label]:,.0f} tokens/s ({runs[label] / runs['no evaluation']:.3f}× of no evaluation"
+        )
         if "tasks" in label:
             line += f", {runs[label] / runs['validation only']:.3f}× of validation only"
         if label != "no evaluation":
             # how far the evaluations lag: the last one's results against the end of training
-            lag = max(f.stat().st_mtime for f in results_dir(out).glob("step_*.parquet")) \
+            lag = (
+                max(f.stat().st_mtime for f in results_dir(out).glob("step_*.parquet"))
                 - RunDir(out).training_done.stat().st_mtime
-            line += (f"); evaluated steps {evaluated_steps(out)}, failed {sorted(skipped_steps(out))}, "
-                     f"the last in {lag:.0f} s after training ended")
+            )
+            line += (
+                f"); evaluated steps {evaluated_steps(out)}, failed {sorted(skipped_steps(out))}, "
+                f"the last in {lag:.0f} s after training ended"
+            )
         print(line + (")" if label == "no evaluation" else ""), flush=True)
     return wd / "run-2"
 
@@ -153,7 +182,9 @@ def per_task_seconds(run: Path, data: Path, specs: list[TaskSpec]) -> Path:
     ev = evaluate(ckpt, data, EvalConfig(tasks=specs, prompts_per_lang=0), "bench")
     print(f"2. one evaluated checkpoint ({ckpt.name}): {ev.seconds:.1f} s in all")
     for name, s in ev.task_seconds.items():
-        langs = {r["lang"] for r in ev.rows if r["task"] == name and r["scope"] == "language" and r["metric"] != "skipped"}
+        langs = {
+            r["lang"] for r in ev.rows if r["task"] == name and r["scope"] == "language" and r["metric"] != "skipped"
+        }
         print(f"   {name:12s}: {s:6.1f} s, {len(langs)} languages")
     return ckpt
 
@@ -180,8 +211,16 @@ def against_lm_eval(ckpt: Path, data: Path, specs: list[TaskSpec]) -> None:
         eos = int(index.manifest["tokenizer"]["eos_id"])
         for spec in specs[1:]:
             task = make(spec)
-            ctx = Context(model=model.eval(), tokenizer=sp, index=index, token_bytes=token_bytes(mf), tokenizer_file=mf,
-                          eos_id=eos, settings=EvalConfig(), spec=spec)
+            ctx = Context(
+                model=model.eval(),
+                tokenizer=sp,
+                index=index,
+                token_bytes=token_bytes(mf),
+                tokenizer_file=mf,
+                eos_id=eos,
+                settings=EvalConfig(),
+                spec=spec,
+            )
             t0 = time.perf_counter()
             rows = task.run(ctx)
             ours_s = time.perf_counter() - t0
@@ -189,21 +228,33 @@ def against_lm_eval(ckpt: Path, data: Path, specs: list[TaskSpec]) -> None:
             names = task.write(files, Path(tmp) / spec.name)
             t0 = time.perf_counter()
             try:
-                res = run_lm_eval("hf", list(names.values()), Path(tmp) / spec.name, None,
-                                  model_args=export_lm_args(hf, model.cfg.seq_len, eos))
+                res = run_lm_eval(
+                    "hf",
+                    list(names.values()),
+                    Path(tmp) / spec.name,
+                    None,
+                    model_args=export_lm_args(hf, model.cfg.seq_len, eos),
+                )
             except Exception as e:  # lm-eval's own limits (a choice longer than max_length): say so, go on
-                print(f"   {spec.name:12s}: lm-eval's own run failed ({type(e).__name__}: {str(e)[:100]}); "
-                      f"bloomline's rows: {sorted({r.note for r in rows if r.metric == 'skipped'})[:2]}")
+                print(
+                    f"   {spec.name:12s}: lm-eval's own run failed ({type(e).__name__}: {str(e)[:100]}); "
+                    f"bloomline's rows: {sorted({r.note for r in rows if r.metric == 'skipped'})[:2]}"
+                )
                 continue
             theirs_s = time.perf_counter() - t0
             ours = {(r.lang, r.metric): r.value for r in rows if r.scope == "language" and r.metric != "skipped"}
-            theirs = {(lang, m): res["results"][n][f"{m},none"] for lang, n in names.items()
-                      for m in ("acc", "acc_norm", "acc_bytes")}
+            theirs = {
+                (lang, m): res["results"][n][f"{m},none"]
+                for lang, n in names.items()
+                for m in ("acc", "acc_norm", "acc_bytes")
+            }
             equal = ours == theirs
             n = sum(int(res["n-samples"][x]["effective"]) for x in names.values())
             mean = np.mean([v for (l, m), v in ours.items() if m == "acc"])
-            print(f"   {spec.name:12s}: {len(names)} languages, {n} items; bloomline {ours_s:5.1f} s, lm-eval on the export "
-                  f"{theirs_s:5.1f} s ({theirs_s / ours_s:.2f}×); numbers equal: {equal}; mean acc {mean:.3f}")
+            print(
+                f"   {spec.name:12s}: {len(names)} languages, {n} items; bloomline {ours_s:5.1f} s, lm-eval on the export "
+                f"{theirs_s:5.1f} s ({theirs_s / ours_s:.2f}×); numbers equal: {equal}; mean acc {mean:.3f}"
+            )
 
 
 def decontamination(folders: dict[str, Path]) -> None:
@@ -224,11 +275,18 @@ def decontamination(folders: dict[str, Path]) -> None:
         build_s = time.perf_counter() - t0
         size = sum(p.stat().st_size for p in (tmp / "index").iterdir())
         per_m = 1e6 / max(summary["ngrams"], 1)
-        print(f"   index: {summary['ngrams']:,} n-grams of {sum(f['items'] for f in summary['files']):,} items "
-              f"({sum(f['too_short'] for f in summary['files'])} too short) in {build_s:.2f} s, {size / 2**20:.2f} MiB: "
-              f"{build_s * per_m:.1f} s and {size * per_m / 2**20:.1f} MiB per million n-grams")
+        print(
+            f"   index: {summary['ngrams']:,} n-grams of {sum(f['items'] for f in summary['files']):,} items "
+            f"({sum(f['too_short'] for f in summary['files'])} too short) in {build_s:.2f} s, {size / 2**20:.2f} MiB: "
+            f"{build_s * per_m:.1f} s and {size * per_m / 2**20:.1f} MiB per million n-grams"
+        )
         results = {}
-        for label, tasks in (("without", []), ("with", specs), ("without", []), ("with", specs)):  # alternated, best of 2
+        for label, tasks in (
+            ("without", []),
+            ("with", specs),
+            ("without", []),
+            ("with", specs),
+        ):  # alternated, best of 2
             cfg = load_config(PrepareConfig, REPO / "configs/data/demo.yaml", [])
             cfg.sources = [SourceConfig(path=str(SHARED))]
             cfg.decontaminate = DecontaminateConfig(tasks=tasks)
@@ -251,9 +309,14 @@ def decontamination(folders: dict[str, Path]) -> None:
         base = results["without"][0]
         for label, (rate, docs, dropped, step_s, checked, dt) in results.items():
             # (the documents it drops skip the dedup signatures after it: the step's own time is the honest cost)
-            extra = (f"; {dropped} documents contaminated; the step itself {step_s:.2f} s, {step_s / dt:.1%} of the "
-                     f"stage, for {checked:,} n-grams checked ({step_s * 1e6 / max(checked, 1):.2f} s per million)"
-                     ) if label == "with" else ""
+            extra = (
+                (
+                    f"; {dropped} documents contaminated; the step itself {step_s:.2f} s, {step_s / dt:.1%} of the "
+                    f"stage, for {checked:,} n-grams checked ({step_s * 1e6 / max(checked, 1):.2f} s per million)"
+                )
+                if label == "with"
+                else ""
+            )
             print(f"   {label:8s}: {docs:,} documents, {rate:,.0f} docs/s ({rate / base:.3f}×){extra}")
 
 

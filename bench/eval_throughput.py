@@ -43,8 +43,21 @@ from training.config import TrainRecipe  # noqa: E402
 def prepare(wd: Path) -> Path:
     out = wd / "data"
     if not (out / "manifest.json").exists():
-        cmd = [sys.executable, "-m", "flows.cli", "prepare", "--out", str(out), str(SHARED),
-               "-o", "tokenizer.vocab_size=8000", "-o", "pack.buckets=[64,128,256,512]", "-o", "pack.valid_fraction=0.02"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "flows.cli",
+            "prepare",
+            "--out",
+            str(out),
+            str(SHARED),
+            "-o",
+            "tokenizer.vocab_size=8000",
+            "-o",
+            "pack.buckets=[64,128,256,512]",
+            "-o",
+            "pack.valid_fraction=0.02",
+        ]
         subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return out
 
@@ -69,9 +82,12 @@ def eval_vs_forward(data: Path, dtype: torch.dtype) -> tuple[float, float]:
     tb = token_bytes(data / "tokenizer" / "tokenizer.model")
     eos = int(index.manifest["tokenizer"]["eos_id"])
     # the same batches, collated in the loop as the trainer collates its own
-    batches = [(refs[i:i + max(1, cfg.batch_tokens // bucket)], bucket) for lang in index.languages
-               for bucket, refs in language_samples(index, lang, None)
-               for i in range(0, len(refs), max(1, cfg.batch_tokens // bucket))]
+    batches = [
+        (refs[i : i + max(1, cfg.batch_tokens // bucket)], bucket)
+        for lang in index.languages
+        for bucket, refs in language_samples(index, lang, None)
+        for i in range(0, len(refs), max(1, cfg.batch_tokens // bucket))
+    ]
     tokens = sum(int((collate(index, r, b, index.pad_id)["labels"] != -100).sum()) for r, b in batches)
     evaluate_model(model, index, cfg, tb, eos)  # warm-up
     best_eval = best_fwd = 0.0
@@ -90,12 +106,37 @@ def eval_vs_forward(data: Path, dtype: torch.dtype) -> tuple[float, float]:
 
 def train(data: Path, out: Path, steps: int, extra: list[str]) -> list[dict]:
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "flows.cli", "train", "--data", str(data), "--out", str(out),
-           "-o", f"train.steps={steps}", "-o", "checkpoint.interval=10", "-o", "checkpoint.keep=1",
-           "-o", "batch.tokens_per_step=16384", "-o", "batch.micro_batch_tokens=4096",
-           "-o", "train.activation_checkpointing=false", *[x for o in [*overrides(data), *extra] for x in ("-o", o)]]
-    subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   env={**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "flows.cli",
+        "train",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "-o",
+        f"train.steps={steps}",
+        "-o",
+        "checkpoint.interval=10",
+        "-o",
+        "checkpoint.keep=1",
+        "-o",
+        "batch.tokens_per_step=16384",
+        "-o",
+        "batch.micro_batch_tokens=4096",
+        "-o",
+        "train.activation_checkpointing=false",
+        *[x for o in [*overrides(data), *extra] for x in ("-o", o)],
+    ]
+    subprocess.run(
+        cmd,
+        cwd=REPO,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"},
+    )
     return [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
 
 
@@ -117,11 +158,15 @@ def main() -> None:
 
     print("3. training with and without the automatic evaluation (bloomline train, 2 cores)")
     runs = {}
-    for label, extra in (("no evaluation", ["evaluation.enabled=false"]),
-                         ("evaluation, idle class, 1 thread (default)", []),
-                         ("evaluation at nice 10, 1 thread", ["evaluation.idle_priority=false"]),
-                         ("evaluation at nice 0, 2 threads", ["evaluation.idle_priority=false", "evaluation.nice=0",
-                                                              "evaluation.settings.threads=2"])):
+    for label, extra in (
+        ("no evaluation", ["evaluation.enabled=false"]),
+        ("evaluation, idle class, 1 thread (default)", []),
+        ("evaluation at nice 10, 1 thread", ["evaluation.idle_priority=false"]),
+        (
+            "evaluation at nice 0, 2 threads",
+            ["evaluation.idle_priority=false", "evaluation.nice=0", "evaluation.settings.threads=2"],
+        ),
+    ):
         m = train(data, args.workdir / f"run-{len(runs)}", args.steps, extra)
         after = [x for x in m if x["step"] > 10]  # from the first checkpoint on, when evaluations run
         tps = sum(x["global_batch_tokens"] for x in after) / sum(x["step_seconds"] for x in after)
@@ -129,12 +174,21 @@ def main() -> None:
         base = runs["no evaluation"]
         from eval.results import read_results
 
-        done = sorted({r["step"]: r["evaluated_at"].timestamp() - m[-1]["time"]
-                       for r in read_results(args.workdir / f"run-{len(runs) - 1}").to_pylist()}.items())
-        print(f"   {label:44s}: {tps:,.0f} tokens/s ({tps / base:.2f}× of no evaluation), slowest step "
-              f"{max(x['step_seconds'] for x in after):.2f} s, median {np.median([x['step_seconds'] for x in after]):.2f} s"
-              + (f"; evaluations done at {', '.join(f'step {s}: {d:+.0f} s' for s, d in done)} from the end of training"
-                 if done else ""))
+        done = sorted(
+            {
+                r["step"]: r["evaluated_at"].timestamp() - m[-1]["time"]
+                for r in read_results(args.workdir / f"run-{len(runs) - 1}").to_pylist()
+            }.items()
+        )
+        print(
+            f"   {label:44s}: {tps:,.0f} tokens/s ({tps / base:.2f}× of no evaluation), slowest step "
+            f"{max(x['step_seconds'] for x in after):.2f} s, median {np.median([x['step_seconds'] for x in after]):.2f} s"
+            + (
+                f"; evaluations done at {', '.join(f'step {s}: {d:+.0f} s' for s, d in done)} from the end of training"
+                if done
+                else ""
+            )
+        )
 
     print("2. one full per-language evaluation of the last checkpoint (all validation data, generations)")
     from eval.evaluate import evaluate
@@ -145,8 +199,10 @@ def main() -> None:
     t0 = time.perf_counter()
     ev = evaluate(ckpt, data, EvalConfig(), "bench")
     langs = len({r["lang"] for r in ev.rows if r["scope"] == "language"})
-    print(f"   {langs} languages, {ev.tokens:,} tokens, {len(ev.generations)} generations: {time.perf_counter() - t0:.1f} s "
-          f"wall ({torch.get_num_threads()} threads)")
+    print(
+        f"   {langs} languages, {ev.tokens:,} tokens, {len(ev.generations)} generations: {time.perf_counter() - t0:.1f} s "
+        f"wall ({torch.get_num_threads()} threads)"
+    )
 
 
 if __name__ == "__main__":

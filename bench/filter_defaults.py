@@ -92,8 +92,11 @@ def junk_of(docs: Docs, per_lang: int) -> dict[str, list[tuple[str, str]]]:
     from data_prep.junk import KINDS
 
     rng = random.Random(0)
-    return {lang: [(kind, make(text, rng)) for _, text, _ in ds[:per_lang] for kind, make in KINDS.items()]
-            for lang, ds in docs.items() if languages.BY_CODE[lang].kind != "code"}
+    return {
+        lang: [(kind, make(text, rng)) for _, text, _ in ds[:per_lang] for kind, make in KINDS.items()]
+        for lang, ds in docs.items()
+        if languages.BY_CODE[lang].kind != "code"
+    }
 
 
 def junk_kept(cfg: Any, docs: Docs, per_lang: int = 3) -> list[tuple[str, str, str]]:
@@ -135,8 +138,10 @@ def report(name: str, res: dict[str, tuple[int, Counter]]) -> list[str]:
     for lang, (n, c) in worst:
         d = sum(c.values())
         if d:
-            print(f"  {lang:10s} {d:4d}/{n:4d} dropped ({100 * d / n:5.2f}%){'  > 1%' if d > 0.01 * n else ''}: "
-                  + ", ".join(f"{k} {v}" for k, v in c.most_common()))
+            print(
+                f"  {lang:10s} {d:4d}/{n:4d} dropped ({100 * d / n:5.2f}%){'  > 1%' if d > 0.01 * n else ''}: "
+                + ", ".join(f"{k} {v}" for k, v in c.most_common())
+            )
     over = [lang for lang, (n, c) in res.items() if sum(c.values()) > 0.01 * n]
     print(f"  languages over 1%: {len(over)} {over}")
     return over

@@ -25,8 +25,9 @@ class MegatronBatches:
     ranks, in micro-batches of ``micro_batch_size``.
     """
 
-    def __init__(self, index: ShardIndex, samples_per_rank: int, dp_size: int, seq_len: int, seed: int,
-                 micro_batch_size: int = 1):
+    def __init__(
+        self, index: ShardIndex, samples_per_rank: int, dp_size: int, seq_len: int, seed: int, micro_batch_size: int = 1
+    ):
         if samples_per_rank % micro_batch_size:
             raise ValueError("samples_per_rank must be a multiple of micro_batch_size")
         self.index, self.per_rank, self.dp, self.seq_len = index, int(samples_per_rank), int(dp_size), int(seq_len)
@@ -44,7 +45,10 @@ class MegatronBatches:
 
     def _key(self, epoch: int) -> int:
         if self._keyed[0] != epoch:  # one key per epoch, derived once
-            self._keyed = (epoch, int(np.random.SeedSequence([seed_words(self.seed), 3, epoch]).generate_state(1, np.uint64)[0]))
+            self._keyed = (
+                epoch,
+                int(np.random.SeedSequence([seed_words(self.seed), 3, epoch]).generate_state(1, np.uint64)[0]),
+            )
         return self._keyed[1]
 
     def _doc(self, k: int) -> np.ndarray:
@@ -56,7 +60,7 @@ class MegatronBatches:
         out = []
         while n:
             doc = self._doc(self.pos)
-            piece = doc[self.offset:self.offset + n]
+            piece = doc[self.offset : self.offset + n]
             out.append((piece, self.offset == 0))
             n -= len(piece)
             self.offset += len(piece)
@@ -89,15 +93,27 @@ class MegatronBatches:
                 ids = torch.from_numpy(rows[:, :-1].copy())
                 # segment_ids: one per row, what Megatron's causal mask attends over; doc_ids: the
                 # documents really there (for counting what crosses them)
-                mbs.append({"input_ids": ids, "labels": torch.from_numpy(rows[:, 1:].copy()),
-                            "segment_ids": torch.ones_like(ids), "lengths": torch.full((self.mbs,), self.seq_len),
-                            "doc_ids": torch.from_numpy(np.stack(docs)[:, :-1].copy())})
+                mbs.append(
+                    {
+                        "input_ids": ids,
+                        "labels": torch.from_numpy(rows[:, 1:].copy()),
+                        "segment_ids": torch.ones_like(ids),
+                        "lengths": torch.full((self.mbs,), self.seq_len),
+                        "doc_ids": torch.from_numpy(np.stack(docs)[:, :-1].copy()),
+                    }
+                )
             ranks.append(mbs)
         return ranks
 
     def state_dict(self) -> dict[str, Any]:
-        return {"seed": self.seed, "step": self.step, "epoch": self.epoch, "pos": self.pos, "offset": self.offset,
-                "carry": self.carry}
+        return {
+            "seed": self.seed,
+            "step": self.step,
+            "epoch": self.epoch,
+            "pos": self.pos,
+            "offset": self.offset,
+            "carry": self.carry,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step, self.epoch, self.pos, self.offset = (int(state[k]) for k in ("step", "epoch", "pos", "offset"))

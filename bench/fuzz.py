@@ -43,22 +43,77 @@ sys.path.insert(0, str(REPO))
 MAX_DOC_BYTES = 4096
 """``read.max_doc_bytes`` of the fuzzed runs: small, so over-long lines are cheap to make."""
 
-SPECIAL = ["\x00", "\x07", "\x1b[31m", "\r", "\x0b", "\x85", "\u2028", "\u2029", "\u200b", "\u200d", "\ufeff",
-           "\u202e", "\u202d", "\u2066", "\u0301" * 20, "\ud800", "\udfff", "\U0001f600", "\ufffd", "\uffff",
-           "𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "ﷺ", "\u0e4f" * 10, "<script>alert(1)</script>", "' OR 1=1 --", "%s%n", "../../etc/passwd"]
-LANG_LABELS = ["en", "fr", "sw", "yo", "zh-Hans", "zh", "ar", "hi", "code-python", "python", "EN", "En ", "xx", "",
-               "und", "__label__en", "en\u0000", "\u202een"]
+SPECIAL = [
+    "\x00",
+    "\x07",
+    "\x1b[31m",
+    "\r",
+    "\x0b",
+    "\x85",
+    "\u2028",
+    "\u2029",
+    "\u200b",
+    "\u200d",
+    "\ufeff",
+    "\u202e",
+    "\u202d",
+    "\u2066",
+    "\u0301" * 20,
+    "\ud800",
+    "\udfff",
+    "\U0001f600",
+    "\ufffd",
+    "\uffff",
+    "𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
+    "ﷺ",
+    "\u0e4f" * 10,
+    "<script>alert(1)</script>",
+    "' OR 1=1 --",
+    "%s%n",
+    "../../etc/passwd",
+]
+LANG_LABELS = [
+    "en",
+    "fr",
+    "sw",
+    "yo",
+    "zh-Hans",
+    "zh",
+    "ar",
+    "hi",
+    "code-python",
+    "python",
+    "EN",
+    "En ",
+    "xx",
+    "",
+    "und",
+    "__label__en",
+    "en\u0000",
+    "\u202een",
+]
 
-hostile_text = st.lists(st.one_of(st.text(max_size=30), st.sampled_from(SPECIAL),
-                                  st.sampled_from(["the market opens", "le marché", "soko", "市场", "السوق"])),
-                        max_size=12).map("".join)
-json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True, allow_infinity=True),
-                      hostile_text)
-json_value = st.recursive(json_leaf, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(hostile_text, kids, max_size=4),
-                          max_leaves=10)
+hostile_text = st.lists(
+    st.one_of(
+        st.text(max_size=30),
+        st.sampled_from(SPECIAL),
+        st.sampled_from(["the market opens", "le marché", "soko", "市场", "السوق"]),
+    ),
+    max_size=12,
+).map("".join)
+json_leaf = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True, allow_infinity=True), hostile_text
+)
+json_value = st.recursive(
+    json_leaf, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(hostile_text, kids, max_size=4), max_leaves=10
+)
 record = st.fixed_dictionaries(
-    {"text": st.one_of(hostile_text, hostile_text, json_value), "lang": st.one_of(st.sampled_from(LANG_LABELS), json_value)},
-    optional={"id": json_value, "meta": json_value})
+    {
+        "text": st.one_of(hostile_text, hostile_text, json_value),
+        "lang": st.one_of(st.sampled_from(LANG_LABELS), json_value),
+    },
+    optional={"id": json_value, "meta": json_value},
+)
 
 
 def _dump(rec: Any, ascii_: bool) -> bytes:
@@ -68,8 +123,25 @@ def _dump(rec: Any, ascii_: bool) -> bytes:
 @st.composite
 def lines(draw: Any) -> bytes:
     """One JSONL line (no newline in it): a record, or a way a record goes wrong."""
-    kind = draw(st.sampled_from(["record", "record", "record", "value", "deep", "cut", "utf8", "junk", "long", "blank",
-                                 "nan", "bigint", "dupkeys"]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "record",
+                "record",
+                "record",
+                "value",
+                "deep",
+                "cut",
+                "utf8",
+                "junk",
+                "long",
+                "blank",
+                "nan",
+                "bigint",
+                "dupkeys",
+            ]
+        )
+    )
     if kind == "record":
         return _dump(draw(record), draw(st.booleans())).replace(b"\n", b"\\n")
     if kind == "value":  # valid JSON, not an object
@@ -79,7 +151,7 @@ def lines(draw: Any) -> bytes:
         return draw(st.sampled_from([b"[" * n + b"]" * n, b'{"a":' * n + b"1" + b"}" * n]))
     if kind == "cut":  # a record cut anywhere
         whole = _dump(draw(record), True)
-        return whole[:draw(st.integers(0, max(0, len(whole) - 1)))]
+        return whole[: draw(st.integers(0, max(0, len(whole) - 1)))]
     if kind == "utf8":  # a stray byte that is not UTF-8
         whole = _dump(draw(record), False)
         at = draw(st.integers(0, len(whole)))
@@ -112,18 +184,24 @@ def tables(draw: Any) -> Any:
     import pyarrow as pa
 
     n = draw(st.integers(0, 30))
-    strs = st.lists(st.one_of(st.none(), hostile_text.map(lambda s: s.encode("utf-8", "replace").decode("utf-8"))),
-                    min_size=n, max_size=n)
+    strs = st.lists(
+        st.one_of(st.none(), hostile_text.map(lambda s: s.encode("utf-8", "replace").decode("utf-8"))),
+        min_size=n,
+        max_size=n,
+    )
     kinds = {
         "string": lambda: pa.array(draw(strs), pa.string()),
         "large_string": lambda: pa.array(draw(strs), pa.large_string()),
         "dictionary": lambda: pa.array(draw(strs), pa.string()).dictionary_encode(),
-        "int": lambda: pa.array(draw(st.lists(st.one_of(st.none(), st.integers(-2**63, 2**63 - 1)), min_size=n, max_size=n)),
-                                pa.int64()),
+        "int": lambda: pa.array(
+            draw(st.lists(st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), min_size=n, max_size=n)), pa.int64()
+        ),
         "double": lambda: pa.array(draw(st.lists(st.floats(allow_nan=True), min_size=n, max_size=n)), pa.float64()),
         "binary": lambda: pa.array([None if s is None else s.encode() for s in draw(strs)], pa.binary()),
         "list": lambda: pa.array([None if s is None else [s, s] for s in draw(strs)], pa.list_(pa.string())),
-        "struct": lambda: pa.array([None if s is None else {"a": s} for s in draw(strs)], pa.struct([("a", pa.string())])),
+        "struct": lambda: pa.array(
+            [None if s is None else {"a": s} for s in draw(strs)], pa.struct([("a", pa.string())])
+        ),
         "null": lambda: pa.nulls(n),
     }
     cols = {}
@@ -141,7 +219,7 @@ def cut_gzip(draw: Any) -> tuple[bytes, bytes]:
     """(the lines, a gzip stream of them cut at some byte before its end)."""
     data = jsonl_bytes(draw(st.lists(lines(), min_size=1, max_size=40)))
     whole = gzip.compress(data)
-    return data, whole[:draw(st.integers(1, len(whole) - 1))]
+    return data, whole[: draw(st.integers(1, len(whole) - 1))]
 
 
 def gzip_prefix_records(data: bytes, cut: bytes) -> tuple[int, bool]:
@@ -153,21 +231,57 @@ def gzip_prefix_records(data: bytes, cut: bytes) -> tuple[int, bool]:
         out = b""
     if d.eof:
         return records_in(data), True
-    return records_in(out[:out.rfind(b"\n") + 1]), False
+    return records_in(out[: out.rfind(b"\n") + 1]), False
 
 
-FIELDS = ["read.chunk_bytes", "read.max_doc_bytes", "dedup.threshold", "dedup.num_perm", "pack.buckets", "pack.seq_len",
-          "tokenizer.vocab_size", "langid.min_confidence", "filters.defaults.min_words", "memory_gib", "seed",
-          "dask.n_workers", "sources", "filters.languages.en.max_char_rep", "nonsense", "read", "a.b.c.d"]
+FIELDS = [
+    "read.chunk_bytes",
+    "read.max_doc_bytes",
+    "dedup.threshold",
+    "dedup.num_perm",
+    "pack.buckets",
+    "pack.seq_len",
+    "tokenizer.vocab_size",
+    "langid.min_confidence",
+    "filters.defaults.min_words",
+    "memory_gib",
+    "seed",
+    "dask.n_workers",
+    "sources",
+    "filters.languages.en.max_char_rep",
+    "nonsense",
+    "read",
+    "a.b.c.d",
+]
 
 
 @st.composite
 def overrides(draw: Any) -> str:
     """One ``-o`` value as a user might type it, or a hostile one."""
     key = draw(st.one_of(st.sampled_from(FIELDS), st.text(max_size=20)))
-    value = draw(st.one_of(st.text(max_size=40), st.sampled_from(["[1, 2", "{a: [}", "!!python/object:os.system", "null",
-                                                                  "1e309", "-1", "0", "[]", "{}", "&a [*a]", "~",
-                                                                  "'\u202e'", "\x00", "9" * 5000])))
+    value = draw(
+        st.one_of(
+            st.text(max_size=40),
+            st.sampled_from(
+                [
+                    "[1, 2",
+                    "{a: [}",
+                    "!!python/object:os.system",
+                    "null",
+                    "1e309",
+                    "-1",
+                    "0",
+                    "[]",
+                    "{}",
+                    "&a [*a]",
+                    "~",
+                    "'\u202e'",
+                    "\x00",
+                    "9" * 5000,
+                ]
+            ),
+        )
+    )
     return draw(st.sampled_from([f"{key}={value}", f"{key}", f"={value}", f"{key}=={value}"]))
 
 
@@ -180,8 +294,9 @@ def _draw_many(strategy: Any, n: int, seed: int) -> list[Any]:
     out: list[Any] = []
 
     @hseed(seed)
-    @settings(max_examples=n, phases=[Phase.generate], database=None, deadline=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=n, phases=[Phase.generate], database=None, deadline=None, suppress_health_check=list(HealthCheck)
+    )
     @given(strategy)
     def collect(x: Any) -> None:
         out.append(x)
@@ -232,9 +347,11 @@ def main() -> int:
     clean = REPO / "data_prep/sample_corpus/text/en.jsonl"
     shutil.copy(clean, inputs / "clean-en.jsonl")
     expected += records_in(clean.read_bytes())
-    print(f"generated {n_jsonl:,} JSONL records in {files} files, {len(tabs)} Parquet tables "
-          f"({sum(t.num_rows for t, _ in tabs):,} rows), {len(cuts)} gzip streams cut anywhere, in {gen_s:.0f} s; "
-          f"{expected:,} records in all")
+    print(
+        f"generated {n_jsonl:,} JSONL records in {files} files, {len(tabs)} Parquet tables "
+        f"({sum(t.num_rows for t, _ in tabs):,} rows), {len(cuts)} gzip streams cut anywhere, in {gen_s:.0f} s; "
+        f"{expected:,} records in all"
+    )
 
     base = ["langid.enabled=true", f"read.max_doc_bytes={MAX_DOC_BYTES}", "keep_work=true", "tokenizer.vocab_size=2000"]
     cfg = load_config(PrepareConfig, REPO / "configs/data/demo.yaml", base)
@@ -255,11 +372,18 @@ def main() -> int:
                 found[reason] = found.get(reason, 0) + n
     print(f"prepare over them: {run_s:.0f} s, crashes: {len(crashes)}{': ' + crashes[0] if crashes else ''}")
     if m is not None:
-        print(f"records booked: {m['totals']['input_records']:,} of {expected:,} (unbooked: {unbooked}); kept "
-              f"{m['totals']['docs_kept']:,}; the drop log equals the ledger (checked by the manifest stage)")
-        print("errors booked by reason: " + ", ".join(f"{k} {v:,}" for k, v in sorted(found.items(), key=lambda kv: -kv[1])))
+        print(
+            f"records booked: {m['totals']['input_records']:,} of {expected:,} (unbooked: {unbooked}); kept "
+            f"{m['totals']['docs_kept']:,}; the drop log equals the ledger (checked by the manifest stage)"
+        )
+        print(
+            "errors booked by reason: "
+            + ", ".join(f"{k} {v:,}" for k, v in sorted(found.items(), key=lambda kv: -kv[1]))
+        )
         same = clean_docs_unchanged(cfg, inputs / "clean-en.jsonl", args.work)
-        print(f"the clean file's kept documents, prepared with the hostile ones and alone: {'the same' if same else 'DIFFERENT'}")
+        print(
+            f"the clean file's kept documents, prepared with the hostile ones and alone: {'the same' if same else 'DIFFERENT'}"
+        )
     return 1 if crashes or unbooked else 0
 
 
@@ -279,8 +403,11 @@ def clean_docs_unchanged(cfg: Any, clean: Path, work: Path) -> bool:
         rows = []
         for c in read_json(paths.work / "plan.json")["chunks"]:
             t = chunk_table(paths, c["id"], ["id", "loc", "text"])
-            rows += [(i, x) for i, loc, x in zip(*(t.column(k).to_pylist() for k in ("id", "loc", "text")))
-                     if loc.startswith(f"{path}:")]
+            rows += [
+                (i, x)
+                for i, loc, x in zip(*(t.column(k).to_pylist() for k in ("id", "loc", "text")))
+                if loc.startswith(f"{path}:")
+            ]
         return rows
 
     alone = copy.deepcopy(cfg)

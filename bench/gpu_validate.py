@@ -77,8 +77,9 @@ def launch(recipe: TrainRecipe, data: Path, run: Path, timeout: float) -> tuple[
     return rc, time.perf_counter() - t0
 
 
-def summarise(name: str, run: Path, flops_at: Callable[[int], float], peaks: dict[str, float], rc: int,
-              wall: float) -> dict:
+def summarise(
+    name: str, run: Path, flops_at: Callable[[int], float], peaks: dict[str, float], rc: int, wall: float
+) -> dict:
     lines = (run / "metrics.jsonl").read_text().splitlines() if (run / "metrics.jsonl").exists() else []
     m = [json.loads(l) for l in lines]
     timed = m[3:] if len(m) > 5 else m[1:]  # the first steps include warm-up (allocator, kernels)
@@ -86,13 +87,19 @@ def summarise(name: str, run: Path, flops_at: Callable[[int], float], peaks: dic
     tps = sum(x["global_batch_tokens"] for x in timed) / secs if timed and secs > 0 else 0.0
     # FLOPs step by step: the attention term depends on the step's bucket (sequence length)
     flops = sum(flops_at(int(x["bucket"])) * x["global_batch_tokens"] for x in timed)
-    out = {"run": name, "rc": rc, "wall_s": round(wall, 1), "steps": len(m), "tokens_per_s": round(tps),
-           "buckets": sorted({x["bucket"] for x in m}),
-           "mfu": {k: round(flops / secs / v, 4) if secs > 0 else 0.0 for k, v in peaks.items()},
-           "loss_first_last": [m[0]["loss"], m[-1]["loss"]] if m else None,
-           "grad_norm_last": m[-1]["grad_norm"] if m else None,
-           "skipped": sum(1 for x in m if x.get("skipped")),
-           "loss_scale": [x.get("loss_scale") for x in m] if m and m[0].get("loss_scale") is not None else None}
+    out = {
+        "run": name,
+        "rc": rc,
+        "wall_s": round(wall, 1),
+        "steps": len(m),
+        "tokens_per_s": round(tps),
+        "buckets": sorted({x["bucket"] for x in m}),
+        "mfu": {k: round(flops / secs / v, 4) if secs > 0 else 0.0 for k, v in peaks.items()},
+        "loss_first_last": [m[0]["loss"], m[-1]["loss"]] if m else None,
+        "grad_norm_last": m[-1]["grad_norm"] if m else None,
+        "skipped": sum(1 for x in m if x.get("skipped")),
+        "loss_scale": [x.get("loss_scale") for x in m] if m and m[0].get("loss_scale") is not None else None,
+    }
     if rc != 0:
         out["log_tail"] = (run / "log.txt").read_text(errors="replace").splitlines()[-25:]
     print(json.dumps(out), flush=True)
@@ -109,8 +116,11 @@ def main() -> None:
     args = ap.parse_args()
     t_start = time.perf_counter()
     cuda = torch.cuda.is_available()
-    print(f"torch {torch.__version__}, cuda {torch.version.cuda}, device "
-          f"{torch.cuda.get_device_name(0) if cuda else 'cpu'}", flush=True)
+    print(
+        f"torch {torch.__version__}, cuda {torch.version.cuda}, device "
+        f"{torch.cuda.get_device_name(0) if cuda else 'cpu'}",
+        flush=True,
+    )
     if args.smoke:
         data = args.data
         if not (data / "manifest.json").exists():
@@ -129,9 +139,16 @@ def main() -> None:
     manifest = json.loads((data / "manifest.json").read_text())
     vocab = manifest["tokenizer"]["vocab_size"]
     # the data's own tokenizer: its table padded by Megatron's rule, not bloom-560m's fixed 250,880 rows
-    common = [f"model.vocab_size={vocab}", "model.pad_vocab_to=null", f"model.seq_len={max(2048, max(manifest['buckets']))}",
-              f"train.steps={steps}", f"checkpoint.interval={steps}",
-              "optim.warmup_steps=5", "parallel.backend=auto", *shape]
+    common = [
+        f"model.vocab_size={vocab}",
+        "model.pad_vocab_to=null",
+        f"model.seq_len={max(2048, max(manifest['buckets']))}",
+        f"train.steps={steps}",
+        f"checkpoint.interval={steps}",
+        "optim.warmup_steps=5",
+        "parallel.backend=auto",
+        *shape,
+    ]
 
     peaks = {"measured_bf16_matmul": matmul_peak(8192 if cuda else 1024, "cuda" if cuda else "cpu")}
     if cuda:
@@ -141,17 +158,40 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     # run folders (checkpoints included) outside OUT: only small files go back from the device
     work = Path(tempfile.mkdtemp(prefix="bloomline-gpu-"))
-    runs = [("bf16_ckpt", ["train.precision=bf16", "train.activation_checkpointing=true", "model.attention=sdpa"]),
-            # FlexAttention (block-sparse over documents) has no CPU backward: GPU only; then the
-            # default (auto: the trainer times both kernels and prints its choice) with every block
-            # compiled (train.compile)
-            *([("bf16_ckpt_flex", ["train.precision=bf16", "train.activation_checkpointing=true",
-                                   "model.attention=flex"]),
-               ("bf16_ckpt_auto_compile", ["train.precision=bf16", "train.activation_checkpointing=true",
-                                           "model.attention=auto", "train.compile=true"])] if cuda else []),
-            ("bf16_nockpt", ["train.precision=bf16", "train.activation_checkpointing=false"]),
-            ("fp16_dynamic_scale", ["train.precision=fp16", "train.activation_checkpointing=false",
-                                    *([] if cuda else ["train.cpu_fp16=true"])])]
+    runs = [
+        ("bf16_ckpt", ["train.precision=bf16", "train.activation_checkpointing=true", "model.attention=sdpa"]),
+        # FlexAttention (block-sparse over documents) has no CPU backward: GPU only; then the
+        # default (auto: the trainer times both kernels and prints its choice) with every block
+        # compiled (train.compile)
+        *(
+            [
+                (
+                    "bf16_ckpt_flex",
+                    ["train.precision=bf16", "train.activation_checkpointing=true", "model.attention=flex"],
+                ),
+                (
+                    "bf16_ckpt_auto_compile",
+                    [
+                        "train.precision=bf16",
+                        "train.activation_checkpointing=true",
+                        "model.attention=auto",
+                        "train.compile=true",
+                    ],
+                ),
+            ]
+            if cuda
+            else []
+        ),
+        ("bf16_nockpt", ["train.precision=bf16", "train.activation_checkpointing=false"]),
+        (
+            "fp16_dynamic_scale",
+            [
+                "train.precision=fp16",
+                "train.activation_checkpointing=false",
+                *([] if cuda else ["train.cpu_fp16=true"]),
+            ],
+        ),
+    ]
     results = []
     for name, extra in runs:
         left = args.budget_s - (time.perf_counter() - t_start)
@@ -169,8 +209,14 @@ def main() -> None:
         if (work / name / "metrics.jsonl").exists():
             shutil.copy(work / name / "metrics.jsonl", args.out / f"{name}.metrics.jsonl")
         shutil.rmtree(work / name, ignore_errors=True)  # checkpoints: GBs at 560m
-    summary = {"device": torch.cuda.get_device_name(0) if cuda else "cpu", "torch": torch.__version__,
-               "peaks_flops": peaks, "model": base, "vocab": vocab, "runs": results}
+    summary = {
+        "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+        "torch": torch.__version__,
+        "peaks_flops": peaks,
+        "model": base,
+        "vocab": vocab,
+        "runs": results,
+    }
     (args.out / "gpu_summary.json").write_text(json.dumps(summary, indent=1))
     sys.exit(0 if results and all(x["rc"] == 0 for x in results) else 1)
 

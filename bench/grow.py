@@ -97,8 +97,13 @@ def grow_language(job: tuple[Path, Path, int, float, int]) -> tuple[str, int, in
                 text, kind = walk(chain, starts, lengths, rng), "walk"
                 if len(made) < 4096:  # copies are drawn from the first walks (bounded memory)
                     made.append(text)
-            line = json.dumps({"id": f"{lang}-g{seed}-{docs:08d}", "text": text, "lang": lang,
-                               "source": f"markov:{kind}"}, ensure_ascii=False) + "\n"
+            line = (
+                json.dumps(
+                    {"id": f"{lang}-g{seed}-{docs:08d}", "text": text, "lang": lang, "source": f"markov:{kind}"},
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
             f.write(line)
             written += len(line.encode("utf-8"))
             docs += 1
@@ -115,13 +120,19 @@ def grow(out: Path, mb: float, dup_rate: float = 0.04, seed: int = 0, workers: i
     out.mkdir(parents=True, exist_ok=True)
     files = sorted(SHARED.rglob("*.jsonl"))
     total = sum(f.stat().st_size for f in files)
-    jobs = [(f, out / f"{f.parent.name}-{f.stem}.jsonl", int(mb * 1e6 * f.stat().st_size / total), dup_rate, seed)
-            for f in files]
+    jobs = [
+        (f, out / f"{f.parent.name}-{f.stem}.jsonl", int(mb * 1e6 * f.stat().st_size / total), dup_rate, seed)
+        for f in files
+    ]
     jobs.sort(key=lambda j: -j[2])  # largest first: the pool ends when its last job does
     with Pool(workers) as pool:
         res = pool.map(grow_language, jobs, chunksize=1)
-    summary = {"args": want, "documents": sum(d for _, d, _ in res), "bytes": sum(b for _, _, b in res),
-               "languages": {lang: {"documents": d, "bytes": b} for lang, d, b in sorted(res)}}
+    summary = {
+        "args": want,
+        "documents": sum(d for _, d, _ in res),
+        "bytes": sum(b for _, _, b in res),
+        "languages": {lang: {"documents": d, "bytes": b} for lang, d, b in sorted(res)},
+    }
     done.write_text(json.dumps(summary, indent=1) + "\n")
     return summary
 

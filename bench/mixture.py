@@ -58,7 +58,9 @@ FAMILIES = ("niger-congo", "indic", "code", "other")
 def cli(*args: str, log: Path) -> None:
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DS_ACCELERATOR": "cpu"}
     with open(log, "w") as f:
-        rc = subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
+        rc = subprocess.run(
+            [sys.executable, "-m", "flows.cli", *args], cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT
+        ).returncode
     if rc:
         raise SystemExit(f"bloomline {args[0]} failed (exit {rc}); see {log}")
 
@@ -69,8 +71,15 @@ def prepare(wd: Path) -> tuple[Path, Path]:
     data = wd / "data"
     if not (data / "manifest.json").exists():
         print(f"preparing {SHARED} → {data} …", flush=True)
-        cli("prepare", "--config", str(REPO / "configs/data/demo.yaml"), "--out", str(data), str(SHARED),
-            log=wd / "prepare.log")
+        cli(
+            "prepare",
+            "--config",
+            str(REPO / "configs/data/demo.yaml"),
+            "--out",
+            str(data),
+            str(SHARED),
+            log=wd / "prepare.log",
+        )
     uniform = wd / "data-uniform"
     if not (uniform / "manifest.json").exists():
         shutil.rmtree(uniform, ignore_errors=True)
@@ -82,8 +91,16 @@ def prepare(wd: Path) -> tuple[Path, Path]:
     return data, uniform
 
 
-def run_arm(arm: str, seed: int, data: Path, out: Path, steps: int, interval: int, eval_tokens: int,
-            reference: Path | None = None) -> float:
+def run_arm(
+    arm: str,
+    seed: int,
+    data: Path,
+    out: Path,
+    steps: int,
+    interval: int,
+    eval_tokens: int,
+    reference: Path | None = None,
+) -> float:
     """Train one arm with one seed (``reference``: the α run an ``excess`` arm reads; the arm
     ``reference`` is that run); returns the training wall seconds (0 when already done)."""
     from training.checkpoint import RunDir
@@ -92,9 +109,16 @@ def run_arm(arm: str, seed: int, data: Path, out: Path, steps: int, interval: in
     if final.exists():
         return 0.0
     evaluating = arm in EVALUATED
-    o = [f"train.steps={steps}", f"train.seed={seed}", f"checkpoint.interval={interval if evaluating else steps}",
-         f"evaluation.enabled={str(evaluating).lower()}", f"evaluation.settings.max_tokens_per_lang={eval_tokens}",
-         "evaluation.settings.prompts_per_lang=0", "optim.warmup_steps=20", *ARMS.get(arm, [])]
+    o = [
+        f"train.steps={steps}",
+        f"train.seed={seed}",
+        f"checkpoint.interval={interval if evaluating else steps}",
+        f"evaluation.enabled={str(evaluating).lower()}",
+        f"evaluation.settings.max_tokens_per_lang={eval_tokens}",
+        "evaluation.settings.prompts_per_lang=0",
+        "optim.warmup_steps=20",
+        *ARMS.get(arm, []),
+    ]
     if reference is not None:
         o.append(f"batch.online.reference={reference}")
     if evaluating:  # at idle priority on 2 busy cores the evaluations would land only after training: steer in time
@@ -107,8 +131,18 @@ def run_arm(arm: str, seed: int, data: Path, out: Path, steps: int, interval: in
     cli(*args, log=out / "bench-train.log")
     wall = time.time() - t
     if not final.exists():  # the fixed arms (and an evaluation the watcher left) are evaluated here, alike
-        cli("evaluate", "--checkpoint", str(RunDir(out).step_dir(steps)), "--data", str(data), "-o", f"max_tokens_per_lang={eval_tokens}",
-            "-o", "prompts_per_lang=0", log=out / "bench-eval.log")
+        cli(
+            "evaluate",
+            "--checkpoint",
+            str(RunDir(out).step_dir(steps)),
+            "--data",
+            str(data),
+            "-o",
+            f"max_tokens_per_lang={eval_tokens}",
+            "-o",
+            "prompts_per_lang=0",
+            log=out / "bench-eval.log",
+        )
     return wall
 
 
@@ -156,28 +190,38 @@ def main() -> None:
     if "excess" in arms:  # DoReMi's reference: the baseline mixture's run, evaluated as it trains
         reference = a.workdir / "runs" / f"reference-seed{REFERENCE_SEED}"
         wall = run_arm("reference", REFERENCE_SEED, data, reference, a.steps, a.interval, a.eval_tokens)
-        print(f"reference (alpha, seed {REFERENCE_SEED}, evaluated every {a.interval} steps)"
-              + (f": {wall:.0f} s" if wall else ": done before"), flush=True)
+        print(
+            f"reference (alpha, seed {REFERENCE_SEED}, evaluated every {a.interval} steps)"
+            + (f": {wall:.0f} s" if wall else ": done before"),
+            flush=True,
+        )
     results: dict[str, list[dict[str, float]]] = {}
     weights: dict[str, list[dict[str, float]]] = {}
     for seed in range(1, a.seeds + 1):
         for arm in arms:
             d = uniform if arm == "uniform" else data
             out = a.workdir / "runs" / f"{arm}-seed{seed}"
-            wall = run_arm(arm, seed, d, out, a.steps, a.interval, a.eval_tokens, reference if arm == "excess" else None)
+            wall = run_arm(
+                arm, seed, d, out, a.steps, a.interval, a.eval_tokens, reference if arm == "excess" else None
+            )
             s = summary(out, a.steps)
             results.setdefault(arm, []).append(s)
             weights.setdefault(arm, []).append(final_weights(out, d))
-            print(f"{arm:<10} seed {seed}: mean bpb {s['mean']:.4f} | worst5 {s['worst5']:.4f} | tokens {s['tokens']:,}"
-                  + (f" | {wall:.0f} s" if wall else " | (done before)"), flush=True)
+            print(
+                f"{arm:<10} seed {seed}: mean bpb {s['mean']:.4f} | worst5 {s['worst5']:.4f} | tokens {s['tokens']:,}"
+                + (f" | {wall:.0f} s" if wall else " | (done before)"),
+                flush=True,
+            )
 
     def ms(arm: str, key: str) -> str:
         v = [r[key] for r in results[arm]]
         return f"{statistics.fmean(v):.4f} ± {statistics.stdev(v) if len(v) > 1 else 0:.4f}"
 
     cols = ["mean", "median", "worst5", *FAMILIES]
-    print(f"\nheld-out bpb after {a.steps} steps ({results[arms[0]][0]['tokens']:,} tokens), mean ± sd over "
-          f"{a.seeds} seeds")
+    print(
+        f"\nheld-out bpb after {a.steps} steps ({results[arms[0]][0]['tokens']:,} tokens), mean ± sd over "
+        f"{a.seeds} seeds"
+    )
     print("| arm | " + " | ".join(cols) + " |\n|---|" + "---|" * len(cols))
     for arm in arms:
         print(f"| {arm} | " + " | ".join(ms(arm, c) for c in cols) + " |")
@@ -190,11 +234,15 @@ def main() -> None:
         langs = weights[arm][0]
         mean = {l: statistics.fmean(w[l] for w in weights[arm]) for l in langs}
         order = sorted(mean, key=lambda l: -mean[l])
-        print(f"  {arm:<10} max {', '.join(f'{l} {mean[l]:.3f}' for l in order[:4])} | "
-              f"min {', '.join(f'{l} {mean[l]:.4f}' for l in order[-3:])}")
+        print(
+            f"  {arm:<10} max {', '.join(f'{l} {mean[l]:.3f}' for l in order[:4])} | "
+            f"min {', '.join(f'{l} {mean[l]:.4f}' for l in order[-3:])}"
+        )
     (a.workdir / "report.json").write_text(json.dumps({"results": results, "weights": weights}, indent=1))
-    print("\ncaveats: the final bpb is read on the validation split the evaluation arm steers by; the corpus's "
-          "languages are nearly balanced, so α-sampling is close to uniform here")
+    print(
+        "\ncaveats: the final bpb is read on the validation split the evaluation arm steers by; the corpus's "
+        "languages are nearly balanced, so α-sampling is close to uniform here"
+    )
 
 
 if __name__ == "__main__":

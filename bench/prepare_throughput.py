@@ -57,8 +57,10 @@ SHARED = REPO.parent / "shared" / "corpus"
 CORES = available_cpus()
 
 BASE_OVERRIDES = [
-    "tokenizer.vocab_size=32000", "tokenizer.sample_bytes=20000000",
-    "pack.buckets=[256,512,1024,2048]", "pack.valid_fraction=0.01",
+    "tokenizer.vocab_size=32000",
+    "tokenizer.sample_bytes=20000000",
+    "pack.buckets=[256,512,1024,2048]",
+    "pack.valid_fraction=0.01",
     f"dask.n_workers={CORES}",
 ]
 
@@ -92,8 +94,9 @@ def run_prepare(inputs: Path, out: Path, overrides: list[str]) -> tuple[float, f
     for o in [*BASE_OVERRIDES, *overrides]:
         cmd += ["-o", o]
     t0 = time.time()
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     peak = 0
     err: list[str] = []
     reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
@@ -186,24 +189,39 @@ def whole_run(x1: Path, nbytes: int, wd: Path, model: str) -> None:
     if differ:
         raise SystemExit(f"the tokenizers form differs from SentencePiece on {differ} of {len(texts)} documents")
     rows = []
-    _, secs, _ = run_prepare(x1, wd / "out-whole", ["pii.enabled=false", "langid.enabled=false", f"tokenizer.model={model}"])
+    _, secs, _ = run_prepare(
+        x1, wd / "out-whole", ["pii.enabled=false", "langid.enabled=false", f"tokenizer.model={model}"]
+    )
     tot = json.loads((wd / "out-whole" / "manifest.json").read_text())["totals"]
     tokens = json.loads((wd / "out-whole" / "run_stats.json").read_text())["pack"]["tokens"]
     rows.append(("bloomline prepare (whole CLI run)", secs, tot["docs_in"], tot["docs_kept"], tokens))
     shutil.rmtree(wd / "datatrove", ignore_errors=True)
     secs, dt = run_timed(x1, wd / "datatrove", tok_json, CORES)
-    rows.append((f"datatrove {version('datatrove')} ({CORES} workers)", secs, dt["documents"], dt["kept"], dt["tokens"]))
+    rows.append(
+        (f"datatrove {version('datatrove')} ({CORES} workers)", secs, dt["documents"], dt["kept"], dt["tokens"])
+    )
     t0 = time.perf_counter()
     _, n = baseline_tokens_per_s(model, x1, wd)
-    rows.append(("Megatron-style preprocess_data (read+parse+encode+write)", time.perf_counter() - t0, len(texts),
-                 len(texts), n))
+    rows.append(
+        (
+            "Megatron-style preprocess_data (read+parse+encode+write)",
+            time.perf_counter() - t0,
+            len(texts),
+            len(texts),
+            n,
+        )
+    )
     t0 = time.perf_counter()
     _, n = limit_tokens_per_s(model, texts)
-    rows.append((f"SentencePiece encode(num_threads={CORES}), no I/O", time.perf_counter() - t0, len(texts), len(texts), n))
+    rows.append(
+        (f"SentencePiece encode(num_threads={CORES}), no I/O", time.perf_counter() - t0, len(texts), len(texts), n)
+    )
     print(f"whole run on the corpus ×1 ({len(texts):,} documents, {nbytes / 1e6:.1f} MB):")
     for name, sec, docs, kept, toks in rows:
-        print(f"  {name:58s} {sec:6.1f} s  {docs / sec:8,.0f} docs/s  {nbytes / 1e6 / sec:6.2f} MB/s  "
-              f"{toks / sec:10,.0f} tokens/s  (kept {kept:,} docs, {toks:,} tokens)")
+        print(
+            f"  {name:58s} {sec:6.1f} s  {docs / sec:8,.0f} docs/s  {nbytes / 1e6 / sec:6.2f} MB/s  "
+            f"{toks / sec:10,.0f} tokens/s  (kept {kept:,} docs, {toks:,} tokens)"
+        )
     print(f"  bloomline / datatrove wall time: {rows[1][1] / rows[0][1]:.2f}× faster")
 
 
@@ -237,8 +255,10 @@ def main() -> None:
         nodedup = ["dedup.exact=false", "dedup.near=false", f"tokenizer.model={model}"]
         r1, t1n, _ = run_prepare(x1, wd / "out-x1-nodedup", nodedup)
         r4, t4n, _ = run_prepare(x4, wd / "out-x4-nodedup", nodedup)
-        print(f"prepare, dedup off, tokenizer reused: ×1 {r1:,.0f} MiB ({t1n:.0f} s), ×4 {r4:,.0f} MiB ({t4n:.0f} s)"
-              f"   ratio = {r4 / r1:.2f}")
+        print(
+            f"prepare, dedup off, tokenizer reused: ×1 {r1:,.0f} MiB ({t1n:.0f} s), ×4 {r4:,.0f} MiB ({t4n:.0f} s)"
+            f"   ratio = {r4 / r1:.2f}"
+        )
 
     whole_run(x1, b1, wd, str(model))
     if args.whole_only:
@@ -248,8 +268,15 @@ def main() -> None:
     big = wd / f"x{args.scale}"
     bb = replicate(big, args.scale)
     print(f"throughput corpus: ×{args.scale} = {bb / 1e6:.0f} MB of text")
-    fast = ["dedup.exact=false", "dedup.near=false", "langid.enabled=false", "filters.enabled=false",
-            "pii.enabled=false", f"tokenizer.model={model}", "pack.part_bytes=33554432"]
+    fast = [
+        "dedup.exact=false",
+        "dedup.near=false",
+        "langid.enabled=false",
+        "filters.enabled=false",
+        "pii.enabled=false",
+        f"tokenizer.model={model}",
+        "pack.part_bytes=33554432",
+    ]
     # The machine is shared and noisy: measure the limit before and after our run, use the mean.
     texts = load_texts(big)
     lim_before, _ = limit_tokens_per_s(str(model), texts)
@@ -267,17 +294,25 @@ def main() -> None:
     print(f"tokens: ours {ours_tokens:,}  limit {lim_tokens:,}  baseline {base_tokens:,}")
     assert ours_tokens == lim_tokens == base_tokens, "the three runs must produce the same tokens"
     print(f"bloomline prepare, JSONL in → shards out ({CORES} Dask workers, {tall:.0f} s): {ours:,.0f} tokens/s")
-    print(f"limit: SentencePiece encode(num_threads={CORES}), no I/O, no parsing: {lim:,.0f} tokens/s"
-          f"   ours/limit = {ours / lim:.2f}")
-    print(f"baseline: Megatron-style Pool({CORES}).imap, JSONL in → .bin out:   {base:,.0f} tokens/s"
-          f"   ours/baseline = {ours / base:.2f} (target > 1)")
+    print(
+        f"limit: SentencePiece encode(num_threads={CORES}), no I/O, no parsing: {lim:,.0f} tokens/s"
+        f"   ours/limit = {ours / lim:.2f}"
+    )
+    print(
+        f"baseline: Megatron-style Pool({CORES}).imap, JSONL in → .bin out:   {base:,.0f} tokens/s"
+        f"   ours/baseline = {ours / base:.2f} (target > 1)"
+    )
 
     # 3. padding ----------------------------------------------------------------------------
-    for name, m in (("×1 full pipeline", json.loads((wd / "out-x1" / "manifest.json").read_text())),
-                    (f"×{args.scale}", manifest)):
+    for name, m in (
+        ("×1 full pipeline", json.loads((wd / "out-x1" / "manifest.json").read_text())),
+        (f"×{args.scale}", manifest),
+    ):
         tr = m["splits"]["train"]
-        print(f"padding waste of train shards ({name}): {100 * tr['padding_fraction']:.3f}% "
-              f"({tr['rows']:,} samples, buckets {m['buckets']})")
+        print(
+            f"padding waste of train shards ({name}): {100 * tr['padding_fraction']:.3f}% "
+            f"({tr['rows']:,} samples, buckets {m['buckets']})"
+        )
 
 
 if __name__ == "__main__":

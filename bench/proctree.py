@@ -59,8 +59,9 @@ def run_sampled(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, in
     """Run ``cmd`` in its own session, sampling every process of its tree until it exits; the
     session is killed afterwards (a temporary Prefect server may linger)."""
     t0 = time.time()
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     err: list[str] = []
     reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
     reader.start()

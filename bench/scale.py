@@ -47,7 +47,12 @@ WORKERS = 2
 # 32 MiB a chunk would grow with the corpus up to 32 MiB, and with it the chunk stage's memory
 # (bounded by read.chunk_bytes, checked against memory_gib): full chunks at every size measure
 # what grows with the corpus itself.
-OVERRIDES = ["tokenizer.sample_bytes=20000000", "read.chunk_bytes=4194304", f"dask.n_workers={WORKERS}", "keep_work=true"]
+OVERRIDES = [
+    "tokenizer.sample_bytes=20000000",
+    "read.chunk_bytes=4194304",
+    f"dask.n_workers={WORKERS}",
+    "keep_work=true",
+]
 
 
 def prepare(repo: Path, inputs: Path, out: Path, overrides: list[str]):
@@ -88,11 +93,16 @@ def dedup_alone(out: Path, workers: int, config: dict) -> float:
     chunk_ids = [c["id"] for c in read_json(paths.work / "plan.json")["chunks"]]
     docs = {c: read_json(paths.chunk_done(c))["docs"] for c in chunk_ids}
     clean_dedup(paths)
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with (
+        LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
         # warm, as a run's workers are when its dedup stage starts: the modules imported, the band shape known
-        client.run(lambda: __import__("data_prep.dedup.stage", fromlist=["x"]).band_params(cfg.dedup.threshold,
-                                                                                            cfg.dedup.num_perm))
+        client.run(
+            lambda: __import__("data_prep.dedup.stage", fromlist=["x"]).band_params(
+                cfg.dedup.threshold, cfg.dedup.num_perm
+            )
+        )
         t0 = time.perf_counter()
         run_dedup(cfg, paths, chunk_ids, docs, dask_map(client))
         return time.perf_counter() - t0
@@ -105,8 +115,12 @@ def datatrove_vs_bloomline(corpus: Path, mb: float, wd: Path) -> None:
 
     model = wd / "like-for-like-tokenizer" / "tokenizer.model"
     if not model.exists():  # a tokenizer trained once, given to both sides
-        res, _, _ = prepare(REPO, corpus, wd / "tok-run", ["tokenizer.sample_bytes=20000000", "dedup.near=false",
-                                                          "langid.enabled=false", "pii.enabled=false"])
+        res, _, _ = prepare(
+            REPO,
+            corpus,
+            wd / "tok-run",
+            ["tokenizer.sample_bytes=20000000", "dedup.near=false", "langid.enabled=false", "pii.enabled=false"],
+        )
         model.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(wd / "tok-run" / "tokenizer" / "tokenizer.model", model)
         shutil.rmtree(wd / "tok-run")
@@ -116,10 +130,14 @@ def datatrove_vs_bloomline(corpus: Path, mb: float, wd: Path) -> None:
     shutil.rmtree(wd / "datatrove", ignore_errors=True)
     dsec, d = run_timed(corpus, wd / "datatrove", tok_json, WORKERS)
     print(f"\nsame steps on the corpus ({mb:,.0f} MB; quality filter, MinHash dedup, tokenization; {WORKERS} workers):")
-    print(f"  bloomline prepare             {res.seconds:7.1f} s  {m['totals']['docs_in'] / res.seconds:8,.0f} docs/s  "
-          f"{mb / res.seconds:5.2f} MB/s  kept {m['totals']['docs_kept']:,}")
-    print(f"  datatrove {version('datatrove'):10s}          {dsec:7.1f} s  {d['documents'] / dsec:8,.0f} docs/s  "
-          f"{mb / dsec:5.2f} MB/s  kept {d['kept']:,}")
+    print(
+        f"  bloomline prepare             {res.seconds:7.1f} s  {m['totals']['docs_in'] / res.seconds:8,.0f} docs/s  "
+        f"{mb / res.seconds:5.2f} MB/s  kept {m['totals']['docs_kept']:,}"
+    )
+    print(
+        f"  datatrove {version('datatrove'):10s}          {dsec:7.1f} s  {d['documents'] / dsec:8,.0f} docs/s  "
+        f"{mb / dsec:5.2f} MB/s  kept {d['kept']:,}"
+    )
     print(f"  bloomline is {dsec / res.seconds:.2f}× faster (target ≥ 3)")
 
 
@@ -128,8 +146,10 @@ def manifest_at(n_shards: int, m: dict, wd: Path) -> None:
     from data_prep.shards import load_manifest
 
     proto = m["shards"][0]
-    m["shards"] = [{**proto, "path": f"shards/train/xx/xx-b{i % 4:05d}-p{i:05d}.arrow", "sha256": f"{i:064x}"}
-                   for i in range(n_shards)]
+    m["shards"] = [
+        {**proto, "path": f"shards/train/xx/xx-b{i % 4:05d}-p{i:05d}.arrow", "sha256": f"{i:064x}"}
+        for i in range(n_shards)
+    ]
     d = wd / "manifest-test"
     d.mkdir(exist_ok=True)
     t0 = time.perf_counter()
@@ -139,7 +159,9 @@ def manifest_at(n_shards: int, m: dict, wd: Path) -> None:
     load_manifest(d)
     tl = time.perf_counter() - t0
     size = (d / "manifest.json").stat().st_size
-    print(f"\nmanifest.json with {n_shards:,} shards: {size / 1e6:.1f} MB, written in {tw:.2f} s, loaded and checked in {tl:.2f} s")
+    print(
+        f"\nmanifest.json with {n_shards:,} shards: {size / 1e6:.1f} MB, written in {tw:.2f} s, loaded and checked in {tl:.2f} s"
+    )
 
 
 def many_files(counts: list[int], wd: Path, repo: Path) -> None:
@@ -182,12 +204,29 @@ def many_files(counts: list[int], wd: Path, repo: Path) -> None:
             os.environ.pop("PREFECT_HOME")
         with sqlite3.connect(home / "prefect.db") as db:
             prefect_tasks = db.execute("select count(*) from task_run").fetchone()[0]
-        rows.append((n, len(docs), stats["plan"]["seconds"], res.seconds, res.peak("driver"), res.peak("worker"),
-                     sum(stats["tasks"].values()), stats["tasks"], prefect_tasks, m["totals"]["input_records"]))
-        print(f"  {n:,} files: plan {stats['plan']['seconds']:.1f} s, whole run {res.seconds:.0f} s, driver "
-              f"{res.peak('driver'):,.0f} MiB, Dask tasks {sum(stats['tasks'].values()):,} {stats['tasks']}, "
-              f"Prefect task runs {prefect_tasks}", flush=True)
-    print("\n| input files | documents | plan s | wall s | peak RSS driver MiB | largest worker MiB | Dask tasks | Prefect task runs |")
+        rows.append(
+            (
+                n,
+                len(docs),
+                stats["plan"]["seconds"],
+                res.seconds,
+                res.peak("driver"),
+                res.peak("worker"),
+                sum(stats["tasks"].values()),
+                stats["tasks"],
+                prefect_tasks,
+                m["totals"]["input_records"],
+            )
+        )
+        print(
+            f"  {n:,} files: plan {stats['plan']['seconds']:.1f} s, whole run {res.seconds:.0f} s, driver "
+            f"{res.peak('driver'):,.0f} MiB, Dask tasks {sum(stats['tasks'].values()):,} {stats['tasks']}, "
+            f"Prefect task runs {prefect_tasks}",
+            flush=True,
+        )
+    print(
+        "\n| input files | documents | plan s | wall s | peak RSS driver MiB | largest worker MiB | Dask tasks | Prefect task runs |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for n, _d, plan_s, wall, drv, wrk, tasks, _, pt, recs in rows:
         print(f"| {n:,} | {recs:,} | {plan_s:.1f} | {wall:.0f} | {drv:,.0f} | {wrk:,.0f} | {tasks:,} | {pt} |")
@@ -205,11 +244,21 @@ def main() -> None:
     ap.add_argument("--skip-datatrove", action="store_true")
     ap.add_argument("--skip-manifest", action="store_true")
     ap.add_argument("--dedup-only", action="store_true", help="only section 3, on the chunk files of earlier runs")
-    ap.add_argument("--proto", type=Path, help="with --comparisons-only: a prepared folder whose manifest the 100,000-shard one copies")
-    ap.add_argument("--comparisons-only", action="store_true",
-                    help="only datatrove's same steps and the 100,000-shard manifest, on the corpus and output of earlier runs")
-    ap.add_argument("--many-files", default="1000,10000",
-                    help="section 7's counts of small input files (with --many-files-only: only that section)")
+    ap.add_argument(
+        "--proto",
+        type=Path,
+        help="with --comparisons-only: a prepared folder whose manifest the 100,000-shard one copies",
+    )
+    ap.add_argument(
+        "--comparisons-only",
+        action="store_true",
+        help="only datatrove's same steps and the 100,000-shard manifest, on the corpus and output of earlier runs",
+    )
+    ap.add_argument(
+        "--many-files",
+        default="1000,10000",
+        help="section 7's counts of small input files (with --many-files-only: only that section)",
+    )
     ap.add_argument("--many-files-only", action="store_true")
     args = ap.parse_args()
     wd: Path = args.workdir
@@ -231,7 +280,9 @@ def main() -> None:
     if args.dedup_only:
         for k in sizes:
             t1, t2 = dedup_alone(wd / f"out-x{k}", 1, run_config()), dedup_alone(wd / f"out-x{k}", 2, run_config())
-            print(f"dedup stage alone ×{k}: 1 worker {t1:.1f} s, 2 workers {t2:.1f} s, speed-up {t1 / t2:.2f} (target ≥ 1.6)")
+            print(
+                f"dedup stage alone ×{k}: 1 worker {t1:.1f} s, 2 workers {t2:.1f} s, speed-up {t1 / t2:.2f} (target ≥ 1.6)"
+            )
         return
     for k in sizes:
         corpus = wd / f"corpus-x{k}"
@@ -239,30 +290,51 @@ def main() -> None:
         print(f"corpus ×{k}: {g['documents']:,} documents, {g['bytes'] / 1e6:,.0f} MB", flush=True)
         res, stats, m = prepare(args.repo, corpus, wd / f"out-x{k}", OVERRIDES)
         dd = stats.get("dedup", {}).get("seconds")
-        row = {"k": k, "docs": g["documents"], "mb": g["bytes"] / 1e6, "s": res.seconds, "driver": res.peak("driver"),
-               "worker": res.peak("worker"), "server": res.peak("prefect-server"), "workers": res.count("worker"),
-               "dedup": dd, "dups": sum(m["stages"]["dedup"]["duplicates"].values())}
+        row = {
+            "k": k,
+            "docs": g["documents"],
+            "mb": g["bytes"] / 1e6,
+            "s": res.seconds,
+            "driver": res.peak("driver"),
+            "worker": res.peak("worker"),
+            "server": res.peak("prefect-server"),
+            "workers": res.count("worker"),
+            "dedup": dd,
+            "dups": sum(m["stages"]["dedup"]["duplicates"].values()),
+        }
         if not (args.skip_speedup or other):
             row["dedup1"] = dedup_alone(wd / f"out-x{k}", 1, m["config"])
             row["dedup2"] = dedup_alone(wd / f"out-x{k}", 2, m["config"])
         rows.append(row)
-        print(f"  prepare ×{k}: {res.seconds:.1f} s, {row['docs'] / res.seconds:,.0f} docs/s, {row['mb'] / res.seconds:.2f} MB/s; "
-              f"peak RSS driver {row['driver']:,.0f} MiB, largest of {row['workers']} workers {row['worker']:,.0f} MiB, "
-              f"prefect server {row['server']:,.0f} MiB; dedup stage {dd:.1f} s, {row['dups']:,} duplicates", flush=True)
+        print(
+            f"  prepare ×{k}: {res.seconds:.1f} s, {row['docs'] / res.seconds:,.0f} docs/s, {row['mb'] / res.seconds:.2f} MB/s; "
+            f"peak RSS driver {row['driver']:,.0f} MiB, largest of {row['workers']} workers {row['worker']:,.0f} MiB, "
+            f"prefect server {row['server']:,.0f} MiB; dedup stage {dd:.1f} s, {row['dups']:,} duplicates",
+            flush=True,
+        )
         if "dedup1" in row:
-            print(f"  dedup stage alone: 1 worker {row['dedup1']:.1f} s, 2 workers {row['dedup2']:.1f} s, "
-                  f"speed-up {row['dedup1'] / row['dedup2']:.2f} (target ≥ 1.6)", flush=True)
-    print("\n| size | documents | MB | wall s | docs/s | MB/s | peak RSS driver MiB | peak RSS largest worker MiB | "
-          "dedup stage s | dedup 1 → 2 workers |")
+            print(
+                f"  dedup stage alone: 1 worker {row['dedup1']:.1f} s, 2 workers {row['dedup2']:.1f} s, "
+                f"speed-up {row['dedup1'] / row['dedup2']:.2f} (target ≥ 1.6)",
+                flush=True,
+            )
+    print(
+        "\n| size | documents | MB | wall s | docs/s | MB/s | peak RSS driver MiB | peak RSS largest worker MiB | "
+        "dedup stage s | dedup 1 → 2 workers |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         sp = f"{r['dedup1']:.1f} → {r['dedup2']:.1f} s (×{r['dedup1'] / r['dedup2']:.2f})" if "dedup1" in r else "-"
-        print(f"| {r['k']}× | {r['docs']:,} | {r['mb']:,.0f} | {r['s']:.0f} | {r['docs'] / r['s']:,.0f} | {r['mb'] / r['s']:.2f} | "
-              f"{r['driver']:,.0f} | {r['worker']:,.0f} | {r['dedup']:.1f} | {sp} |")
+        print(
+            f"| {r['k']}× | {r['docs']:,} | {r['mb']:,.0f} | {r['s']:.0f} | {r['docs'] / r['s']:,.0f} | {r['mb'] / r['s']:.2f} | "
+            f"{r['driver']:,.0f} | {r['worker']:,.0f} | {r['dedup']:.1f} | {sp} |"
+        )
     if len(rows) > 1:
         a, b = rows[0], rows[-1]
-        print(f"\nflatness, peak at {b['k']}× over peak at {a['k']}× (target ≤ 1.25): driver {b['driver'] / a['driver']:.2f}, "
-              f"largest worker {b['worker'] / a['worker']:.2f}, prefect server {b['server'] / max(a['server'], 1):.2f}")
+        print(
+            f"\nflatness, peak at {b['k']}× over peak at {a['k']}× (target ≤ 1.25): driver {b['driver'] / a['driver']:.2f}, "
+            f"largest worker {b['worker'] / a['worker']:.2f}, prefect server {b['server'] / max(a['server'], 1):.2f}"
+        )
     if not (args.skip_datatrove or other):
         k = 4 if 4 in sizes else sizes[0]
         datatrove_vs_bloomline(wd / f"corpus-x{k}", args.base_mb * k, wd / "like-for-like")

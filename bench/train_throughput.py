@@ -50,8 +50,21 @@ from training.config import TrainRecipe  # noqa: E402
 def prepare(wd: Path, name: str = "data", extra: list[str] = ()) -> Path:
     out = wd / name
     if not (out / "manifest.json").exists():
-        cmd = [sys.executable, "-m", "flows.cli", "prepare", "--out", str(out), str(SHARED),
-               "-o", "tokenizer.vocab_size=8000", "-o", "pack.buckets=[64,128,256,512]", "-o", "pack.valid_fraction=0.02"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "flows.cli",
+            "prepare",
+            "--out",
+            str(out),
+            str(SHARED),
+            "-o",
+            "tokenizer.vocab_size=8000",
+            "-o",
+            "pack.buckets=[64,128,256,512]",
+            "-o",
+            "pack.valid_fraction=0.02",
+        ]
         for o in extra:
             cmd += ["-o", o]
         subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -60,10 +73,19 @@ def prepare(wd: Path, name: str = "data", extra: list[str] = ()) -> Path:
 
 def recipe(data: Path, steps: int, extra: list[str] = ()) -> TrainRecipe:
     vocab = json.loads((data / "manifest.json").read_text())["tokenizer"]["vocab_size"]
-    return load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml",
-                       [f"model.vocab_size={vocab}", f"train.steps={steps}", f"checkpoint.interval={steps + 1}",
-                        "train.activation_checkpointing=false", "batch.tokens_per_step=16384",
-                        "batch.micro_batch_tokens=4096", *extra])
+    return load_config(
+        TrainRecipe,
+        REPO / "configs/train/bloom-tiny.yaml",
+        [
+            f"model.vocab_size={vocab}",
+            f"train.steps={steps}",
+            f"checkpoint.interval={steps + 1}",
+            "train.activation_checkpointing=false",
+            "batch.tokens_per_step=16384",
+            "batch.micro_batch_tokens=4096",
+            *extra,
+        ],
+    )
 
 
 def trainer_tokens_per_s(data: Path, wd: Path, steps: int, extra: list[str] = (), run_name: str = "run") -> float:
@@ -78,8 +100,14 @@ def trainer_tokens_per_s(data: Path, wd: Path, steps: int, extra: list[str] = ()
 
     cmd = launch_command(run / "recipe.json", str(data), str(run), 1)
     try:
-        subprocess.run(cmd, cwd=REPO, check=True, env={**os.environ, "DS_ACCELERATOR": "cpu"},
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            cmd,
+            cwd=REPO,
+            check=True,
+            env={**os.environ, "DS_ACCELERATOR": "cpu"},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
     finally:
         from training.shm import release_job_shm
 
@@ -109,10 +137,15 @@ def plain_tokens_per_s(data: Path, steps: int, weights: str = "bf16", megatron: 
         model.to(torch.bfloat16)
         groups = param_groups(model, r.optim.weight_decay)
         by_id = {id(p): m for p, m in zip(model.parameters(), master)}
-        opt = torch.optim.AdamW([{**g, "params": [by_id[id(p)] for p in g["params"]]} for g in groups], lr=r.optim.lr,
-                                betas=(r.optim.beta1, r.optim.beta2))
+        opt = torch.optim.AdamW(
+            [{**g, "params": [by_id[id(p)] for p in g["params"]]} for g in groups],
+            lr=r.optim.lr,
+            betas=(r.optim.beta1, r.optim.beta2),
+        )
     else:
-        opt = torch.optim.AdamW(param_groups(model, r.optim.weight_decay), lr=r.optim.lr, betas=(r.optim.beta1, r.optim.beta2))
+        opt = torch.optim.AdamW(
+            param_groups(model, r.optim.weight_decay), lr=r.optim.lr, betas=(r.optim.beta1, r.optim.beta2)
+        )
     index = ShardIndex(data, "train")
     sampler = DynamicBatchSampler(index, r.batch, 1, r.model.seq_len, r.train.seed)
     seq, mbs = r.model.seq_len, max(1, r.batch.micro_batch_tokens // r.model.seq_len)
@@ -135,8 +168,12 @@ def plain_tokens_per_s(data: Path, steps: int, weights: str = "bf16", megatron: 
             else:
                 with torch.autocast("cpu", dtype=torch.bfloat16):
                     logits = model(b["input_ids"], b["segment_ids"])
-            loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), b["labels"].flatten(),
-                                                     ignore_index=IGNORE_INDEX, reduction="sum") / n
+            loss = (
+                torch.nn.functional.cross_entropy(
+                    logits.float().flatten(0, 1), b["labels"].flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
+                )
+                / n
+            )
             loss.backward()
         if weights == "bf16":
             for p, m in zip(model.parameters(), master):
@@ -187,21 +224,32 @@ def batching(data: Path, steps: int = 200, dp: int = 2) -> None:
         real = sum(int(b["lengths"].sum()) for rank in ranks for b in rank)
         padded = sum(b["input_ids"].numel() for rank in ranks for b in rank)
         causal = sum(int(n) * (int(n) + 1) // 2 for rank in ranks for b in rank for n in b["lengths"])
-        inside = sum(document_pairs(np.flatnonzero(np.diff(d[:n].numpy(), prepend=0)), int(n))
-                     for rank in ranks for b in rank for d, n in zip(b.get("doc_ids", b["segment_ids"]), b["lengths"]))
+        inside = sum(
+            document_pairs(np.flatnonzero(np.diff(d[:n].numpy(), prepend=0)), int(n))
+            for rank in ranks
+            for b in rank
+            for d, n in zip(b.get("doc_ids", b["segment_ids"]), b["lengths"])
+        )
         return max(flops) / np.mean(flops), real, padded, causal, inside
 
-    for name, make in (("dynamic (token budget, one bucket, balanced)",
-                        lambda: (lambda p: [[collate(index, mb, p.bucket, index.pad_id) for mb in rank]
-                                            for rank in p.ranks])(dyn.next_step())),
-                       (f"Megatron-style ({mega.per_rank} x {m.seq_len} tokens/rank, docs concatenated)", mega.next_step)):
+    for name, make in (
+        (
+            "dynamic (token budget, one bucket, balanced)",
+            lambda: (lambda p: [[collate(index, mb, p.bucket, index.pad_id) for mb in rank] for rank in p.ranks])(
+                dyn.next_step()
+            ),
+        ),
+        (f"Megatron-style ({mega.per_rank} x {m.seq_len} tokens/rank, docs concatenated)", mega.next_step),
+    ):
         rows = [judge(make()) for _ in range(steps)]
         bal = np.array([x[0] for x in rows])
         real, padded, causal, inside = (sum(x[i] for x in rows) for i in range(1, 5))
-        print(f"{name:62s} padding {100 * (1 - real / padded):5.2f}%   DP balance of computed FLOPs (flex): mean "
-              f"{bal.mean():.4f}, max {bal.max():.4f}, steps ≤1.02: {np.mean(bal <= 1.02) * 100:.0f}%   "
-              f"causal pairs across documents: {100 * (1 - inside / causal):.1f}% "
-              f"({'attended' if 'Megatron' in name else 'masked out'})")
+        print(
+            f"{name:62s} padding {100 * (1 - real / padded):5.2f}%   DP balance of computed FLOPs (flex): mean "
+            f"{bal.mean():.4f}, max {bal.max():.4f}, steps ≤1.02: {np.mean(bal <= 1.02) * 100:.0f}%   "
+            f"causal pairs across documents: {100 * (1 - inside / causal):.1f}% "
+            f"({'attended' if 'Megatron' in name else 'masked out'})"
+        )
 
 
 def bf16_peak() -> float:
@@ -237,18 +285,27 @@ def main() -> None:
     plain = plain_tokens_per_s(data, args.steps, "bf16")
     auto = plain_tokens_per_s(data, args.steps, "autocast")
     print(f"trainer (DeepSpeed, TP=PP=DP=1, bf16 weights + fp32 master): {ours:,.0f} tokens/s")
-    print(f"plain PyTorch loop, bf16 weights + fp32 master (like for like): {plain:,.0f} tokens/s   "
-          f"ratio {ours / plain:.2f} (target ≥ 0.9)")
-    print(f"plain PyTorch loop, fp32 weights + bf16 autocast:             {auto:,.0f} tokens/s   ratio {ours / auto:.2f}")
+    print(
+        f"plain PyTorch loop, bf16 weights + fp32 master (like for like): {plain:,.0f} tokens/s   "
+        f"ratio {ours / plain:.2f} (target ≥ 0.9)"
+    )
+    print(
+        f"plain PyTorch loop, fp32 weights + bf16 autocast:             {auto:,.0f} tokens/s   ratio {ours / auto:.2f}"
+    )
     mega = plain_tokens_per_s(data, args.steps, "bf16", megatron=True)
-    print(f"plain PyTorch loop, bf16, Megatron-style batches (full seq_len, docs concatenated): {mega:,.0f} tokens/s   "
-          f"ratio {ours / mega:.2f}")
+    print(
+        f"plain PyTorch loop, bf16, Megatron-style batches (full seq_len, docs concatenated): {mega:,.0f} tokens/s   "
+        f"ratio {ours / mega:.2f}"
+    )
     print("batching on the shards as bloomline packs them:")
     batching(data)
     # A harder case for the balancer: shards packed with one open sample at a time, so samples
     # hold one or two documents and their lengths vary widely inside a bucket.
-    loose = prepare(args.workdir, "data-loose", ["pack.max_open_samples=1", "tokenizer.model=" +
-                                                 str(data / "tokenizer" / "tokenizer.model")])
+    loose = prepare(
+        args.workdir,
+        "data-loose",
+        ["pack.max_open_samples=1", "tokenizer.model=" + str(data / "tokenizer" / "tokenizer.model")],
+    )
     print("batching on loosely packed shards (pack.max_open_samples=1, lengths vary):")
     batching(loose)
     from training.model import Bloom
@@ -261,12 +318,18 @@ def main() -> None:
     m = [json.loads(l) for l in (args.workdir / "run" / "metrics.jsonl").read_text().splitlines()][2:]
     secs = sum(x["step_seconds"] for x in m)
     peak = bf16_peak()
-    print(f"bf16 matmul peak (2048³): {peak / 1e9:,.1f} GFLOP/s; model {fpt_max / 1e6:.1f} MFLOP/token at seq {r.model.seq_len}")
-    print(f"MFU of the trainer: {computed / secs / peak * 100:.1f}% counting the FLOPs its kernels computed (each "
-          f"step at its own bucket, attention pairs as computed), {real / secs / peak * 100:.1f}% dense-equivalent "
-          f"(real tokens x (6N + 12·L·H·bucket), as published MFU is counted)")
-    print(f"(the old figure, every step counted at seq {r.model.seq_len}: {fpt_max * ours / peak * 100:.1f}%; "
-          f"trainer wall {ours_s:.0f} s)")
+    print(
+        f"bf16 matmul peak (2048³): {peak / 1e9:,.1f} GFLOP/s; model {fpt_max / 1e6:.1f} MFLOP/token at seq {r.model.seq_len}"
+    )
+    print(
+        f"MFU of the trainer: {computed / secs / peak * 100:.1f}% counting the FLOPs its kernels computed (each "
+        f"step at its own bucket, attention pairs as computed), {real / secs / peak * 100:.1f}% dense-equivalent "
+        f"(real tokens x (6N + 12·L·H·bucket), as published MFU is counted)"
+    )
+    print(
+        f"(the old figure, every step counted at seq {r.model.seq_len}: {fpt_max * ours / peak * 100:.1f}%; "
+        f"trainer wall {ours_s:.0f} s)"
+    )
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from bloomline.errors import ConfigError
 
 T = TypeVar("T")
 
+
 def load_config(cls: type[T], path: str | Path | None = None, overrides: Iterable[str] = ()) -> T:
     """Load ``path`` (or the dataclass defaults when None), apply overrides, validate."""
     raw: dict[str, Any] = {}
@@ -78,7 +79,9 @@ def apply_overrides(raw: dict[str, Any], overrides: Iterable[str]) -> dict[str, 
             if nxt is None:
                 nxt = node[part] = {}
             if not isinstance(nxt, dict):
-                raise ConfigError(".".join(parts[: i + 1]), f"cannot set '{key}': this key holds a value, not a section")
+                raise ConfigError(
+                    ".".join(parts[: i + 1]), f"cannot set '{key}': this key holds a value, not a section"
+                )
             node = nxt
         node[parts[-1]] = value
     return raw

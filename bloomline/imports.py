@@ -38,8 +38,12 @@ def _parsed(path: Path, mtime_ns: int, size: int) -> tuple[tuple[int, str, str],
             out += [(node.lineno, "import", a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             out += [(node.lineno, "from", f"{node.module}\0{a.name}") for a in node.names]
-        elif (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.split(".")[0] in LAYERS
-              and ("." in node.value or ":" in node.value)):  # "eval" alone is a folder's name as often as a package's
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.split(".")[0] in LAYERS
+            and ("." in node.value or ":" in node.value)
+        ):  # "eval" alone is a folder's name as often as a package's
             out.append((node.lineno, "string", node.value))
     return tuple(out)
 

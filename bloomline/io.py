@@ -102,8 +102,15 @@ def content_digest(paths: Iterable[str | Path]) -> tuple[str, int, int]:
     n_files = n_bytes = 0
     for root in map(Path, paths):
         h = hashlib.sha256()
-        files = [root] if root.is_file() else sorted(
-            f for f in root.rglob("*") if f.is_file() and not any(part.startswith(".") for part in f.relative_to(root).parts))
+        files = (
+            [root]
+            if root.is_file()
+            else sorted(
+                f
+                for f in root.rglob("*")
+                if f.is_file() and not any(part.startswith(".") for part in f.relative_to(root).parts)
+            )
+        )
         for f in files:
             rel = f.name if f == root else str(f.relative_to(root))
             size = f.stat().st_size

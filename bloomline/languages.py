@@ -59,8 +59,7 @@ def _nat(code, name, group, family, script, share=None, ft=None, aliases=()):
 
 
 def _code(name, display, files=None, aliases=()):
-    return Language(f"code-{name}", display, "code", "code", "programming", "Zyyy", None, files, None,
-                    (name, *aliases))
+    return Language(f"code-{name}", display, "code", "code", "programming", "Zyyy", None, files, None, (name, *aliases))
 
 
 NC, IN = "niger-congo", "indic"
@@ -107,8 +106,26 @@ LANGUAGES: tuple[Language, ...] = (
     _nat("ar", "Arabic", "other", "Afro-Asiatic", "Arab", share=4.6, ft="ar"),
     _nat("eu", "Basque", "other", "Language isolate", "Latn", share=0.15, ft="eu"),
     _nat("ca", "Catalan", "other", "Indo-European", "Latn", share=1.1, ft="ca"),
-    _nat("zh-Hans", "Chinese (Simplified)", "other", "Sino-Tibetan", "Hans", share=16.2, ft="zh", aliases=("zhs", "zh-hans")),
-    _nat("zh-Hant", "Chinese (Traditional)", "other", "Sino-Tibetan", "Hant", share=0.05, ft="zh", aliases=("zht", "zh-hant")),
+    _nat(
+        "zh-Hans",
+        "Chinese (Simplified)",
+        "other",
+        "Sino-Tibetan",
+        "Hans",
+        share=16.2,
+        ft="zh",
+        aliases=("zhs", "zh-hans"),
+    ),
+    _nat(
+        "zh-Hant",
+        "Chinese (Traditional)",
+        "other",
+        "Sino-Tibetan",
+        "Hant",
+        share=0.05,
+        ft="zh",
+        aliases=("zht", "zh-hant"),
+    ),
     _nat("en", "English", "other", "Indo-European", "Latn", share=30.04, ft="en"),
     _nat("fr", "French", "other", "Indo-European", "Latn", share=12.9, ft="fr"),
     _nat("id", "Indonesian", "other", "Austronesian", "Latn", share=1.2, ft="id"),
@@ -154,7 +171,9 @@ def get(code: str) -> Language:
     """The registry entry for a canonical code or alias; raises on an unknown language."""
     canonical = resolve(code)
     if canonical is None:
-        raise UnknownLanguageError(f"unknown language '{code}': not one of BLOOM's 59 languages (see bloomline.languages)")
+        raise UnknownLanguageError(
+            f"unknown language '{code}': not one of BLOOM's 59 languages (see bloomline.languages)"
+        )
     return BY_CODE[canonical]
 
 

@@ -25,7 +25,9 @@ SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW(OR)?D|API_?KEY|ACCESS_?KEY|CREDENT
 _URL_PASSWORD = re.compile(r"(?P<head>\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)(?P<pw>[^@/\s]+)(?=@)", re.IGNORECASE)
 _QUERY_SECRET = re.compile(
     r"(?P<head>[?&](?:[a-z_]*token|key|api_key|sig|signature|password|secret|x-amz-signature|x-amz-credential|"
-    r"x-amz-security-token)=)(?P<value>[^&\s\"']+)", re.IGNORECASE)
+    r"x-amz-security-token)=)(?P<value>[^&\s\"']+)",
+    re.IGNORECASE,
+)
 # Values of secret-named environment variables seen at import and at each mask_text call, so a
 # token that reached a message verbatim (an echoed command line) is masked too.
 _MIN_SECRET_LEN = 6  # shorter values ("1", "true") would mask ordinary words
@@ -45,8 +47,17 @@ def secret_parts(obj: Any) -> set[str]:
     """The secrets in a JSON-like tree: values under secret-named keys, URL passwords, secret
     query parameters."""
     if isinstance(obj, dict):
-        return set().union(*([{v} if isinstance(k, str) and SECRET_NAME.search(k) and isinstance(v, str) and v
-                              else secret_parts(v) for k, v in obj.items()] or [set()]))
+        return set().union(
+            *(
+                [
+                    {v}
+                    if isinstance(k, str) and SECRET_NAME.search(k) and isinstance(v, str) and v
+                    else secret_parts(v)
+                    for k, v in obj.items()
+                ]
+                or [set()]
+            )
+        )
     if isinstance(obj, list):
         return set().union(*([secret_parts(v) for v in obj] or [set()]))
     if isinstance(obj, str):
@@ -73,8 +84,12 @@ def mask_text(text: str, env: Mapping[str, str] | None = None) -> str:
 def mask_tree(obj: Any, env: Mapping[str, str] | None = None) -> Any:
     """A copy of a JSON-like tree with every string masked, and the value under a secret-named key replaced."""
     if isinstance(obj, dict):
-        return {k: (MASK if isinstance(k, str) and SECRET_NAME.search(k) and isinstance(v, str) and v
-                    else mask_tree(v, env)) for k, v in obj.items()}
+        return {
+            k: (
+                MASK if isinstance(k, str) and SECRET_NAME.search(k) and isinstance(v, str) and v else mask_tree(v, env)
+            )
+            for k, v in obj.items()
+        }
     if isinstance(obj, list):
         return [mask_tree(v, env) for v in obj]
     if isinstance(obj, str):
@@ -104,7 +119,9 @@ class MaskingFilter(logging.Filter):
         return True
 
 
-def install_log_masking(names: tuple[str, ...] = ("prefect", "prefect.flow_runs", "prefect.task_runs", "distributed")) -> None:
+def install_log_masking(
+    names: tuple[str, ...] = ("prefect", "prefect.flow_runs", "prefect.task_runs", "distributed"),
+) -> None:
     """Add the masking filter to these loggers (idempotent). Filters run only for records logged
     on the logger itself, so each run logger is named."""
     for name in names:

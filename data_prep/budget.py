@@ -54,9 +54,11 @@ class Budget:
     def check(self, what: str, need: int, fix: str) -> None:
         """Raise :class:`BudgetError` when ``need`` bytes exceed a task's share."""
         if need > self.task_bytes:
-            raise BudgetError(f"{what} needs about {need / 2**30:.2f} GiB, more than memory_gib={self.gib:g} leaves "
-                              f"a task ({self.task_bytes / 2**30:.2f} GiB after the process's own {BASELINE_GIB} GiB); "
-                              f"{fix}")
+            raise BudgetError(
+                f"{what} needs about {need / 2**30:.2f} GiB, more than memory_gib={self.gib:g} leaves "
+                f"a task ({self.task_bytes / 2**30:.2f} GiB after the process's own {BASELINE_GIB} GiB); "
+                f"{fix}"
+            )
 
 
 def check_inputs(cfg: PrepareConfig) -> None:
@@ -76,8 +78,11 @@ def check_inputs(cfg: PrepareConfig) -> None:
             budget.check(what, size * CHUNK_BYTES_PER_BYTE, fix)
     if not cfg.tokenizer.model:
         sample = cfg.tokenizer.sample_bytes
-        budget.check(f"training the tokenizer on tokenizer.sample_bytes={sample:,}",
-                     int(sample * SPM_BYTES_PER_SAMPLE_BYTE) + SPM_FIXED_BYTES, "lower tokenizer.sample_bytes or raise memory_gib")
+        budget.check(
+            f"training the tokenizer on tokenizer.sample_bytes={sample:,}",
+            int(sample * SPM_BYTES_PER_SAMPLE_BYTE) + SPM_FIXED_BYTES,
+            "lower tokenizer.sample_bytes or raise memory_gib",
+        )
 
 
 def bundle_bytes(cfg: PrepareConfig) -> int:

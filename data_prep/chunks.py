@@ -22,10 +22,19 @@ from data_prep.normalize import Normalizer
 from data_prep.readers import Chunk, ChunkReader
 from data_prep.workdir import Paths
 
-CHUNK_SCHEMA = pa.schema([
-    ("pos", pa.int64()), ("id", pa.string()), ("loc", pa.string()), ("lang", pa.string()), ("text", pa.string()),
-    ("exact", pa.uint64()), ("minhash", pa.list_(pa.uint32())), ("valid_draw", pa.float64()), ("nbytes", pa.int64()),
-])
+CHUNK_SCHEMA = pa.schema(
+    [
+        ("pos", pa.int64()),
+        ("id", pa.string()),
+        ("loc", pa.string()),
+        ("lang", pa.string()),
+        ("text", pa.string()),
+        ("exact", pa.uint64()),
+        ("minhash", pa.list_(pa.uint32())),
+        ("valid_draw", pa.float64()),
+        ("nbytes", pa.int64()),
+    ]
+)
 """A chunk's kept documents, sorted by (lang, pos): ``exact``/``minhash`` for deduplication
 (data_prep/dedup/), ``valid_draw`` the document's seeded draw for the validation split
 (data_prep/split.py), ``nbytes`` its UTF-8 size."""
@@ -55,8 +64,12 @@ def process_chunk(chunk: dict[str, Any], cfg: PrepareConfig, out: str, strict: b
         docs = step.run(docs)
     kept = sorted(docs, key=lambda d: (d.lang, d.pos))
     cols = {
-        "pos": [d.pos for d in kept], "id": [d.id for d in kept], "loc": [d.loc for d in kept], "lang": [d.lang for d in kept],
-        "text": [d.text for d in kept], "exact": [d.meta["exact"] for d in kept],
+        "pos": [d.pos for d in kept],
+        "id": [d.id for d in kept],
+        "loc": [d.loc for d in kept],
+        "lang": [d.lang for d in kept],
+        "text": [d.text for d in kept],
+        "exact": [d.meta["exact"] for d in kept],
         "minhash": [d.meta.get("minhash") for d in kept],
         "valid_draw": [uniform_draw(cfg.seed, "valid", d.id, d.meta["exact"]) for d in kept],
         "nbytes": [len(d.text.encode("utf-8")) for d in kept],
@@ -78,7 +91,11 @@ def process_chunk(chunk: dict[str, Any], cfg: PrepareConfig, out: str, strict: b
         r[1] = i + 1
         nbytes[d.lang] = nbytes.get(d.lang, 0) + size
     summary = {
-        "id": chunk["id"], "docs": len(kept), "ledger": ledger.to_dict(), "lang_ranges": ranges, "lang_bytes": nbytes,
+        "id": chunk["id"],
+        "docs": len(kept),
+        "ledger": ledger.to_dict(),
+        "lang_ranges": ranges,
+        "lang_bytes": nbytes,
         "steps": {"read": reader.report(), **{s.name: s.report() for s in steps}},
         "seconds": {"read": reader.seconds, **{s.name: s.seconds for s in steps}, "total": time.perf_counter() - t0},
     }

@@ -189,7 +189,9 @@ class PIIConfig:
 
     def validate(self) -> None:
         for i, k in enumerate(self.kinds):
-            check(k in ("email", "ip_address", "phone"), f"kinds[{i}]", f"unknown kind '{k}' (email, ip_address, phone)")
+            check(
+                k in ("email", "ip_address", "phone"), f"kinds[{i}]", f"unknown kind '{k}' (email, ip_address, phone)"
+            )
 
 
 @dataclass
@@ -293,9 +295,12 @@ class DaskConfig:
 
     def validate(self) -> None:
         check(self.n_workers is None or self.n_workers >= 1, "n_workers", "must be >= 1")
-        check(self.address is None or "@" not in self.address.split("://", 1)[-1], "address",
-              "a Dask address takes no user or password (tcp://host:port; a cluster's authentication is its "
-              "TLS settings, distributed.comm.tls)")
+        check(
+            self.address is None or "@" not in self.address.split("://", 1)[-1],
+            "address",
+            "a Dask address takes no user or password (tcp://host:port; a cluster's authentication is its "
+            "TLS settings, distributed.comm.tls)",
+        )
 
     def workers(self) -> int:
         return self.n_workers or available_cpus()
@@ -366,8 +371,11 @@ class PrepareConfig:
 
     def validate(self) -> None:
         check(self.dropped_text_chars >= 0, "dropped_text_chars", "must be >= 0")
-        check(self.memory_gib >= MIN_GIB, "memory_gib",
-              f"must be at least {MIN_GIB} (a worker's own baseline and one chunk of input)")
+        check(
+            self.memory_gib >= MIN_GIB,
+            "memory_gib",
+            f"must be at least {MIN_GIB} (a worker's own baseline and one chunk of input)",
+        )
 
     def resolve_paths(self, base: Path) -> None:
         for s in self.sources:
@@ -378,4 +386,3 @@ class PrepareConfig:
                 t.data = str((base / t.data).resolve())
         if self.tokenizer.model and not Path(self.tokenizer.model).is_absolute():
             self.tokenizer.model = str((base / self.tokenizer.model).resolve())
-

@@ -83,7 +83,7 @@ def _windows(h: np.ndarray, n: int) -> np.ndarray:
     out = np.zeros(m, np.uint64)
     with np.errstate(over="ignore"):
         for k in range(n):  # Σ h[i+k]·P^(n-1-k) mod 2^64, vectorised over i
-            out = out * _P + h[k:k + m]
+            out = out * _P + h[k : k + m]
     return mix64(out)
 
 
@@ -104,7 +104,7 @@ def task_files(tasks: list[Any]) -> list[tuple[str, str, Path]]:
         if not folder.is_dir():
             raise DataError(f"decontaminate: task '{t.name}' data folder {folder} does not exist")
         for f in sorted(folder.glob("*.jsonl")):
-            lang = f.name[:-len(".jsonl")]
+            lang = f.name[: -len(".jsonl")]
             if t.langs is None or lang in t.langs:
                 out.append((t.name, lang, f))
     return out
@@ -159,8 +159,17 @@ def build_index(cfg: Any, out: Path) -> dict[str, Any]:
             cols[unspaced(lang)][1].append(np.full(len(g), len(names), np.int32))
             names.append(name)
             n_grams += len(g)
-        files.append({"task": task, "lang": lang, "file": path.name, "sha256": sha256_file(path), "items": n_items,
-                      "ngrams": n_grams, "too_short": short})
+        files.append(
+            {
+                "task": task,
+                "lang": lang,
+                "file": path.name,
+                "sha256": sha256_file(path),
+                "items": n_items,
+                "ngrams": n_grams,
+                "too_short": short,
+            }
+        )
     arrays = {}
     for kind, is_unspaced in (("words", False), ("chars", True)):
         g, owner = cols[is_unspaced]
@@ -173,8 +182,12 @@ def build_index(cfg: Any, out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     np.savez(out / "index.npz", **arrays)
     (out / "items.json").write_text(json.dumps(names, ensure_ascii=False), encoding="utf-8")
-    return {"ngram": cfg.ngram, "char_ngram": cfg.char_ngram, "files": files,
-            "ngrams": int(len(arrays["words"]) + len(arrays["chars"]))}
+    return {
+        "ngram": cfg.ngram,
+        "char_ngram": cfg.char_ngram,
+        "files": files,
+        "ngrams": int(len(arrays["words"]) + len(arrays["chars"])),
+    }
 
 
 _LOADED: dict[str, Index] = {}
@@ -186,8 +199,13 @@ def load_index(folder: Path) -> Index:
     if key not in _LOADED:
         z = np.load(folder / "index.npz")
         _LOADED.clear()  # one run's index at a time
-        _LOADED[key] = Index(z["words"], z["words_item"], z["chars"], z["chars_item"],
-                             json.loads((folder / "items.json").read_text(encoding="utf-8")))
+        _LOADED[key] = Index(
+            z["words"],
+            z["words_item"],
+            z["chars"],
+            z["chars_item"],
+            json.loads((folder / "items.json").read_text(encoding="utf-8")),
+        )
     return _LOADED[key]
 
 

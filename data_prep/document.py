@@ -16,6 +16,7 @@ def uniform_draw(seed: int, salt: str, doc_id: str, exact: int) -> float:
     id and text (``exact``: its exact-dedup hash), whatever the corpus order or other documents."""
     return xxhash.xxh64_intdigest(f"{seed}:{salt}:{doc_id}:{exact}".encode()) / 2.0**64
 
+
 # Records whose language cannot be known (malformed line, missing or unknown label) are booked
 # under this key, so the ledger still balances.
 UNKNOWN_LANG = "_unknown"
@@ -64,8 +65,15 @@ class Ledger:
         e = self.langs.get(lang)
         if e is None:
             e = self.langs[lang] = {
-                "docs_in": 0, "docs_kept": 0, "filtered": Counter(), "duplicates": Counter(),
-                "errors": Counter(), "error_examples": {}, "tokens": 0, "bytes": 0, "pii": Counter(),
+                "docs_in": 0,
+                "docs_kept": 0,
+                "filtered": Counter(),
+                "duplicates": Counter(),
+                "errors": Counter(),
+                "error_examples": {},
+                "tokens": 0,
+                "bytes": 0,
+                "pii": Counter(),
             }
         return e
 

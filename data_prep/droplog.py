@@ -33,11 +33,20 @@ from data_prep.filters import SCORES
 
 DROPPED_DIR, SCORES_DIR = "dropped", "scores"
 
-DROP_SCHEMA = pa.schema([
-    ("id", pa.string()), ("source", pa.string()), ("lang", pa.string()), ("stage", pa.string()),
-    ("outcome", pa.string()), ("reason", pa.string()), ("score", pa.float64()), ("threshold", pa.float64()),
-    ("duplicate_of", pa.string()), ("text", pa.string()),
-])
+DROP_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("source", pa.string()),
+        ("lang", pa.string()),
+        ("stage", pa.string()),
+        ("outcome", pa.string()),
+        ("reason", pa.string()),
+        ("score", pa.float64()),
+        ("threshold", pa.float64()),
+        ("duplicate_of", pa.string()),
+        ("text", pa.string()),
+    ]
+)
 SCORE_SCHEMA = pa.schema([("lang", pa.string()), ("reason", pa.string()), *((k, pa.float64()) for k in SCORES)])
 
 
@@ -48,12 +57,34 @@ class DropLog:
         self.text_chars = text_chars
         self.rows: list[dict[str, Any]] = []
 
-    def add(self, *, id: Optional[str], source: str, lang: str, stage: str, outcome: str, reason: str,
-            score: Optional[float] = None, threshold: Optional[float] = None, duplicate_of: Optional[str] = None,
-            text: Optional[str] = None) -> None:
-        self.rows.append({"id": _utf8(id), "source": _utf8(source), "lang": lang, "stage": stage, "outcome": outcome,
-                          "reason": reason, "score": score, "threshold": threshold, "duplicate_of": duplicate_of,
-                          "text": _utf8(text[:self.text_chars]) if (text is not None and self.text_chars) else None})
+    def add(
+        self,
+        *,
+        id: Optional[str],
+        source: str,
+        lang: str,
+        stage: str,
+        outcome: str,
+        reason: str,
+        score: Optional[float] = None,
+        threshold: Optional[float] = None,
+        duplicate_of: Optional[str] = None,
+        text: Optional[str] = None,
+    ) -> None:
+        self.rows.append(
+            {
+                "id": _utf8(id),
+                "source": _utf8(source),
+                "lang": lang,
+                "stage": stage,
+                "outcome": outcome,
+                "reason": reason,
+                "score": score,
+                "threshold": threshold,
+                "duplicate_of": duplicate_of,
+                "text": _utf8(text[: self.text_chars]) if (text is not None and self.text_chars) else None,
+            }
+        )
 
 
 def _utf8(s: Optional[str]) -> Optional[str]:
@@ -86,8 +117,9 @@ def scores_path(out: Path, cid: int) -> Path:
     return out / SCORES_DIR / f"c{cid:06d}.parquet"
 
 
-def drop_counts(folder: Path, lang: Optional[str] = None, reason: Optional[str] = None,
-                batch_rows: int = 1 << 16) -> Counter:
+def drop_counts(
+    folder: Path, lang: Optional[str] = None, reason: Optional[str] = None, batch_rows: int = 1 << 16
+) -> Counter:
     """Rows of the drop log per (language, outcome, reason), optionally of one language or reason;
     three columns streamed a record batch at a time."""
     import pyarrow.compute as pc

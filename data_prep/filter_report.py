@@ -54,16 +54,23 @@ BATCH_ROWS = 1 << 16
 so their memory does not grow with the corpus."""
 
 
-def score_batches(out: Path, columns: Optional[list[str]] = None,
-                  batch_rows: int = BATCH_ROWS) -> Iterator[dict[str, np.ndarray]]:
+def score_batches(
+    out: Path, columns: Optional[list[str]] = None, batch_rows: int = BATCH_ROWS
+) -> Iterator[dict[str, np.ndarray]]:
     """The recorded scores a record batch at a time, in file order: ``lang`` and ``reason``
     (object arrays, reason None = kept) and each score column as float64 (NaN where it does not apply)."""
     folder = Path(out) / SCORES_DIR
     names = columns or [f.name for f in SCORE_SCHEMA]
     for f in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
         for b in pq.ParquetFile(f).iter_batches(batch_size=batch_rows, columns=names):
-            yield {k: (np.array(b.column(k).to_pylist(), dtype=object) if k in ("lang", "reason") else
-                       b.column(k).to_numpy(zero_copy_only=False).astype(np.float64)) for k in names}
+            yield {
+                k: (
+                    np.array(b.column(k).to_pylist(), dtype=object)
+                    if k in ("lang", "reason")
+                    else b.column(k).to_numpy(zero_copy_only=False).astype(np.float64)
+                )
+                for k in names
+            }
 
 
 def by_language(batch: dict[str, np.ndarray]) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
@@ -127,16 +134,23 @@ def kept_stats(out: Path, cfg: FilterConfig, batch_rows: int = BATCH_ROWS) -> di
             count[gid] = count.get(gid, 0) + len(x)
             lo[gid] = min(lo.get(gid, np.inf), float(x.min()))
             hi[gid] = max(hi.get(gid, -np.inf), float(x.max()))
-            near[gid] = near.get(gid, 0) + int(((x <= limit * (1 + EDGE)) if below else (x >= limit * (1 - EDGE))).sum())
+            near[gid] = near.get(gid, 0) + int(
+                ((x <= limit * (1 + EDGE)) if below else (x >= limit * (1 - EDGE))).sum()
+            )
     qs = quantiles(kept_values, count, QUANTILES)
     res: dict[str, dict[str, dict[str, Any]]] = {}
     for lang, reason in sorted(ids, key=lambda k: (k[0], ids[k])):
         gid = ids[(lang, reason)]
         limit, below = limits[gid]
         res.setdefault(lang, {})[reason] = {
-            "threshold": limit, "fails": "below" if below else "above",
+            "threshold": limit,
+            "fails": "below" if below else "above",
             **{f"p{round(p * 100):d}": round(x, 6) for p, x in zip(QUANTILES, qs[gid])},
-            "min": round(lo[gid], 6), "max": round(hi[gid], 6), "kept": count[gid], "near_threshold": near[gid]}
+            "min": round(lo[gid], 6),
+            "max": round(hi[gid], 6),
+            "kept": count[gid],
+            "near_threshold": near[gid],
+        }
     return res
 
 
@@ -150,8 +164,11 @@ def parse_set(items: list[str], cfg: FilterConfig) -> FilterConfig:
         if not (sep and dot and field_):
             raise ConfigError("--set", f"{item!r}: expected LANG.FIELD=VALUE, e.g. en.max_char_rep=0.15")
         if field_ in _FIXED:
-            raise ConfigError("--set", f"{field_} shapes the recorded scores themselves: a what-if can change "
-                                       "thresholds only; prepare again to change it")
+            raise ConfigError(
+                "--set",
+                f"{field_} shapes the recorded scores themselves: a what-if can change "
+                "thresholds only; prepare again to change it",
+            )
         target = CodeThresholds if where == "code" else QualityThresholds
         if field_ not in {f.name for f in dataclasses.fields(target)}:
             raise ConfigError("--set", f"{item!r}: {target.__name__} has no field {field_!r}")
@@ -162,8 +179,9 @@ def parse_set(items: list[str], cfg: FilterConfig) -> FilterConfig:
         if where == "code":
             new = dataclasses.replace(new, code=from_dict(CodeThresholds, {**dataclasses.asdict(new.code), field_: v}))
         elif where == "defaults":
-            new = dataclasses.replace(new, defaults=from_dict(QualityThresholds,
-                                                              {**dataclasses.asdict(new.defaults), field_: v}))
+            new = dataclasses.replace(
+                new, defaults=from_dict(QualityThresholds, {**dataclasses.asdict(new.defaults), field_: v})
+            )
         else:
             lang = languages.resolve(where)
             if lang is None:
@@ -183,8 +201,18 @@ def what_if(out: Path, proposed: FilterConfig, batch_rows: int = BATCH_ROWS) -> 
         for lang, s in by_language(batch):
             now = s["reason"]  # what the run decided, recorded with the scores
             then = decide(s, *checks_of(lang, proposed))
-            a = acc.setdefault(lang, {"checked": 0, "kept_now": 0, "kept_then": 0, "gained": 0, "lost": 0,
-                                      "dropped_by_reason": {}, "changed": False})
+            a = acc.setdefault(
+                lang,
+                {
+                    "checked": 0,
+                    "kept_now": 0,
+                    "kept_then": 0,
+                    "gained": 0,
+                    "lost": 0,
+                    "dropped_by_reason": {},
+                    "changed": False,
+                },
+            )
             a["changed"] |= not np.array_equal(now, then)
             for r in then[then != None]:  # noqa: E711 (object array)
                 a["dropped_by_reason"][r] = a["dropped_by_reason"].get(r, 0) + 1
@@ -193,13 +221,19 @@ def what_if(out: Path, proposed: FilterConfig, batch_rows: int = BATCH_ROWS) -> 
             a["kept_then"] += int((then == None).sum())  # noqa: E711
             a["gained"] += int(((now != None) & (then == None)).sum())  # noqa: E711
             a["lost"] += int(((now == None) & (then != None)).sum())  # noqa: E711
-    return {lang: {**{k: v for k, v in a.items() if k != "changed"},
-                   "dropped_by_reason": dict(sorted(a["dropped_by_reason"].items()))}
-            for lang, a in sorted(acc.items()) if a["changed"]}
+    return {
+        lang: {
+            **{k: v for k, v in a.items() if k != "changed"},
+            "dropped_by_reason": dict(sorted(a["dropped_by_reason"].items())),
+        }
+        for lang, a in sorted(acc.items())
+        if a["changed"]
+    }
 
 
-def drop_examples(out: Path, lang: Optional[str] = None, reason: Optional[str] = None,
-                  n: int = 3) -> dict[str, dict[str, dict[str, Any]]]:
+def drop_examples(
+    out: Path, lang: Optional[str] = None, reason: Optional[str] = None, n: int = 3
+) -> dict[str, dict[str, dict[str, Any]]]:
     """Per language and ``outcome:reason``: the count and the first ``n`` rows (input order) of the
     drop log. Streams it: counts come from three columns, examples from record batches read in
     file order until every group has its ``n`` (memory: one batch, not the log)."""
@@ -258,8 +292,14 @@ def _cell(text: Optional[str], width: int = 160) -> str:
     return md_text(one[:width] + "…" if len(one) > width else one)
 
 
-def render(out: Path, cfg: FilterConfig, lang: Optional[str] = None, reason: Optional[str] = None,
-           examples: int = 3, sets: list[str] = ()) -> str:
+def render(
+    out: Path,
+    cfg: FilterConfig,
+    lang: Optional[str] = None,
+    reason: Optional[str] = None,
+    examples: int = 3,
+    sets: list[str] = (),
+) -> str:
     """The report as Markdown: drops per language by reason with examples, the kept-score edge
     table, and the what-if table for ``sets``."""
     lines = ["# Filter report", ""]
@@ -281,15 +321,22 @@ def render(out: Path, cfg: FilterConfig, lang: Optional[str] = None, reason: Opt
     if lang:
         stats = {k: v for k, v in stats.items() if k == lang}
     if stats:
-        lines += ["## Kept documents near a threshold", "",
-                  f"Kept documents whose score lies within {EDGE:.0%} of a threshold, and the score's spread over kept documents.", "",
-                  "| language | check | threshold | near | kept | p1 | p50 | p99 | max |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "## Kept documents near a threshold",
+            "",
+            f"Kept documents whose score lies within {EDGE:.0%} of a threshold, and the score's spread over kept documents.",
+            "",
+            "| language | check | threshold | near | kept | p1 | p50 | p99 | max |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for lg, checks in stats.items():
             for r, st in checks.items():
                 if reason and r != reason:
                     continue
-                lines.append(f"| {md_text(lg)} | {r} | {st['fails']} {st['threshold']:g} | {st['near_threshold']:,} | {st['kept']:,} | "
-                             f"{st['p1']:.4g} | {st['p50']:.4g} | {st['p99']:.4g} | {st['max']:.4g} |")
+                lines.append(
+                    f"| {md_text(lg)} | {r} | {st['fails']} {st['threshold']:g} | {st['near_threshold']:,} | {st['kept']:,} | "
+                    f"{st['p1']:.4g} | {st['p50']:.4g} | {st['p99']:.4g} | {st['max']:.4g} |"
+                )
         lines.append("")
     if sets:
         table = what_if(out, parse_set(list(sets), cfg))
@@ -297,18 +344,27 @@ def render(out: Path, cfg: FilterConfig, lang: Optional[str] = None, reason: Opt
         if not table:
             lines += ["No document's decision changes.", ""]
         else:
-            lines += ["| language | checked | kept now | kept then | gained | lost | dropped then, by reason |",
-                      "|---|---|---|---|---|---|---|"]
+            lines += [
+                "| language | checked | kept now | kept then | gained | lost | dropped then, by reason |",
+                "|---|---|---|---|---|---|---|",
+            ]
             for lg, w in table.items():
                 why = ", ".join(f"{k} {v:,}" for k, v in w["dropped_by_reason"].items()) or "-"
-                lines.append(f"| {md_text(lg)} | {w['checked']:,} | {w['kept_now']:,} | {w['kept_then']:,} | {w['gained']:,} | "
-                             f"{w['lost']:,} | {why} |")
+                lines.append(
+                    f"| {md_text(lg)} | {w['checked']:,} | {w['kept_now']:,} | {w['kept_then']:,} | {w['gained']:,} | "
+                    f"{w['lost']:,} | {why} |"
+                )
             lines += ["", "Counts of the quality filter (before deduplication), from the recorded scores."]
     return "\n".join(lines) + "\n"
 
 
-def report(data: str | Path, lang: Optional[str] = None, reason: Optional[str] = None, examples: int = 3,
-           sets: Sequence[str] = ()) -> str:
+def report(
+    data: str | Path,
+    lang: Optional[str] = None,
+    reason: Optional[str] = None,
+    examples: int = 3,
+    sets: Sequence[str] = (),
+) -> str:
     """The Markdown report of a prepared folder; refuses data without a drop log or whose drop log
     disagrees with its ledger."""
     from data_prep.shards import load_manifest
@@ -319,8 +375,11 @@ def report(data: str | Path, lang: Optional[str] = None, reason: Optional[str] =
         raise DataError(f"{data} was prepared before bloomline kept a drop log: prepare it again for a filter report")
     bad = check_dropped(data, m["languages"])
     if bad:
-        raise DataError(f"{data}: the drop log does not match the manifest's ledger ({bad[0]}"
-                        + (f", and {len(bad) - 1} more" if len(bad) > 1 else "") + ")")
+        raise DataError(
+            f"{data}: the drop log does not match the manifest's ledger ({bad[0]}"
+            + (f", and {len(bad) - 1} more" if len(bad) > 1 else "")
+            + ")"
+        )
     code = None
     if lang:
         code = languages.resolve(lang)

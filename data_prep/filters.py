@@ -106,18 +106,23 @@ def quality_scores(text: str, t: QualityThresholds, han_chars: bool = False) -> 
     list). All are computed, not only up to the first failure, so a report can say what another
     threshold would do without running the filter again."""
     ws = words(text, han_chars)
-    return {"words": float(len(ws)), "char_rep": char_repetition_ratio(text, t.char_rep_n),
-            "word_rep": word_repetition_ratio(ws, t.word_rep_n), "special": special_ratio(text),
-            "flagged": flagged_ratio(ws, set(t.flagged_words)) if t.flagged_words else None,
-            "keyboard": keyboard_ratio(ws)}
+    return {
+        "words": float(len(ws)),
+        "char_rep": char_repetition_ratio(text, t.char_rep_n),
+        "word_rep": word_repetition_ratio(ws, t.word_rep_n),
+        "special": special_ratio(text),
+        "flagged": flagged_ratio(ws, set(t.flagged_words)) if t.flagged_words else None,
+        "keyboard": keyboard_ratio(ws),
+    }
 
 
 def code_scores(text: str) -> dict[str, float | None]:
     return {"chars": float(len(text)), "max_line": float(max(len(line) for line in text.split("\n")))}
 
 
-def first_failure(scores: dict[str, float | None], thresholds: Any, checks: tuple = CHECKS
-                  ) -> tuple[str, float, float] | None:
+def first_failure(
+    scores: dict[str, float | None], thresholds: Any, checks: tuple = CHECKS
+) -> tuple[str, float, float] | None:
     """``(reason, score, threshold)`` of the first check the scores fail, or None (kept)."""
     for reason, score, field_, below in checks:
         v, limit = scores.get(score), getattr(thresholds, field_)
@@ -128,7 +133,9 @@ def first_failure(scores: dict[str, float | None], thresholds: Any, checks: tupl
 
 # Key rows of the common Latin layouts: runs along them are what a hand mashing a keyboard types.
 KEY_ROWS = ("qwertyuiop", "asdfghjkl", "zxcvbnm", "qwertzuiop", "yxcvbnm", "azertyuiop", "qsdfghjklm", "wxcvbn")
-_RUNS = frozenset(r[i:j] for row in KEY_ROWS for r in (row, row[::-1]) for i in range(len(r)) for j in range(i + 3, len(r) + 1))
+_RUNS = frozenset(
+    r[i:j] for row in KEY_ROWS for r in (row, row[::-1]) for i in range(len(r)) for j in range(i + 3, len(r) + 1)
+)
 
 
 def keyboard_ratio(ws: list[str]) -> float:
@@ -161,8 +168,9 @@ class QualityFilter(PipelineStep):
             t = self.thresholds(doc.lang)
             scores = quality_scores(doc.text, t, han_chars=lang.script in ("Hans", "Hant"))
             failed = first_failure(scores, t)
-        self.scores.append({"lang": doc.lang, "reason": failed[0] if failed else None,
-                            **{k: scores.get(k) for k in SCORES}})
+        self.scores.append(
+            {"lang": doc.lang, "reason": failed[0] if failed else None, **{k: scores.get(k) for k in SCORES}}
+        )
         if failed:
             self.drop(doc, "filtered", failed[0], score=failed[1], threshold=failed[2])
             return None

@@ -92,7 +92,16 @@ def gzip_text_size(path: str | Path) -> GzipSize:
     best = min(candidates, key=lambda c: abs(c - guess))
     if abs(best - guess) <= AGREE * guess and best <= size * MAX_RATIO:
         wraps = (best - isize) // WRAP
-        return GzipSize(best, True, False, "its trailer, agreeing with a decompressed prefix"
-                        + (f" ({wraps} × 4 GiB past what the trailer holds)" if wraps else ""))
-    return GzipSize(int(guess), False, False, "extrapolated from a decompressed prefix (its trailer disagrees: "
-                                              "truncated, or several gzip members)")
+        return GzipSize(
+            best,
+            True,
+            False,
+            "its trailer, agreeing with a decompressed prefix"
+            + (f" ({wraps} × 4 GiB past what the trailer holds)" if wraps else ""),
+        )
+    return GzipSize(
+        int(guess),
+        False,
+        False,
+        "extrapolated from a decompressed prefix (its trailer disagrees: truncated, or several gzip members)",
+    )

@@ -37,7 +37,7 @@ def keyboard_mash(text: str, rng: random.Random) -> str:
     for _ in range(60):
         row = rng.choice(ROWS)
         a = rng.randrange(len(row) - 3)
-        out.append(row[a:a + rng.randint(3, len(row) - a)])
+        out.append(row[a : a + rng.randint(3, len(row) - a)])
     for _ in range(5):
         out.insert(rng.randrange(len(out)), rng.choice(words))
     return " ".join(out)
@@ -58,6 +58,8 @@ def one_sentence(text: str, rng: random.Random) -> str:
 
 
 KINDS: dict[str, Callable[[str, random.Random], str]] = {
-    "repeated_lines": repeated_lines, "keyboard_mash": keyboard_mash,
-    "boilerplate_menu": boilerplate_menu, "one_sentence": one_sentence,
+    "repeated_lines": repeated_lines,
+    "keyboard_mash": keyboard_mash,
+    "boilerplate_menu": boilerplate_menu,
+    "one_sentence": one_sentence,
 }

@@ -36,8 +36,15 @@ def blend_weights(cfg: PrepareConfig, train_tokens: dict[str, int]) -> dict[str,
     return {k: round(v, 8) for k, v in alpha_weights(present, cfg.blend.alpha).items()}
 
 
-def write_manifest(cfg: PrepareConfig, paths: Paths, plan_: dict[str, Any], chunk_summaries: list[dict],
-                   dedup: dict[str, Any], tok: dict[str, Any], part_results: list[dict]) -> dict[str, Any]:
+def write_manifest(
+    cfg: PrepareConfig,
+    paths: Paths,
+    plan_: dict[str, Any],
+    chunk_summaries: list[dict],
+    dedup: dict[str, Any],
+    tok: dict[str, Any],
+    part_results: list[dict],
+) -> dict[str, Any]:
     ledger = Ledger()
     for s in chunk_summaries:
         ledger.merge(s["ledger"])
@@ -76,15 +83,26 @@ def write_manifest(cfg: PrepareConfig, paths: Paths, plan_: dict[str, Any], chun
     steps = merge_reports(s["steps"] for s in chunk_summaries)
     if cfg.filters.enabled:
         steps.setdefault("quality", {})["kept_scores"] = kept_stats(paths.out, cfg.filters)
-    steps["dedup"] = {"duplicates": merge_reports(dedup["duplicates"].values()), "docs_out": sum(dedup["kept_docs"].values())}
+    steps["dedup"] = {
+        "duplicates": merge_reports(dedup["duplicates"].values()),
+        "docs_out": sum(dedup["kept_docs"].values()),
+    }
     steps["pii"] = merge_reports(r["pii"] for r in part_results)
     sp_vocab = tok["vocab_size"]
     manifest = {
         "format_version": FORMAT_VERSION,
         "created_by": f"bloomline {bloomline.__version__}",
         "fingerprint": plan_["fingerprint"],
-        "tokenizer": {"path": "tokenizer/tokenizer.model", "vocab_size": sp_vocab, "sha256": tok["sha256"],
-                      "trained": tok["trained"], "eos_id": 2, "pad_id": 3, "bos_id": 1, "unk_id": 0},
+        "tokenizer": {
+            "path": "tokenizer/tokenizer.model",
+            "vocab_size": sp_vocab,
+            "sha256": tok["sha256"],
+            "trained": tok["trained"],
+            "eos_id": 2,
+            "pad_id": 3,
+            "bos_id": 1,
+            "unk_id": 0,
+        },
         "buckets": list(cfg.pack.buckets),
         "seq_len": cfg.pack.seq_len,
         "shards": shards,
@@ -95,8 +113,11 @@ def write_manifest(cfg: PrepareConfig, paths: Paths, plan_: dict[str, Any], chun
         "stages": steps,
         "inputs": sorted({m["path"] for c in plan_["chunks"] for m in (c.get("members") or [c])}),
         "seed": cfg.seed,
-        "dropped": {"path": DROPPED_DIR, "rows": sum(n for e in langs.values() for k in OUTCOMES for n in e[k].values()),
-                    "text_chars": cfg.dropped_text_chars},
+        "dropped": {
+            "path": DROPPED_DIR,
+            "rows": sum(n for e in langs.values() for k in OUTCOMES for n in e[k].values()),
+            "text_chars": cfg.dropped_text_chars,
+        },
         "scores": {"path": SCORES_DIR},
         "config": mask_tree(to_dict(cfg)),  # no URL password or token in a file people share
     }
@@ -105,7 +126,12 @@ def write_manifest(cfg: PrepareConfig, paths: Paths, plan_: dict[str, Any], chun
     if plan_.get("decontaminate"):  # what the data was cleaned against: each task file's sha256, items, n-grams
         manifest["decontaminated_against"] = plan_["decontaminate"]
     _sp_ids = processor(str(paths.tokenizer), tok["sha256"])
-    for key, fn in (("eos_id", _sp_ids.eos_id), ("pad_id", _sp_ids.pad_id), ("bos_id", _sp_ids.bos_id), ("unk_id", _sp_ids.unk_id)):
+    for key, fn in (
+        ("eos_id", _sp_ids.eos_id),
+        ("pad_id", _sp_ids.pad_id),
+        ("bos_id", _sp_ids.bos_id),
+        ("unk_id", _sp_ids.unk_id),
+    ):
         manifest["tokenizer"][key] = int(fn())
     manifest["config"].pop("dask", None)
     write_json_atomic(paths.manifest, manifest)

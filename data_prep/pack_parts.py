@@ -41,6 +41,7 @@ def pack_part(part: dict[str, Any], cfg: PrepareConfig, out: str, tok_sha: str, 
 
     def failed(step: str, e: Exception, doc: Document) -> None:
         drop_document(ledger, step, doc, "errors", failure(step, e), strict)
+
     packers = {s: BucketPacker(cfg.pack.buckets, cfg.pack.max_open_samples) for s in ("train", "valid")}
     writers: dict[tuple[str, int], ShardWriter] = {}
     secs = {"pii": 0.0, "tokenize": 0.0, "pack": 0.0, "write": 0.0}
@@ -52,7 +53,9 @@ def pack_part(part: dict[str, Any], cfg: PrepareConfig, out: str, tok_sha: str, 
         for s in samples:
             w = writers.get((split, s.bucket))
             if w is None:
-                w = writers[(split, s.bucket)] = ShardWriter(paths.out / shard_path(split, lang, s.bucket, k), lang, s.bucket, split)
+                w = writers[(split, s.bucket)] = ShardWriter(
+                    paths.out / shard_path(split, lang, s.bucket, k), lang, s.bucket, split
+                )
             w.add(s)
         secs["write"] += time.perf_counter() - t
 
@@ -123,22 +126,31 @@ def pack_part(part: dict[str, Any], cfg: PrepareConfig, out: str, tok_sha: str, 
         t = time.perf_counter()
         for (split, bucket), w in sorted(writers.items()):
             info = w.close()
-            shards.append({"path": shard_path(split, lang, bucket, k), "split": split, "bucket": bucket,
-                           "lang": lang, **info})
+            shards.append(
+                {"path": shard_path(split, lang, bucket, k), "split": split, "bucket": bucket, "lang": lang, **info}
+            )
         secs["write"] += time.perf_counter() - t
     except BaseException:
         for w in writers.values():
             w.abort()
         raise
     write_rows(pack_dropped_path(paths.out, lang, k), ledger.log.rows, DROP_SCHEMA)  # before the marker
-    result = {"lang": lang, "k": k, "shards": shards, "ledger": ledger.to_dict(), "docs": docs,
-              "pii": dict(sorted(pii_counts.items())), "seconds": secs}
+    result = {
+        "lang": lang,
+        "k": k,
+        "shards": shards,
+        "ledger": ledger.to_dict(),
+        "docs": docs,
+        "pii": dict(sorted(pii_counts.items())),
+        "seconds": secs,
+    }
     write_json_atomic(done, result)
     return result
 
 
-def plan_parts(paths: Paths, chunk_ids: list[int], kept_bytes: dict[tuple[int, str], int],
-               rules: dict[str, list], part_bytes: int) -> list[dict[str, Any]]:
+def plan_parts(
+    paths: Paths, chunk_ids: list[int], kept_bytes: dict[tuple[int, str], int], rules: dict[str, list], part_bytes: int
+) -> list[dict[str, Any]]:
     """Per language, consecutive chunk slices of about ``part_bytes`` kept bytes per part."""
     parts: list[dict[str, Any]] = []
     chunk_stats = {cid: read_json(paths.chunk_done(cid)) for cid in chunk_ids}
@@ -149,8 +161,13 @@ def plan_parts(paths: Paths, chunk_ids: list[int], kept_bytes: dict[tuple[int, s
             if not rng:
                 continue
             if cur is None or cur["bytes"] >= part_bytes:
-                cur = {"lang": lang, "k": sum(p["lang"] == lang for p in parts), "slices": [], "bytes": 0,
-                       "split_rule": rules[lang]}
+                cur = {
+                    "lang": lang,
+                    "k": sum(p["lang"] == lang for p in parts),
+                    "slices": [],
+                    "bytes": 0,
+                    "split_rule": rules[lang],
+                }
                 parts.append(cur)
             cur["slices"].append([cid, rng[0], rng[1]])
             cur["bytes"] += kept_bytes.get((cid, lang), 0)

@@ -59,7 +59,11 @@ class BucketPacker:
         return self.buckets[bisect.bisect_left(self.buckets, n)]
 
     def _emit(self, s: _Open) -> Sample:
-        ids = np.concatenate(s.pieces).astype(np.int32, copy=False) if len(s.pieces) > 1 else s.pieces[0].astype(np.int32, copy=False)
+        ids = (
+            np.concatenate(s.pieces).astype(np.int32, copy=False)
+            if len(s.pieces) > 1
+            else s.pieces[0].astype(np.int32, copy=False)
+        )
         offsets, pos = [], 0
         for p in s.pieces:
             offsets.append(pos)

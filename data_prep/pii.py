@@ -52,7 +52,9 @@ def _ipv6_ok(m: re.Match) -> bool:
     return s.count(":") >= 3 or "." in s
 
 
-def redact(text: str, kinds: list[str] | tuple[str, ...] = ("email", "ip_address", "phone")) -> tuple[str, dict[str, int]]:
+def redact(
+    text: str, kinds: list[str] | tuple[str, ...] = ("email", "ip_address", "phone")
+) -> tuple[str, dict[str, int]]:
     """Return (redacted text, {kind: count})."""
     counts: dict[str, int] = {}
     if "email" in kinds and "@" in text:

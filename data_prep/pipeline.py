@@ -69,16 +69,20 @@ def plan(cfg: PrepareConfig, paths: Paths, strict: bool = False) -> dict[str, An
     if paths.manifest.exists():
         m = read_json(paths.manifest)
         if m.get("fingerprint") != fp:
-            raise DataError(f"{paths.out} already holds prepared data made from another config or other inputs; "
-                            f"choose another --out or delete {paths.out}")
+            raise DataError(
+                f"{paths.out} already holds prepared data made from another config or other inputs; "
+                f"choose another --out or delete {paths.out}"
+            )
         if not paths.work.exists():  # complete: nothing to resume, and no work folder to leave behind
             return {"fingerprint": fp, "work_version": WORK_VERSION, "chunks": [c.to_dict() for c in chunks]}
     plan_file = paths.work / "plan.json"
     if plan_file.exists():
         old = read_json(plan_file)
         if old["fingerprint"] != fp:
-            raise DataError(f"{paths.out} holds an unfinished run with another config or other inputs; "
-                            f"choose another --out, or delete {paths.work} to start over")
+            raise DataError(
+                f"{paths.out} holds an unfinished run with another config or other inputs; "
+                f"choose another --out, or delete {paths.work} to start over"
+            )
         if old.get("work_version") != WORK_VERSION:
             raise DataError(f"{paths.work} was left by another version of bloomline; delete it to start over")
         return old
@@ -106,8 +110,14 @@ def _stage_direct(name: str, fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args)
 
 
-def run_all(cfg: PrepareConfig, out: str | Path, strict: bool = False, map_fn: MapFn = serial_map,
-            stage: Callable[..., Any] = _stage_direct, progress: Progress | None = None) -> dict[str, Any]:
+def run_all(
+    cfg: PrepareConfig,
+    out: str | Path,
+    strict: bool = False,
+    map_fn: MapFn = serial_map,
+    stage: Callable[..., Any] = _stage_direct,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
     """Run (or resume) every stage; returns the manifest plus ``run_stats`` (timings).
 
     ``stage(name, fn, *args)`` runs one coarse stage (the Prefect flow makes each a task);
@@ -171,16 +181,22 @@ def run_all(cfg: PrepareConfig, out: str | Path, strict: bool = False, map_fn: M
         lang_bytes: dict[str, int] = {}
         for (_, lang), b in job["kept_bytes"].items():
             lang_bytes[lang] = lang_bytes.get(lang, 0) + b
-        d = {"duplicates": {k: dict(sorted(v.items())) for k, v in sorted(job["duplicates"].items())},
-             "split_rule": dict(sorted(rules.items())), "parts": parts,
-             "kept_docs": dict(sorted((k, v.docs) for k, v in job["draws"].items())),
-             "kept_bytes": dict(sorted(lang_bytes.items()))}
+        d = {
+            "duplicates": {k: dict(sorted(v.items())) for k, v in sorted(job["duplicates"].items())},
+            "split_rule": dict(sorted(rules.items())),
+            "parts": parts,
+            "kept_docs": dict(sorted((k, v.docs) for k, v in job["draws"].items())),
+            "kept_bytes": dict(sorted(lang_bytes.items())),
+        }
         write_json_atomic(done, d)
         dt = time.perf_counter() - t
         n = sum(sum(v.values()) for v in d["duplicates"].values())
         timings["dedup"] = {"seconds": dt, "duplicates": n, **job["stats"]}
-        progress.finish("dedup", f"{n} duplicates removed in {dt:.1f} s ({job['stats']['partitions']} partitions, "
-                                 f"{job['stats']['confirmed']:,} near pairs confirmed of {job['stats']['candidates']:,} candidates)")
+        progress.finish(
+            "dedup",
+            f"{n} duplicates removed in {dt:.1f} s ({job['stats']['partitions']} partitions, "
+            f"{job['stats']['confirmed']:,} near pairs confirmed of {job['stats']['candidates']:,} candidates)",
+        )
         return d
 
     dedup = stage("dedup", dedup_stage)
@@ -189,7 +205,9 @@ def run_all(cfg: PrepareConfig, out: str | Path, strict: bool = False, map_fn: M
         progress.start("tokenizer", 1, "model")
         tok = build_tokenizer(cfg, paths, dedup, chunk_ids, map_fn)
         timings["tokenizer"] = {"seconds": tok.get("seconds")}
-        progress.finish("tokenizer", f"{'trained' if tok['trained'] else 'reused'} tokenizer, vocab {tok['vocab_size']}")
+        progress.finish(
+            "tokenizer", f"{'trained' if tok['trained'] else 'reused'} tokenizer, vocab {tok['vocab_size']}"
+        )
         return tok
 
     tok = stage("tokenizer", tokenizer_stage)

@@ -116,7 +116,9 @@ def _discover(source: SourceConfig) -> list[tuple[Path, str]]:
     if root.is_file():
         fmt = _fmt(root)
         if fmt is None:
-            raise DataError(f"unsupported input file {root}: expected .jsonl, .jsonl.gz, .parquet or a saved dataset folder")
+            raise DataError(
+                f"unsupported input file {root}: expected .jsonl, .jsonl.gz, .parquet or a saved dataset folder"
+            )
         return [(root, fmt)]
     if (root / "state.json").is_file() or (root / "dataset_dict.json").is_file():
         return [(p, "arrow") for p in _hf_arrow_files(root)]
@@ -147,7 +149,9 @@ multiple of the worker count: the output's bytes follow the plan, and one worker
 give the same bytes (tests/flows/test_cli.py)."""
 
 
-def plan_chunks(sources: list[SourceConfig], cfg: ReadConfig, bundle_bytes: int = 0, spread: int = BUNDLE_SPREAD) -> list[Chunk]:
+def plan_chunks(
+    sources: list[SourceConfig], cfg: ReadConfig, bundle_bytes: int = 0, spread: int = BUNDLE_SPREAD
+) -> list[Chunk]:
     """Cut every input into chunks, in a deterministic order. With ``bundle_bytes``, consecutive
     whole files smaller than that are read as one chunk (a *bundle*): a corpus of 10,000 small
     files is not 10,000 tasks of a few documents, each with its own markers, drop log and scores
@@ -174,8 +178,15 @@ def _bundled(chunks: list[Chunk], cfg: ReadConfig, cap: int, spread: int) -> lis
             out.append(dataclasses.replace(group[0][0], id=len(out)))
         elif group:
             first = group[0][0]
-            out.append(Chunk(len(out), first.path, "bundle", size=sum(c.size for c, _ in group),
-                             members=tuple(dataclasses.replace(c, id=-1).to_dict() for c, _ in group)))
+            out.append(
+                Chunk(
+                    len(out),
+                    first.path,
+                    "bundle",
+                    size=sum(c.size for c, _ in group),
+                    members=tuple(dataclasses.replace(c, id=-1).to_dict() for c, _ in group),
+                )
+            )
         group.clear()
 
     for c, e in sized:
@@ -286,7 +297,9 @@ class ChunkReader:
         self.ledger.drop(lang, "errors", reason, loc)
         if self.ledger.log is not None:
             text = raw.rstrip(b"\r\n").decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-            self.ledger.log.add(id=None, source=loc, lang=lang, stage="read", outcome="errors", reason=reason, text=text)
+            self.ledger.log.add(
+                id=None, source=loc, lang=lang, stage="read", outcome="errors", reason=reason, text=text
+            )
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
 
     def _isolated(self, make: Any, loc: str, raw: Any) -> Document | None:
@@ -309,8 +322,13 @@ class ChunkReader:
         records before it stand."""
         import zlib
 
-        reason = ("truncated_gzip" if isinstance(e, EOFError) else
-                  "corrupt_gzip" if isinstance(e, (gzip.BadGzipFile, zlib.error)) else "unreadable")
+        reason = (
+            "truncated_gzip"
+            if isinstance(e, EOFError)
+            else "corrupt_gzip"
+            if isinstance(e, (gzip.BadGzipFile, zlib.error))
+            else "unreadable"
+        )
         self.stats["records"] += 1
         self._error(UNKNOWN_LANG, reason, f"{self.part.path}: {where} ({type(e).__name__}: {e})")
 

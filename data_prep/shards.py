@@ -60,8 +60,9 @@ class ShardWriter:
         self.lang, self.bucket, self.split = lang, bucket, split
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = self.path.with_name(f"{self.path.name}{TMP_MARK}{os.getpid()}")
-        self.schema = SCHEMA.with_metadata({"bloomline.format_version": str(FORMAT_VERSION), "bucket": str(bucket),
-                                            "split": split, "lang": lang})
+        self.schema = SCHEMA.with_metadata(
+            {"bloomline.format_version": str(FORMAT_VERSION), "bucket": str(bucket), "split": split, "lang": lang}
+        )
         self._sink = pa.OSFile(str(self._tmp), "wb")
         self._writer = pa.ipc.new_stream(self._sink, self.schema)
         self._batch: list[Any] = []
@@ -80,7 +81,9 @@ class ShardWriter:
         b = self._batch
         # Build the list columns from flat buffers + offsets: one copy, no per-row conversion.
         lens = np.fromiter((len(x.ids) for x in b), dtype=np.int32, count=len(b))
-        ids = pa.ListArray.from_arrays(pa.array(_offsets(lens)), pa.array(np.concatenate([x.ids for x in b]), pa.int32()))
+        ids = pa.ListArray.from_arrays(
+            pa.array(_offsets(lens)), pa.array(np.concatenate([x.ids for x in b]), pa.int32())
+        )
         n_offs = np.fromiter((len(x.doc_offsets) for x in b), dtype=np.int32, count=len(b))
         flat = np.fromiter((o for x in b for o in x.doc_offsets), dtype=np.int32, count=int(n_offs.sum()))
         offs = pa.ListArray.from_arrays(pa.array(_offsets(n_offs)), pa.array(flat, pa.int32()))
@@ -156,8 +159,10 @@ def read_shard(path: str | Path, rows: int) -> list[pa.RecordBatch]:
         schema = reader.schema
         version = (schema.metadata or {}).get(b"bloomline.format_version", b"").decode()
         if version != str(FORMAT_VERSION):
-            raise CorruptShardError(f"shard {path}: written with shard format {version or 'unknown'}, "
-                                    f"this bloomline reads {FORMAT_VERSION}: prepare the data again")
+            raise CorruptShardError(
+                f"shard {path}: written with shard format {version or 'unknown'}, "
+                f"this bloomline reads {FORMAT_VERSION}: prepare the data again"
+            )
         if not schema.remove_metadata().equals(SCHEMA):
             raise CorruptShardError(f"shard {path}: its columns are not contract 1's (data_prep/FORMAT.md): {schema}")
         batches = list(reader)
@@ -177,15 +182,21 @@ def check_model_fits(manifest: dict[str, Any], data_dir: str | Path, vocab_size:
 
     vocab = int(manifest["tokenizer"]["vocab_size"])
     if vocab != vocab_size:
-        raise ConfigError("model.vocab_size", f"the model's vocabulary is {vocab_size} but the data in {data_dir} was "
-                                              f"tokenized with a {vocab}-piece tokenizer: set model.vocab_size={vocab} "
-                                              "(the tokenizer's size before padding) or prepare the data with the "
-                                              "model's tokenizer")
+        raise ConfigError(
+            "model.vocab_size",
+            f"the model's vocabulary is {vocab_size} but the data in {data_dir} was "
+            f"tokenized with a {vocab}-piece tokenizer: set model.vocab_size={vocab} "
+            "(the tokenizer's size before padding) or prepare the data with the "
+            "model's tokenizer",
+        )
     largest = max(int(b) for b in manifest["buckets"])
     if largest > seq_len:
-        raise ConfigError("model.seq_len", f"the data's largest bucket is {largest} tokens, longer than the model's "
-                                           f"seq_len {seq_len}: raise model.seq_len or prepare the data with "
-                                           f"pack.buckets up to {seq_len}")
+        raise ConfigError(
+            "model.seq_len",
+            f"the data's largest bucket is {largest} tokens, longer than the model's "
+            f"seq_len {seq_len}: raise model.seq_len or prepare the data with "
+            f"pack.buckets up to {seq_len}",
+        )
 
 
 def pad_id(tokenizer: dict[str, Any]) -> int:

@@ -29,8 +29,12 @@ class SplitDraws:
 
     @classmethod
     def of(cls, draws: np.ndarray, fraction: float, keep: int) -> "SplitDraws":
-        return cls(int(len(draws)), int((draws < fraction).sum()), np.sort(draws)[:keep].tolist(),
-                   float(draws.max()) if len(draws) else 0.0)
+        return cls(
+            int(len(draws)),
+            int((draws < fraction).sum()),
+            np.sort(draws)[:keep].tolist(),
+            float(draws.max()) if len(draws) else 0.0,
+        )
 
     def merge(self, other: "SplitDraws", keep: int) -> None:
         self.docs += other.docs

@@ -49,8 +49,15 @@ class PipelineStep:
                 self.stats["docs_out"] += 1
                 yield out
 
-    def drop(self, doc: Document, outcome: str, reason: str, score: float | None = None,
-             threshold: float | None = None, duplicate_of: str | None = None) -> None:
+    def drop(
+        self,
+        doc: Document,
+        outcome: str,
+        reason: str,
+        score: float | None = None,
+        threshold: float | None = None,
+        duplicate_of: str | None = None,
+    ) -> None:
         """Book ``doc`` as dropped: the ledger's count, and a row of the drop log with the score
         that decided and its threshold (when the rule has them), and what it copies (when known)."""
         drop_document(self.ledger, self.name, doc, outcome, reason, self.strict, score, threshold, duplicate_of)
@@ -63,16 +70,35 @@ class PipelineStep:
         return out
 
 
-def drop_document(ledger: Ledger, stage: str, doc: Document, outcome: str, reason: str, strict: bool = False,
-                  score: float | None = None, threshold: float | None = None, duplicate_of: str | None = None) -> None:
+def drop_document(
+    ledger: Ledger,
+    stage: str,
+    doc: Document,
+    outcome: str,
+    reason: str,
+    strict: bool = False,
+    score: float | None = None,
+    threshold: float | None = None,
+    duplicate_of: str | None = None,
+) -> None:
     """Book ``doc`` as dropped by ``stage``: the ledger's count and a row of its drop log; an
     error under ``strict`` stops the run instead, with one line naming the record."""
     if outcome == "errors" and strict:
         raise StrictModeError(f"{doc.loc}: {reason} (--strict stops at the first bad record)")
     ledger.drop(doc.lang, outcome, reason, doc.loc)
     if ledger.log is not None:
-        ledger.log.add(id=doc.id, source=doc.loc, lang=doc.lang, stage=stage, outcome=outcome, reason=reason,
-                       score=score, threshold=threshold, duplicate_of=duplicate_of, text=doc.text)
+        ledger.log.add(
+            id=doc.id,
+            source=doc.loc,
+            lang=doc.lang,
+            stage=stage,
+            outcome=outcome,
+            reason=reason,
+            score=score,
+            threshold=threshold,
+            duplicate_of=duplicate_of,
+            text=doc.text,
+        )
 
 
 def failure(step: str, e: BaseException) -> str:

@@ -39,24 +39,77 @@ ROOTS: dict[str, dict[str, Any]] = {
     "ar": {"min_words": 20, "max_char_rep": 0.20, "max_word_rep": 0.34, "max_special": 0.30, "max_flagged": 0.03},
     "bn": {"min_words": 20, "max_char_rep": 0.13, "max_word_rep": 0.21, "max_special": 0.45, "max_flagged": 0.001},
     "ca": {"min_words": 15, "max_char_rep": 0.20, "max_word_rep": 0.40, "max_special": 0.25},
-    "en": {"min_words": 20, "max_char_rep": 0.106, "max_word_rep": 0.19, "max_special": 0.40, "max_flagged": 0.01,
-           "flagged_words": ["porn", "porno", "xxx", "camgirl", "camgirls", "escort", "escorts", "hentai", "nsfw", "viagra"]},
-    "es": {"min_words": 16, "max_char_rep": 0.14, "max_word_rep": 0.25, "max_special": 0.34, "max_flagged": 0.01,
-           "flagged_words": ["porno", "xxx", "escort", "escorts", "putas", "webcam", "viagra"]},
+    "en": {
+        "min_words": 20,
+        "max_char_rep": 0.106,
+        "max_word_rep": 0.19,
+        "max_special": 0.40,
+        "max_flagged": 0.01,
+        "flagged_words": [
+            "porn",
+            "porno",
+            "xxx",
+            "camgirl",
+            "camgirls",
+            "escort",
+            "escorts",
+            "hentai",
+            "nsfw",
+            "viagra",
+        ],
+    },
+    "es": {
+        "min_words": 16,
+        "max_char_rep": 0.14,
+        "max_word_rep": 0.25,
+        "max_special": 0.34,
+        "max_flagged": 0.01,
+        "flagged_words": ["porno", "xxx", "escort", "escorts", "putas", "webcam", "viagra"],
+    },
     "eu": {"min_words": 8, "max_char_rep": 0.20, "max_word_rep": 0.40, "max_special": 0.31},
-    "fr": {"min_words": 13, "max_char_rep": 0.14, "max_word_rep": 0.13, "max_special": 0.34, "max_flagged": 0.008,
-           "flagged_words": ["porno", "xxx", "escort", "escorts", "salope", "salopes", "viagra"]},
+    "fr": {
+        "min_words": 13,
+        "max_char_rep": 0.14,
+        "max_word_rep": 0.13,
+        "max_special": 0.34,
+        "max_flagged": 0.008,
+        "flagged_words": ["porno", "xxx", "escort", "escorts", "salope", "salopes", "viagra"],
+    },
     "hi": {"min_words": 20, "max_char_rep": 0.18, "max_word_rep": 0.47, "max_special": 0.45, "max_flagged": 0.005},
     "id": {"min_words": 15, "max_char_rep": 0.15, "max_word_rep": 0.20, "max_special": 0.34, "max_flagged": 0.01},
-    "pt": {"min_words": 19, "max_char_rep": 0.25, "max_word_rep": 0.98, "max_special": 0.35, "max_flagged": 0.007,
-           "flagged_words": ["porno", "xxx", "escort", "escorts", "putas", "viagra"]},
-    "ur": {"min_words": 20, "max_char_rep": 0.19, "word_rep_n": 7, "max_word_rep": 0.50, "max_special": 0.25,
-           "max_flagged": 0.025},
+    "pt": {
+        "min_words": 19,
+        "max_char_rep": 0.25,
+        "max_word_rep": 0.98,
+        "max_special": 0.35,
+        "max_flagged": 0.007,
+        "flagged_words": ["porno", "xxx", "escort", "escorts", "putas", "viagra"],
+    },
+    "ur": {
+        "min_words": 20,
+        "max_char_rep": 0.19,
+        "word_rep_n": 7,
+        "max_word_rep": 0.50,
+        "max_special": 0.25,
+        "max_flagged": 0.025,
+    },
     "vi": {"min_words": 20, "max_char_rep": 0.15, "max_word_rep": 0.20, "max_special": 0.34, "max_flagged": 0.005},
-    "zh-Hans": {"min_words": 1, "char_rep_n": 3, "max_char_rep": 0.2, "max_word_rep": 0.96, "max_special": 0.3,
-                "max_flagged": 0.001},
-    "zh-Hant": {"min_words": 1, "char_rep_n": 3, "max_char_rep": 0.2, "max_word_rep": 0.96, "max_special": 0.3,
-                "max_flagged": 0.001},
+    "zh-Hans": {
+        "min_words": 1,
+        "char_rep_n": 3,
+        "max_char_rep": 0.2,
+        "max_word_rep": 0.96,
+        "max_special": 0.3,
+        "max_flagged": 0.001,
+    },
+    "zh-Hant": {
+        "min_words": 1,
+        "char_rep_n": 3,
+        "max_char_rep": 0.2,
+        "max_word_rep": 0.96,
+        "max_special": 0.3,
+        "max_flagged": 0.001,
+    },
 }
 """The hand-set base the derivation starts from: n-gram sizes, lengths and flagged words, and the
 floor of the ratio checks that catch no junk."""
@@ -68,8 +121,9 @@ CHECKS = {"char_rep": "max_char_rep", "word_rep": "max_word_rep", "special": "ma
 """The ratio checks derived here: score name → threshold field."""
 
 
-def derive(clean: list[dict[str, float]], junk: dict[str, list[dict[str, float]]],
-           recipe: QualityThresholds) -> dict[str, float]:
+def derive(
+    clean: list[dict[str, float]], junk: dict[str, list[dict[str, float]]], recipe: QualityThresholds
+) -> dict[str, float]:
     """The derived thresholds of one language (threshold field → value, rounded to 3 decimals)
     from its clean scores and its junk scores by kind."""
     tail = {score: float(np.quantile([s[score] for s in clean], TAIL)) for score in CHECKS}

@@ -71,8 +71,14 @@ def sample_lines(text: str) -> Iterable[str]:
                 yield b[i : i + MAX_LINE].decode("utf-8", "ignore")
 
 
-def train(sample_files: list[Path], model_prefix: Path, vocab_size: int, character_coverage: float,
-          num_threads: int, seed: int) -> Path:
+def train(
+    sample_files: list[Path],
+    model_prefix: Path,
+    vocab_size: int,
+    character_coverage: float,
+    num_threads: int,
+    seed: int,
+) -> Path:
     """Train on ``sample_files`` (one sentence per line, read in order); returns the ``.model`` path.
 
     The text is streamed in through ``sentence_iterator`` and the model comes back through
@@ -95,13 +101,25 @@ def train(sample_files: list[Path], model_prefix: Path, vocab_size: int, charact
     buf = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=lines(), model_writer=buf, model_type="bpe",
-            vocab_size=vocab_size, character_coverage=character_coverage, byte_fallback=True,
-            unk_id=UNK, bos_id=BOS, eos_id=EOS, pad_id=PAD,
+            sentence_iterator=lines(),
+            model_writer=buf,
+            model_type="bpe",
+            vocab_size=vocab_size,
+            character_coverage=character_coverage,
+            byte_fallback=True,
+            unk_id=UNK,
+            bos_id=BOS,
+            eos_id=EOS,
+            pad_id=PAD,
             user_defined_symbols=list(PLACEHOLDERS.values()),
-            normalization_rule_name="identity", remove_extra_whitespaces=False,
-            split_digits=True, allow_whitespace_only_pieces=True, max_sentence_length=MAX_LINE + 16,
-            input_sentence_size=0, shuffle_input_sentence=False, num_threads=num_threads,
+            normalization_rule_name="identity",
+            remove_extra_whitespaces=False,
+            split_digits=True,
+            allow_whitespace_only_pieces=True,
+            max_sentence_length=MAX_LINE + 16,
+            input_sentence_size=0,
+            shuffle_input_sentence=False,
+            num_threads=num_threads,
             minloglevel=2,
         )
     except RuntimeError as e:
@@ -123,7 +141,8 @@ def train(sample_files: list[Path], model_prefix: Path, vocab_size: int, charact
     model.write_bytes(buf.getvalue())
     sp = spm.SentencePieceProcessor(model_proto=buf.getvalue())
     model_prefix.with_suffix(".vocab").write_text(
-        "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i)}\n" for i in range(sp.get_piece_size())), encoding="utf-8")
+        "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i)}\n" for i in range(sp.get_piece_size())), encoding="utf-8"
+    )
     return model
 
 
@@ -180,8 +199,9 @@ def sample_chunk(cid: int, cfg: PrepareConfig, out: str, rate: dict[str, float])
     return res
 
 
-def build_tokenizer(cfg: PrepareConfig, paths: Paths, dedup: dict[str, Any], chunk_ids: list[int],
-                    map_fn: Any = None) -> dict[str, Any]:
+def build_tokenizer(
+    cfg: PrepareConfig, paths: Paths, dedup: dict[str, Any], chunk_ids: list[int], map_fn: Any = None
+) -> dict[str, Any]:
     """The tokenizer stage: train SentencePiece on an alpha-smoothed, PII-redacted sample of the kept
     documents (or copy the configured model); marked done by ``.work/tokenizer.json``."""
     done = paths.work / "tokenizer.json"
@@ -203,8 +223,9 @@ def build_tokenizer(cfg: PrepareConfig, paths: Paths, dedup: dict[str, Any], chu
         budget = {lang: w * cfg.tokenizer.sample_bytes for lang, w in weights.items()}
         rate = {lang: min(1.0, budget[lang] / b) for lang, b in dedup["kept_bytes"].items() if b}
         taken: dict[str, int] = {}
-        for r in (map_fn or (lambda f, xs: map(f, xs)))(partial(sample_chunk, cfg=cfg, out=str(paths.out), rate=rate),
-                                                         chunk_ids):
+        for r in (map_fn or (lambda f, xs: map(f, xs)))(
+            partial(sample_chunk, cfg=cfg, out=str(paths.out), rate=rate), chunk_ids
+        ):
             for lang, n in r["taken"].items():
                 taken[lang] = taken.get(lang, 0) + n
         sample = [paths.work / "tok" / f"sample-c{cid:06d}.txt" for cid in chunk_ids]

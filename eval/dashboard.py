@@ -52,8 +52,11 @@ def data_page(run_dir: Path) -> str | None:
     data = _data_dir(run_dir)
     if data is None or "dropped" not in (_manifest(run_dir) or {}):
         return None
-    return page.render(f"{run_dir.name} data", [page.markdown("", report(data, examples=3))],
-                       intro=[page.Link("← evaluation", "index.html"), page.Link(f" · data: {data}")])
+    return page.render(
+        f"{run_dir.name} data",
+        [page.markdown("", report(data, examples=3))],
+        intro=[page.Link("← evaluation", "index.html"), page.Link(f" · data: {data}")],
+    )
 
 
 def regression_threshold(run_dir: Path) -> float:
@@ -97,22 +100,38 @@ def figures(run_dir: Path, threshold: float) -> list[tuple[str, Any]]:
     for lang in names:
         pts = sorted((r["step"], r["bpb"]) for r in langs if r["lang"] == lang)
         f.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=T(lang)))
-    f.update_layout(xaxis_title="step", yaxis_title="bits per byte", height=520,
-                    legend_title="click: hide · double click: isolate")
+    f.update_layout(
+        xaxis_title="step", yaxis_title="bits per byte", height=520, legend_title="click: hide · double click: isolate"
+    )
     figs.append(("Bits per byte per language", f))
 
     grid = {(r["lang"], r["step"]): r["bpb"] for r in langs}
-    f = go.Figure(go.Heatmap(z=[[grid.get((l, s)) for s in steps] for l in names], x=[str(s) for s in steps], y=[T(l) for l in names],
-                             colorscale="Viridis", colorbar_title="bpb"))
+    f = go.Figure(
+        go.Heatmap(
+            z=[[grid.get((l, s)) for s in steps] for l in names],
+            x=[str(s) for s in steps],
+            y=[T(l) for l in names],
+            colorscale="Viridis",
+            colorbar_title="bpb",
+        )
+    )
     f.update_layout(xaxis_title="checkpoint step", height=max(400, 16 * len(names)))
     figs.append(("Bits per byte, language × checkpoint", f))
 
     f = go.Figure()
     for r_ in sorted({(r["lang"], r["weighting"]) for r in rows if r["scope"] != "language"}):
-        pts = sorted((r["step"], r["bpb"]) for r in rows if (r["lang"], r["weighting"]) == r_ and r["scope"] != "language")
-        f.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers",
-                               name=f"{T(r_[0])} ({'token-weighted' if r_[1] == 'tokens' else 'mean of languages'})",
-                               line={"dash": "solid" if r_[1] == "tokens" else "dot"}))
+        pts = sorted(
+            (r["step"], r["bpb"]) for r in rows if (r["lang"], r["weighting"]) == r_ and r["scope"] != "language"
+        )
+        f.add_trace(
+            go.Scatter(
+                x=[p[0] for p in pts],
+                y=[p[1] for p in pts],
+                mode="lines+markers",
+                name=f"{T(r_[0])} ({'token-weighted' if r_[1] == 'tokens' else 'mean of languages'})",
+                line={"dash": "solid" if r_[1] == "tokens" else "dot"},
+            )
+        )
     f.update_layout(xaxis_title="step", yaxis_title="bits per byte", height=420)
     figs.append(("Groups and overall", f))
     tasks = overview(run_dir)
@@ -122,23 +141,44 @@ def figures(run_dir: Path, threshold: float) -> list[tuple[str, Any]]:
     f = go.Figure()
     for lang in names:
         pts = sorted((r["tokens_seen"], r["bpb"], r["step"]) for r in langs if r["lang"] == lang)
-        f.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=T(lang),
-                               text=[f"step {p[2]}" for p in pts]))
+        f.add_trace(
+            go.Scatter(
+                x=[p[0] for p in pts],
+                y=[p[1] for p in pts],
+                mode="lines+markers",
+                name=T(lang),
+                text=[f"step {p[2]}" for p in pts],
+            )
+        )
     f.update_layout(xaxis_title="training tokens seen of the language", yaxis_title="bits per byte", height=520)
     figs.append(("Bits per byte against tokens seen: starved or hard?", f))
 
     m = read_metrics(RunDir(run_dir).metrics)[0]
     f = make_subplots(specs=[[{"secondary_y": True}]])
-    f.add_trace(go.Scatter(x=[x["step"] for x in m], y=[x.get("loss") for x in m], name="training loss"), secondary_y=False)
-    f.add_trace(go.Scatter(x=[x["step"] for x in m], y=[x.get("lr") for x in m], name="learning rate"), secondary_y=True)
+    f.add_trace(
+        go.Scatter(x=[x["step"] for x in m], y=[x.get("loss") for x in m], name="training loss"), secondary_y=False
+    )
+    f.add_trace(
+        go.Scatter(x=[x["step"] for x in m], y=[x.get("lr") for x in m], name="learning rate"), secondary_y=True
+    )
     f.update_layout(xaxis_title="step", height=380)
     figs.append(("Training loss and learning rate", f))
 
     regs = all_regressions(rows, threshold)
-    f = go.Figure(go.Table(header={"values": ["language", "step", "bits per byte", "before", "change"]},
-                           cells={"values": [[T(g["lang"]) for g in regs], [f"{g['previous_step']} → {g['step']}" for g in regs],
-                                             [f"{g['bpb']:.4f}" for g in regs], [f"{g['previous_bpb']:.4f}" for g in regs],
-                                             [f"{g['change']:+.1%}" for g in regs]]}))
+    f = go.Figure(
+        go.Table(
+            header={"values": ["language", "step", "bits per byte", "before", "change"]},
+            cells={
+                "values": [
+                    [T(g["lang"]) for g in regs],
+                    [f"{g['previous_step']} → {g['step']}" for g in regs],
+                    [f"{g['bpb']:.4f}" for g in regs],
+                    [f"{g['previous_bpb']:.4f}" for g in regs],
+                    [f"{g['change']:+.1%}" for g in regs],
+                ]
+            },
+        )
+    )
     f.update_layout(height=120 + 24 * max(1, len(regs)))
     figs.append((f"Regressions (bits per byte up more than {threshold:.0%}): {len(regs)}", f))
 
@@ -146,9 +186,15 @@ def figures(run_dir: Path, threshold: float) -> list[tuple[str, Any]]:
     if gens:
         last = max(g["step"] for g in gens)
         g = sorted((x for x in gens if x["step"] == last), key=lambda x: (x["lang"], x["k"]))
-        f = go.Figure(go.Table(header={"values": ["language", "prompt", "greedy completion"]},
-                               cells={"values": [[T(x["lang"]) for x in g], [T(x["prompt"]) for x in g],
-                                                 [T(x["completion"]) for x in g]], "align": "left"}))
+        f = go.Figure(
+            go.Table(
+                header={"values": ["language", "prompt", "greedy completion"]},
+                cells={
+                    "values": [[T(x["lang"]) for x in g], [T(x["prompt"]) for x in g], [T(x["completion"]) for x in g]],
+                    "align": "left",
+                },
+            )
+        )
         f.update_layout(height=120 + 40 * len(g))
         figs.append((f"Generations at step {last}", f))
 
@@ -160,8 +206,13 @@ def figures(run_dir: Path, threshold: float) -> list[tuple[str, Any]]:
         for kind in ("filtered", "duplicates", "errors"):
             reasons = sorted({k for _, e in ledger for k in e.get(kind, {})})
             for reason in reasons:
-                f.add_trace(go.Bar(x=[T(l) for l, _ in ledger], y=[e.get(kind, {}).get(reason, 0) for _, e in ledger],
-                                   name=T(f"{kind}: {reason}")))
+                f.add_trace(
+                    go.Bar(
+                        x=[T(l) for l, _ in ledger],
+                        y=[e.get(kind, {}).get(reason, 0) for _, e in ledger],
+                        name=T(f"{kind}: {reason}"),
+                    )
+                )
         f.update_layout(barmode="stack", yaxis_title="documents in", height=480)
         figs.append(("Data ledger: documents in, kept and dropped by reason", f))
     return figs
@@ -172,8 +223,10 @@ def build(run_dir: str | Path, threshold: float | None = None) -> Path:
     flagged above ``threshold`` (default: the run's own :func:`regression_threshold`)."""
     run_dir = Path(run_dir)
     threshold = regression_threshold(run_dir) if threshold is None else threshold
-    sections = [page.chart(title, fig, f"chart-{i}", with_library=i == 0)
-                for i, (title, fig) in enumerate(figures(run_dir, threshold))]
+    sections = [
+        page.chart(title, fig, f"chart-{i}", with_library=i == 0)
+        for i, (title, fig) in enumerate(figures(run_dir, threshold))
+    ]
     rows = read_results(run_dir).num_rows
     intro = [page.Link(f"{rows} result rows; evaluation contract: eval/RESULTS.md")]
     data = data_page(run_dir)

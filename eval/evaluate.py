@@ -53,8 +53,9 @@ class Evaluation:
         return validation_rows(pa.Table.from_pylist(self.rows, schema=SCHEMA))
 
 
-def generations(model: Bloom, index: ShardIndex, cfg: EvalConfig, decode: Callable[[list[int]], str],
-                eos_id: int) -> list[dict[str, Any]]:
+def generations(
+    model: Bloom, index: ShardIndex, cfg: EvalConfig, decode: Callable[[list[int]], str], eos_id: int
+) -> list[dict[str, Any]]:
     """``cfg.prompts_per_lang`` greedy generations per language, from the first ``cfg.prompt_tokens``
     tokens of its first validation documents (fixed, so rounds compare)."""
     out = []
@@ -64,13 +65,20 @@ def generations(model: Bloom, index: ShardIndex, cfg: EvalConfig, decode: Callab
             for sid, row in refs:
                 toks, offsets = index.fetch(sid, row)
                 for start in offsets.tolist():
-                    doc = toks[start:start + cfg.prompt_tokens].tolist()
+                    doc = toks[start : start + cfg.prompt_tokens].tolist()
                     if len(doc) == cfg.prompt_tokens and eos_id not in doc and len(prompts) < cfg.prompts_per_lang:
                         prompts.append(doc)
             if len(prompts) >= cfg.prompts_per_lang:
                 break
         for k, p in enumerate(prompts):
-            out.append({"lang": lang, "k": k, "prompt": decode(p), "completion": decode(greedy(model, p, cfg.new_tokens, eos_id))})
+            out.append(
+                {
+                    "lang": lang,
+                    "k": k,
+                    "prompt": decode(p),
+                    "completion": decode(greedy(model, p, cfg.new_tokens, eos_id)),
+                }
+            )
     return out
 
 
@@ -82,8 +90,14 @@ def seen(scope: str, lang: str, tokens_seen: dict[str, int], langs: list[str]) -
     return int(sum(tokens_seen.get(l, 0) for l in members))
 
 
-def evaluate(ckpt_dir: str | Path, data_dir: str | Path, cfg: EvalConfig, run: str,
-             stamp: Optional[Path] = None, progress: Callable[[str], None] = lambda msg: None) -> Evaluation:
+def evaluate(
+    ckpt_dir: str | Path,
+    data_dir: str | Path,
+    cfg: EvalConfig,
+    run: str,
+    stamp: Optional[Path] = None,
+    progress: Callable[[str], None] = lambda msg: None,
+) -> Evaluation:
     """Evaluate the checkpoint ``ckpt_dir`` on ``data_dir``'s validation splits and ``cfg.tasks``."""
     import sentencepiece as spm
 
@@ -94,9 +108,11 @@ def evaluate(ckpt_dir: str | Path, data_dir: str | Path, cfg: EvalConfig, run: s
         torch.set_num_threads(cfg.threads)
     model, meta = load_model(ckpt_dir, PRECISIONS[cfg.precision])
     if not trained_on(meta, data_dir):
-        raise CheckpointError(f"{ckpt_dir / META_FILE}: field 'data_manifest_sha256' is not the sha256 of "
-                              f"{manifest_path(data_dir)}: the checkpoint was trained on other data; evaluate it "
-                              f"with the --data it was trained on")
+        raise CheckpointError(
+            f"{ckpt_dir / META_FILE}: field 'data_manifest_sha256' is not the sha256 of "
+            f"{manifest_path(data_dir)}: the checkpoint was trained on other data; evaluate it "
+            f"with the --data it was trained on"
+        )
     index = ShardIndex(data_dir, "valid")
     if stamp is not None:
         verify_once(index, stamp)
@@ -105,8 +121,17 @@ def evaluate(ckpt_dir: str | Path, data_dir: str | Path, cfg: EvalConfig, run: s
     eos = int(tok["eos_id"])
     sp = spm.SentencePieceProcessor(model_file=str(model_file))
     tokens_seen = meta["sampler"]["tokens_by_lang"]
-    base = dict(model=model.eval(), tokenizer=sp, index=index, token_bytes=token_bytes(model_file),
-                tokenizer_file=model_file, eos_id=eos, settings=cfg, tokens_seen=tokens_seen, progress=progress)
+    base = dict(
+        model=model.eval(),
+        tokenizer=sp,
+        index=index,
+        token_bytes=token_bytes(model_file),
+        tokenizer_file=model_file,
+        eos_id=eos,
+        settings=cfg,
+        tokens_seen=tokens_seen,
+        progress=progress,
+    )
     rows, seconds, tokens = [], {}, 0
     for spec, task in tasks:
         t = time.perf_counter()
@@ -115,8 +140,15 @@ def evaluate(ckpt_dir: str | Path, data_dir: str | Path, cfg: EvalConfig, run: s
         tokens += getattr(task, "tokens", 0)
     gens = generations(model, index, cfg, sp.decode, eos) if cfg.prompts_per_lang and cfg.new_tokens else []
     now = dt.datetime.now(dt.timezone.utc)
-    ident = {"run": run, "step": int(meta["step"]), "checkpoint": str(ckpt_dir.resolve()), "precision": cfg.precision,
-             "layout": layout_label(meta["layout"]), "data_manifest_sha256": meta["data_manifest_sha256"], "evaluated_at": now}
+    ident = {
+        "run": run,
+        "step": int(meta["step"]),
+        "checkpoint": str(ckpt_dir.resolve()),
+        "precision": cfg.precision,
+        "layout": layout_label(meta["layout"]),
+        "data_manifest_sha256": meta["data_manifest_sha256"],
+        "evaluated_at": now,
+    }
     rows = [{**ident, **r, "tokens_seen": seen(r["scope"], r["lang"], tokens_seen, index.languages)} for r in rows]
     gens = [{**{k: ident[k] for k in ("run", "step", "precision", "evaluated_at")}, **g} for g in gens]
     return Evaluation(rows, gens, time.perf_counter() - t0, tokens, seconds)

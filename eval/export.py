@@ -25,8 +25,14 @@ from data_prep.shards import manifest_path
 from training.checkpoint import META_FILE, PRECISIONS, load_model, trained_on
 from training.layout import EMBEDDING
 
-_BLOCK = {"ln1": "input_layernorm", "attn.qkv": "self_attention.query_key_value", "attn.dense": "self_attention.dense",
-          "ln2": "post_attention_layernorm", "mlp.fc1": "mlp.dense_h_to_4h", "mlp.fc2": "mlp.dense_4h_to_h"}
+_BLOCK = {
+    "ln1": "input_layernorm",
+    "attn.qkv": "self_attention.query_key_value",
+    "attn.dense": "self_attention.dense",
+    "ln2": "post_attention_layernorm",
+    "mlp.fc1": "mlp.dense_h_to_4h",
+    "mlp.fc2": "mlp.dense_4h_to_h",
+}
 _TOP = {"embedding.word_embeddings": "word_embeddings", "embed_ln": "word_embeddings_layernorm", "final_ln": "ln_f"}
 
 
@@ -42,13 +48,25 @@ def hf_name(name: str) -> str:
 def hf_config(cfg: Any, tok: dict[str, Any], dtype: str) -> dict[str, Any]:
     """config.json: the fields HF Bloom reads. ``vocab_size`` is the tokenizer's (padding dropped)."""
     return {
-        "architectures": ["BloomForCausalLM"], "model_type": "bloom",
-        "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size, "n_layer": cfg.num_layers, "n_head": cfg.num_heads,
-        "layer_norm_epsilon": cfg.layernorm_eps, "initializer_range": cfg.init_std,
-        "apply_residual_connection_post_layernorm": False, "hidden_dropout": 0.0, "attention_dropout": 0.0,
-        "pretraining_tp": 1, "slow_but_exact": False, "tie_word_embeddings": True, "use_cache": True,
-        "bos_token_id": tok["bos_id"], "eos_token_id": tok["eos_id"],
-        "pad_token_id": tok["pad_id"] if tok["pad_id"] >= 0 else tok["eos_id"], "torch_dtype": dtype,
+        "architectures": ["BloomForCausalLM"],
+        "model_type": "bloom",
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.hidden_size,
+        "n_layer": cfg.num_layers,
+        "n_head": cfg.num_heads,
+        "layer_norm_epsilon": cfg.layernorm_eps,
+        "initializer_range": cfg.init_std,
+        "apply_residual_connection_post_layernorm": False,
+        "hidden_dropout": 0.0,
+        "attention_dropout": 0.0,
+        "pretraining_tp": 1,
+        "slow_but_exact": False,
+        "tie_word_embeddings": True,
+        "use_cache": True,
+        "bos_token_id": tok["bos_id"],
+        "eos_token_id": tok["eos_id"],
+        "pad_token_id": tok["pad_id"] if tok["pad_id"] >= 0 else tok["eos_id"],
+        "torch_dtype": dtype,
     }
 
 
@@ -56,8 +74,14 @@ def hf_tokenizer(model_file: str | Path) -> Any:
     """The SentencePiece model as transformers' tokenizer (see the module docstring)."""
     from transformers import BertGenerationTokenizer
 
-    return BertGenerationTokenizer(vocab_file=str(model_file), sep_token=None, bos_token="<s>", eos_token="</s>",
-                                   unk_token="<unk>", pad_token="<pad>")
+    return BertGenerationTokenizer(
+        vocab_file=str(model_file),
+        sep_token=None,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+    )
 
 
 def save_tokenizer(model_file: str | Path, out: str | Path) -> None:
@@ -70,7 +94,7 @@ def hf_tensors(model: Any) -> dict[str, Any]:
     out = {}
     for name, t in model.state_dict().items():
         if name == EMBEDDING:
-            t = t[:model.cfg.vocab_size]  # padding rows: masked in training, dropped here
+            t = t[: model.cfg.vocab_size]  # padding rows: masked in training, dropped here
         out[hf_name(name)] = t.contiguous()
     return out
 
@@ -87,13 +111,14 @@ def hf_model(model: Any, tok: dict[str, Any]) -> Any:
     hf = BloomForCausalLM(BloomConfig(**{k: v for k, v in conf.items() if k != "architectures"})).to(dtype)
     missing, unexpected = hf.load_state_dict(tensors, strict=False)
     if unexpected or set(missing) - {"lm_head.weight"}:  # lm_head is tied to the word embeddings
-        raise CheckpointError(f"the HF model does not take these parameters: missing {missing}, unexpected {unexpected}")
+        raise CheckpointError(
+            f"the HF model does not take these parameters: missing {missing}, unexpected {unexpected}"
+        )
     hf.tie_weights()
     return hf.eval()
 
 
-def export(ckpt_dir: str | Path, out: str | Path, data_dir: Optional[str | Path] = None,
-           dtype: str = "fp32") -> Path:
+def export(ckpt_dir: str | Path, out: str | Path, data_dir: Optional[str | Path] = None, dtype: str = "fp32") -> Path:
     """Write the HF model of ``ckpt_dir`` to ``out``; the tokenizer comes from the data the run
     trained on (``data_dir``, default: the checkpoint's ``data_dir``), checked by its manifest hash."""
     from safetensors.torch import save_file
@@ -105,9 +130,11 @@ def export(ckpt_dir: str | Path, out: str | Path, data_dir: Optional[str | Path]
     data = Path(data_dir or meta["data_dir"])
     manifest = load_manifest(data)
     if not trained_on(meta, data):
-        raise CheckpointError(f"{ckpt_dir / META_FILE}: field 'data_manifest_sha256' is not the hash of "
-                              f"{manifest_path(data)}: the tokenizer must be the one the model trained with; pass "
-                              f"--data with the run's data")
+        raise CheckpointError(
+            f"{ckpt_dir / META_FILE}: field 'data_manifest_sha256' is not the hash of "
+            f"{manifest_path(data)}: the tokenizer must be the one the model trained with; pass "
+            f"--data with the run's data"
+        )
     cfg = model.cfg
     tensors = hf_tensors(model)
     out.mkdir(parents=True, exist_ok=True)
@@ -115,8 +142,16 @@ def export(ckpt_dir: str | Path, out: str | Path, data_dir: Optional[str | Path]
     tok = manifest["tokenizer"]
     write_json_atomic(out / "config.json", hf_config(cfg, tok, {"fp32": "float32", "bf16": "bfloat16"}[dtype]))
     save_tokenizer(data / tok["path"], out)
-    write_json_atomic(out / "bloomline_export.json", {"checkpoint": str(ckpt_dir.resolve()), "step": meta["step"],
-                                                      "layout": meta["layout"], "dtype": dtype, "data_dir": str(data)})
+    write_json_atomic(
+        out / "bloomline_export.json",
+        {
+            "checkpoint": str(ckpt_dir.resolve()),
+            "step": meta["step"],
+            "layout": meta["layout"],
+            "dtype": dtype,
+            "data_dir": str(data),
+        },
+    )
     return out
 
 
@@ -125,4 +160,8 @@ def check_export(out: str | Path) -> dict[str, Any]:
     from transformers import AutoConfig
 
     c = AutoConfig.from_pretrained(str(out), local_files_only=True)
-    return {"model_type": c.model_type, "vocab_size": c.vocab_size, **json.loads((Path(out) / "bloomline_export.json").read_text())}
+    return {
+        "model_type": c.model_type,
+        "vocab_size": c.vocab_size,
+        **json.loads((Path(out) / "bloomline_export.json").read_text()),
+    }

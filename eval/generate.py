@@ -11,8 +11,9 @@ from training.model import Bloom
 
 
 @torch.no_grad()
-def greedy(model: Bloom, prompt: list[int], new_tokens: int, eos_id: int,
-           stop: Optional[Callable[[list[int]], bool]] = None) -> list[int]:
+def greedy(
+    model: Bloom, prompt: list[int], new_tokens: int, eos_id: int, stop: Optional[Callable[[list[int]], bool]] = None
+) -> list[int]:
     """Greedy continuation of ``prompt``: at most ``new_tokens``, ending at </s> (left out) or as
     soon as ``stop(tokens so far)`` holds. No key-value cache: every step runs the whole sequence,
     which at evaluation sizes (tens of tokens, a small model on CPU) costs less than keeping one."""
@@ -23,6 +24,6 @@ def greedy(model: Bloom, prompt: list[int], new_tokens: int, eos_id: int,
         if nxt == eos_id:
             break
         ids.append(nxt)
-        if stop is not None and stop(ids[len(prompt):]):
+        if stop is not None and stop(ids[len(prompt) :]):
             break
-    return ids[len(prompt):]
+    return ids[len(prompt) :]

@@ -51,16 +51,20 @@ def write_task(data_dir: str | Path, lang: str, folder: str | Path) -> str:
     folder.mkdir(parents=True, exist_ok=True)
     name = "bloomline_bpb_" + lang.lower().replace("-", "_")
     docs = folder / f"{name}.jsonl"
-    docs.write_text("".join(json.dumps({"text": d}, ensure_ascii=False) + "\n" for d in validation_documents(data_dir, lang)))
+    docs.write_text(
+        "".join(json.dumps({"text": d}, ensure_ascii=False) + "\n" for d in validation_documents(data_dir, lang))
+    )
     (folder / f"{name}.yaml").write_text(
         f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {json.dumps(str(docs))}\n"
-        "test_split: test\noutput_type: loglikelihood_rolling\ndoc_to_text: \"\"\ndoc_to_target: \"{{text}}\"\n"
-        "metric_list:\n  - metric: bits_per_byte\n    aggregation: bits_per_byte\n    higher_is_better: false\n")
+        'test_split: test\noutput_type: loglikelihood_rolling\ndoc_to_text: ""\ndoc_to_target: "{{text}}"\n'
+        "metric_list:\n  - metric: bits_per_byte\n    aggregation: bits_per_byte\n    higher_is_better: false\n"
+    )
     return name
 
 
-def lm_eval_bits_per_byte(hf_dir: str | Path, data_dir: str | Path, lang: str, work: str | Path,
-                          max_length: int) -> dict[str, Any]:
+def lm_eval_bits_per_byte(
+    hf_dir: str | Path, data_dir: str | Path, lang: str, work: str | Path, max_length: int
+) -> dict[str, Any]:
     """Run lm-eval offline on the export ``hf_dir``; ``max_length`` is passed explicitly because
     BLOOM's config has no ``n_positions`` for lm-eval to read. The process's environment is as it
     was afterwards (the offline switches hold for this call only)."""
@@ -74,9 +78,16 @@ def lm_eval_bits_per_byte(hf_dir: str | Path, data_dir: str | Path, lang: str, w
         # prefix_token_id: the first token is conditioned on </s>, what precedes every document in
         # training (packed samples); lm-eval would take the tokenizer's BOS, <s>, which training never saw
         eos = json.loads((Path(hf_dir) / "config.json").read_text())["eos_token_id"]
-        res = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={hf_dir},max_length={max_length},"
-                                                           f"dtype=float32,prefix_token_id={eos}",
-                                      tasks=[name], task_manager=TaskManager(include_path=str(work)), batch_size=1,
-                                      device="cpu")
-    return {"task": name, "bits_per_byte": float(res["results"][name]["bits_per_byte,none"]),
-            "documents": len(validation_documents(data_dir, lang))}
+        res = lm_eval.simple_evaluate(
+            model="hf",
+            model_args=f"pretrained={hf_dir},max_length={max_length},dtype=float32,prefix_token_id={eos}",
+            tasks=[name],
+            task_manager=TaskManager(include_path=str(work)),
+            batch_size=1,
+            device="cpu",
+        )
+    return {
+        "task": name,
+        "bits_per_byte": float(res["results"][name]["bits_per_byte,none"]),
+        "documents": len(validation_documents(data_dir, lang)),
+    }

@@ -70,26 +70,56 @@ def metric_rows(per_lang: dict[str, LangTotals], tokens_seen: dict[str, int]) ->
     tokens_seen."""
     rows = []
     for lang, t in sorted(per_lang.items()):
-        rows.append({"scope": "language", "lang": lang, "family": group_of(lang), "weighting": "tokens",
-                     "loss": t.loss, "ppl": t.ppl, "bpb": t.bpb, "tokens": t.tokens, "bytes": t.bytes, "docs": t.docs,
-                     "tokens_seen": int(tokens_seen.get(lang, 0))})
-    sets = [("group", g, [l for l in per_lang if group_of(l) == g]) for g in GROUPS] + [("overall", "all", list(per_lang))]
+        rows.append(
+            {
+                "scope": "language",
+                "lang": lang,
+                "family": group_of(lang),
+                "weighting": "tokens",
+                "loss": t.loss,
+                "ppl": t.ppl,
+                "bpb": t.bpb,
+                "tokens": t.tokens,
+                "bytes": t.bytes,
+                "docs": t.docs,
+                "tokens_seen": int(tokens_seen.get(lang, 0)),
+            }
+        )
+    sets = [("group", g, [l for l in per_lang if group_of(l) == g]) for g in GROUPS] + [
+        ("overall", "all", list(per_lang))
+    ]
     for scope, name, langs in sets:
         if not langs:
             continue
         total = LangTotals()
         for l in langs:
             total.add(per_lang[l])
-        base = {"scope": scope, "lang": name, "family": name, "tokens": total.tokens,
-                "bytes": total.bytes, "docs": total.docs, "tokens_seen": int(sum(tokens_seen.get(l, 0) for l in langs))}
+        base = {
+            "scope": scope,
+            "lang": name,
+            "family": name,
+            "tokens": total.tokens,
+            "bytes": total.bytes,
+            "docs": total.docs,
+            "tokens_seen": int(sum(tokens_seen.get(l, 0) for l in langs)),
+        }
         rows.append({**base, "weighting": "tokens", "loss": total.loss, "ppl": total.ppl, "bpb": total.bpb})
         mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
-        rows.append({**base, "weighting": "mean", "loss": mean([per_lang[l].loss for l in langs]),
-                     "ppl": mean([per_lang[l].ppl for l in langs]), "bpb": mean([per_lang[l].bpb for l in langs])})
+        rows.append(
+            {
+                **base,
+                "weighting": "mean",
+                "loss": mean([per_lang[l].loss for l in langs]),
+                "ppl": mean([per_lang[l].ppl for l in langs]),
+                "bpb": mean([per_lang[l].bpb for l in langs]),
+            }
+        )
     return rows
 
 
-def regressions(rows: list[dict[str, Any]], before: dict[str, dict[str, Any]], threshold: float) -> list[dict[str, Any]]:
+def regressions(
+    rows: list[dict[str, Any]], before: dict[str, dict[str, Any]], threshold: float
+) -> list[dict[str, Any]]:
     """Languages whose bits per byte rose by more than ``threshold`` (relative) since ``before``."""
     out = []
     for r in rows:
@@ -98,6 +128,14 @@ def regressions(rows: list[dict[str, Any]], before: dict[str, dict[str, Any]], t
             continue
         change = (r["bpb"] - old["bpb"]) / old["bpb"]
         if change > threshold:
-            out.append({"lang": r["lang"], "step": r["step"], "previous_step": old["step"], "bpb": r["bpb"],
-                        "previous_bpb": old["bpb"], "change": change})
+            out.append(
+                {
+                    "lang": r["lang"],
+                    "step": r["step"],
+                    "previous_step": old["step"],
+                    "bpb": r["bpb"],
+                    "previous_bpb": old["bpb"],
+                    "change": change,
+                }
+            )
     return out

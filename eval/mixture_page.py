@@ -44,8 +44,9 @@ def mixture_figures(run_dir: Path) -> list[tuple[str, Any]]:
 
     f = go.Figure()
     for lang, y in ys.items():
-        f.add_trace(go.Scatter(x=xs, y=y, name=T(lang), stackgroup="w", line={"shape": "hv", "width": 0.5},
-                               legendgroup=lang))
+        f.add_trace(
+            go.Scatter(x=xs, y=y, name=T(lang), stackgroup="w", line={"shape": "hv", "width": 0.5}, legendgroup=lang)
+        )
     for s in changes:
         f.add_vline(x=s + 1, line={"dash": "dot", "width": 0.5, "color": "#888"})
     f.update_layout(xaxis_title="step", yaxis_title="weight", yaxis_range=[0, 1], height=520)
@@ -62,23 +63,42 @@ def mixture_figures(run_dir: Path) -> list[tuple[str, Any]]:
     f.update_layout(xaxis_title="step", yaxis_title="training tokens seen", height=480)
     figs.append(("Tokens seen per language", f))
 
-    rows = [r for r in validation_rows(read_results(run_dir)) if r["scope"] == "language"] if run.results.is_dir() else []
+    rows = (
+        [r for r in validation_rows(read_results(run_dir)) if r["scope"] == "language"] if run.results.is_dir() else []
+    )
     f = go.Figure()
     for lang in langs:
         pts = sorted((r["tokens_seen"], r["bpb"], r["step"]) for r in rows if r["lang"] == lang)
         if not pts:
             continue
-        f.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=T(lang),
-                               legendgroup=lang, text=[f"step {p[2]}" for p in pts]))
+        f.add_trace(
+            go.Scatter(
+                x=[p[0] for p in pts],
+                y=[p[1] for p in pts],
+                mode="lines+markers",
+                name=T(lang),
+                legendgroup=lang,
+                text=[f"step {p[2]}" for p in pts],
+            )
+        )
         # each change, where this language's curve was at that moment (its tokens seen by then)
         at = [int(seen[lang][steps.index(s)]) for s in changes if s in steps]
         if at:
             xs_ = np.log(np.maximum([p[0] for p in pts], 1))
-            f.add_trace(go.Scatter(x=at, y=np.interp(np.log(np.maximum(at, 1)), xs_, [p[1] for p in pts]).tolist(),
-                                   mode="markers", marker={"symbol": "x", "size": 7}, name=T(f"{lang}: weights changed"),
-                                   legendgroup=lang, showlegend=False))
-    f.update_layout(xaxis_title="training tokens seen of the language", xaxis_type="log", yaxis_title="bits per byte",
-                    height=520)
+            f.add_trace(
+                go.Scatter(
+                    x=at,
+                    y=np.interp(np.log(np.maximum(at, 1)), xs_, [p[1] for p in pts]).tolist(),
+                    mode="markers",
+                    marker={"symbol": "x", "size": 7},
+                    name=T(f"{lang}: weights changed"),
+                    legendgroup=lang,
+                    showlegend=False,
+                )
+            )
+    f.update_layout(
+        xaxis_title="training tokens seen of the language", xaxis_type="log", yaxis_title="bits per byte", height=520
+    )
     figs.append(("Bits per byte against tokens seen (×: the weights changed)", f))
     return figs
 
@@ -87,7 +107,12 @@ def mixture_page(run_dir: Path) -> str | None:
     """The page's HTML, or None for a run without an online mixture."""
     if not RunDir(run_dir).mixture_log.exists() or not any(e["weights"] for e in read_log(RunDir(run_dir))):
         return None
-    sections = [page.chart(title, fig, f"mixture-{i}", with_library=i == 0)
-                for i, (title, fig) in enumerate(mixture_figures(run_dir))]
-    return page.render(f"{run_dir.name} mixture", sections,
-                       intro=[page.Link("← evaluation", "index.html"), page.Link(" · the language mixture (RUN_DIR/mixture.jsonl)")])
+    sections = [
+        page.chart(title, fig, f"mixture-{i}", with_library=i == 0)
+        for i, (title, fig) in enumerate(mixture_figures(run_dir))
+    ]
+    return page.render(
+        f"{run_dir.name} mixture",
+        sections,
+        intro=[page.Link("← evaluation", "index.html"), page.Link(" · the language mixture (RUN_DIR/mixture.jsonl)")],
+    )

@@ -80,8 +80,9 @@ def chart(title: str, fig: Any, div_id: str, with_library: bool) -> Section:
     a page), with the hashes of the scripts plotly wrote for it."""
     import plotly.io as pio
 
-    markup = pio.to_html(fig, full_html=False, include_plotlyjs=with_library, div_id=div_id,
-                         config={"displaylogo": False})
+    markup = pio.to_html(
+        fig, full_html=False, include_plotlyjs=with_library, div_id=div_id, config={"displaylogo": False}
+    )
     scripts = _SCRIPT.findall(markup)
     if markup.count("<script") != len(scripts):  # a script we could not delimit would not run, or run unlisted
         raise RuntimeError(f"chart {div_id}: plotly's output has a script this page cannot account for")
@@ -99,15 +100,17 @@ def policy(sections: list[Section]) -> str:
     """The page's Content-Security-Policy: its own inline scripts by hash, inline styles (plotly
     sets them as it draws), data: images and fonts; nothing else, from anywhere."""
     scripts = sorted({s for sec in sections for s in sec.scripts})
-    return "; ".join([
-        "default-src 'none'",
-        "script-src " + (" ".join(scripts) if scripts else "'none'"),
-        "style-src 'unsafe-inline'",
-        "img-src data:",
-        "font-src data:",
-        "base-uri 'none'",
-        "form-action 'none'",
-    ])
+    return "; ".join(
+        [
+            "default-src 'none'",
+            "script-src " + (" ".join(scripts) if scripts else "'none'"),
+            "style-src 'unsafe-inline'",
+            "img-src data:",
+            "font-src data:",
+            "base-uri 'none'",
+            "form-action 'none'",
+        ]
+    )
 
 
 def render(title: str, sections: list[Section], heading: str | None = None, intro: list[Link] = ()) -> str:

@@ -42,10 +42,16 @@ def write_tensorboard(run_dir: Path, rows: list[dict[str, Any]]) -> None:
             name = r["lang"] if r["scope"] == "language" else f"{r['lang']}-{r['weighting']}"
             w.add_scalar(f"eval/{r['task']}/{name}/{r['metric']}", r["value"], r["step"])
     for r in validation_rows(pa.Table.from_pylist(rows, schema=SCHEMA)):
-        name = r["lang"] if r["scope"] == "language" else f"{r['lang']}-{'tokens' if r['weighting'] == 'tokens' else 'mean'}"
-        for tag, v in ((f"lm-loss-validation/{name}/lm loss validation", r["loss"]),
-                       (f"lm-loss-validation/{name}/lm loss validation ppl", r["ppl"]),
-                       (f"bits-per-byte-validation/{name}/bits per byte", r["bpb"])):
+        name = (
+            r["lang"]
+            if r["scope"] == "language"
+            else f"{r['lang']}-{'tokens' if r['weighting'] == 'tokens' else 'mean'}"
+        )
+        for tag, v in (
+            (f"lm-loss-validation/{name}/lm loss validation", r["loss"]),
+            (f"lm-loss-validation/{name}/lm loss validation ppl", r["ppl"]),
+            (f"bits-per-byte-validation/{name}/bits per byte", r["bpb"]),
+        ):
             if math.isfinite(v):
                 w.add_scalar(tag, v, r["step"])
     w.close()
@@ -62,13 +68,17 @@ def retract_after(run_dir: str | Path, step: int) -> list[int]:
     return sorted(set(forget_after(run_dir, step)) | set(drop_feedback_after(RunDir(Path(run_dir)), step)))
 
 
-def run_evaluation(ckpt_dir: str | Path, data_dir: str | Path, cfg: EvalConfig, out: str | Path | None = None,
-                   progress: Callable[[str], None] = lambda msg: None) -> dict[str, Any]:
+def run_evaluation(
+    ckpt_dir: str | Path,
+    data_dir: str | Path,
+    cfg: EvalConfig,
+    out: str | Path | None = None,
+    progress: Callable[[str], None] = lambda msg: None,
+) -> dict[str, Any]:
     """Evaluate one checkpoint and publish its results into ``out`` (default: the checkpoint's run)."""
     ckpt_dir = Path(ckpt_dir)
     run_dir = Path(out).resolve() if out else RunDir.of_checkpoint(ckpt_dir).root
-    ev = evaluate(ckpt_dir, data_dir, cfg, run=run_dir.name, stamp=RunDir(run_dir).eval_stamp,
-                  progress=progress)
+    ev = evaluate(ckpt_dir, data_dir, cfg, run=run_dir.name, stamp=RunDir(run_dir).eval_stamp, progress=progress)
     step = ev.rows[0]["step"]
     before = previous_rows(run_dir, step)
     path = write_results(run_dir, step, ev.rows, ev.generations)
@@ -80,6 +90,16 @@ def run_evaluation(ckpt_dir: str | Path, data_dir: str | Path, cfg: EvalConfig, 
     from eval.dashboard import build  # the dashboard reads the results table this module writes
 
     dashboard = build(run_dir, cfg.regression_threshold)  # every evaluation refreshes it
-    return {"step": step, "results": str(path), "dashboard": str(dashboard), "rows": val, "task_rows": ev.rows,
-            "generations": ev.generations, "regressions": regressions(val, before, cfg.regression_threshold),
-            "previous": before, "seconds": ev.seconds, "tokens": ev.tokens, "task_seconds": ev.task_seconds}
+    return {
+        "step": step,
+        "results": str(path),
+        "dashboard": str(dashboard),
+        "rows": val,
+        "task_rows": ev.rows,
+        "generations": ev.generations,
+        "regressions": regressions(val, before, cfg.regression_threshold),
+        "previous": before,
+        "seconds": ev.seconds,
+        "tokens": ev.tokens,
+        "task_seconds": ev.task_seconds,
+    }

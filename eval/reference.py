@@ -34,7 +34,9 @@ def _reference_tokenizer(ref: RunDir) -> str:
     return load_manifest(data_dir)["tokenizer"]["sha256"]
 
 
-def reference_curve(ref_dir: str | Path, data_dir: str | Path, languages: list[str]) -> tuple[ReferenceCurve, dict[str, Any]]:
+def reference_curve(
+    ref_dir: str | Path, data_dir: str | Path, languages: list[str]
+) -> tuple[ReferenceCurve, dict[str, Any]]:
     """The reference run's curve for this run's ``languages`` on ``data_dir``, and what was checked."""
     ref = RunDir(Path(ref_dir).resolve())
     if not ref.results.is_dir():
@@ -45,25 +47,38 @@ def reference_curve(ref_dir: str | Path, data_dir: str | Path, languages: list[s
     theirs = sorted({r["lang"] for r in rows})
     if theirs != sorted(languages):
         only_ref, only_us = sorted(set(theirs) - set(languages)), sorted(set(languages) - set(theirs))
-        raise ConfigError(KEY, f"the reference run {ref.root.name} has other languages than this run"
-                               + (f"; only the reference: {only_ref}" if only_ref else "")
-                               + (f"; only this run: {only_us}" if only_us else ""))
+        raise ConfigError(
+            KEY,
+            f"the reference run {ref.root.name} has other languages than this run"
+            + (f"; only the reference: {only_ref}" if only_ref else "")
+            + (f"; only this run: {only_us}" if only_us else ""),
+        )
     manifest = load_manifest(data_dir)
     ours = manifest["tokenizer"]["sha256"]
     if (tok := _reference_tokenizer(ref)) != ours:
-        raise ConfigError(KEY, f"the reference run {ref.root.name} used another tokenizer (sha256 {tok[:12]}…, this "
-                               f"data's is {ours[:12]}…): its tokens seen do not compare with this run's")
+        raise ConfigError(
+            KEY,
+            f"the reference run {ref.root.name} used another tokenizer (sha256 {tok[:12]}…, this "
+            f"data's is {ours[:12]}…): its tokens seen do not compare with this run's",
+        )
     stamp = ref.eval_stamp
     # the validation shards the reference's evaluations checked (eval/RESULTS.md, data_verified.json)
     theirs_valid = {p: v[2] for p, v in (read_json(stamp)["shards"] if stamp.is_file() else {}).items()}
     ours_valid = {s["path"]: s["sha256"] for s in manifest["shards"] if s["split"] == "valid"}
     if theirs_valid != ours_valid:
         differ = sorted(p for p in ours_valid.keys() | theirs_valid.keys() if ours_valid.get(p) != theirs_valid.get(p))
-        raise ConfigError(KEY, f"the reference run {ref.root.name} was validated on other data than {data_dir}: "
-                               f"validation shard {differ[0]} differs" + (f" (and {len(differ) - 1} more)" if len(differ) > 1 else ""))
+        raise ConfigError(
+            KEY,
+            f"the reference run {ref.root.name} was validated on other data than {data_dir}: "
+            f"validation shard {differ[0]} differs" + (f" (and {len(differ) - 1} more)" if len(differ) > 1 else ""),
+        )
     points: dict[str, list[tuple[int, float]]] = {}
     for r in sorted(rows, key=lambda r: (r["lang"], r["tokens_seen"], r["step"])):
         points.setdefault(r["lang"], []).append((int(r["tokens_seen"]), float(r["bpb"])))
-    checked = {"languages": len(theirs), "tokenizer_sha256": ours, "validation_shards": len(ours_valid),
-               "evaluations": len({r["step"] for r in rows})}
+    checked = {
+        "languages": len(theirs),
+        "tokenizer_sha256": ours,
+        "validation_shards": len(ours_valid),
+        "evaluations": len({r["step"] for r in rows}),
+    }
     return ReferenceCurve(ref.root.name, points), checked

@@ -27,24 +27,54 @@ READS = (1, 2)
 """Results versions :func:`read_results` reads: version 1's wide rows become version 2's long ones."""
 VERSION_KEY = b"bloomline.results_version"
 
-SCHEMA = pa.schema([
-    ("run", pa.string()), ("step", pa.int64()), ("checkpoint", pa.string()),
-    ("task", pa.string()), ("scope", pa.string()), ("lang", pa.string()), ("family", pa.string()),
-    ("weighting", pa.string()), ("metric", pa.string()), ("value", pa.float64()), ("stderr", pa.float64()),
-    ("n", pa.int64()), ("note", pa.string()), ("tokens_seen", pa.int64()),
-    ("precision", pa.string()), ("layout", pa.string()), ("data_manifest_sha256", pa.string()),
-    ("evaluated_at", pa.timestamp("us", tz="UTC")),
-], metadata={VERSION_KEY: str(RESULTS_VERSION).encode()})
+SCHEMA = pa.schema(
+    [
+        ("run", pa.string()),
+        ("step", pa.int64()),
+        ("checkpoint", pa.string()),
+        ("task", pa.string()),
+        ("scope", pa.string()),
+        ("lang", pa.string()),
+        ("family", pa.string()),
+        ("weighting", pa.string()),
+        ("metric", pa.string()),
+        ("value", pa.float64()),
+        ("stderr", pa.float64()),
+        ("n", pa.int64()),
+        ("note", pa.string()),
+        ("tokens_seen", pa.int64()),
+        ("precision", pa.string()),
+        ("layout", pa.string()),
+        ("data_manifest_sha256", pa.string()),
+        ("evaluated_at", pa.timestamp("us", tz="UTC")),
+    ],
+    metadata={VERSION_KEY: str(RESULTS_VERSION).encode()},
+)
 """Version 2: one row per (step, task, scope, lang, weighting, metric) (eval/RESULTS.md)."""
 
-SCHEMA_V1 = pa.schema([
-    ("run", pa.string()), ("step", pa.int64()), ("checkpoint", pa.string()),
-    ("scope", pa.string()), ("lang", pa.string()), ("family", pa.string()), ("weighting", pa.string()),
-    ("loss", pa.float64()), ("ppl", pa.float64()), ("bpb", pa.float64()),
-    ("tokens", pa.int64()), ("bytes", pa.int64()), ("docs", pa.int64()), ("tokens_seen", pa.int64()),
-    ("precision", pa.string()), ("layout", pa.string()), ("data_manifest_sha256", pa.string()),
-    ("evaluated_at", pa.timestamp("us", tz="UTC")),
-], metadata={VERSION_KEY: b"1"})
+SCHEMA_V1 = pa.schema(
+    [
+        ("run", pa.string()),
+        ("step", pa.int64()),
+        ("checkpoint", pa.string()),
+        ("scope", pa.string()),
+        ("lang", pa.string()),
+        ("family", pa.string()),
+        ("weighting", pa.string()),
+        ("loss", pa.float64()),
+        ("ppl", pa.float64()),
+        ("bpb", pa.float64()),
+        ("tokens", pa.int64()),
+        ("bytes", pa.int64()),
+        ("docs", pa.int64()),
+        ("tokens_seen", pa.int64()),
+        ("precision", pa.string()),
+        ("layout", pa.string()),
+        ("data_manifest_sha256", pa.string()),
+        ("evaluated_at", pa.timestamp("us", tz="UTC")),
+    ],
+    metadata={VERSION_KEY: b"1"},
+)
 """Version 1 (wide: one row per language or aggregate, the validation task's columns)."""
 
 VALIDATION = "validation"
@@ -57,12 +87,36 @@ def long_rows(wide: list[dict[str, Any]], task: str = VALIDATION) -> list[dict[s
     eval.metrics.metric_rows') as version 2's long rows of ``task``; ``n`` is the predicted tokens."""
     out = []
     for r in wide:
-        base = {k: r.get(k) for k in ("run", "step", "checkpoint", "scope", "lang", "family", "weighting", "tokens_seen",
-                                      "precision", "layout", "data_manifest_sha256", "evaluated_at")}
+        base = {
+            k: r.get(k)
+            for k in (
+                "run",
+                "step",
+                "checkpoint",
+                "scope",
+                "lang",
+                "family",
+                "weighting",
+                "tokens_seen",
+                "precision",
+                "layout",
+                "data_manifest_sha256",
+                "evaluated_at",
+            )
+        }
         for m in VALIDATION_METRICS:
             if m in r:
-                out.append({**base, "task": task, "metric": m, "value": None if r[m] is None else float(r[m]),
-                            "stderr": None, "n": r.get("tokens"), "note": None})
+                out.append(
+                    {
+                        **base,
+                        "task": task,
+                        "metric": m,
+                        "value": None if r[m] is None else float(r[m]),
+                        "stderr": None,
+                        "n": r.get("tokens"),
+                        "note": None,
+                    }
+                )
     return out
 
 
@@ -74,18 +128,44 @@ def validation_rows(table: pa.Table) -> list[dict[str, Any]]:
     out: dict[tuple, dict[str, Any]] = {}
     for r in table.filter(pa.compute.equal(table["task"], VALIDATION)).to_pylist():
         key = (r["step"], r["scope"], r["lang"], r["weighting"])
-        row = out.setdefault(key, {k: r[k] for k in ("run", "step", "checkpoint", "scope", "lang", "family", "weighting",
-                                                     "tokens_seen", "precision", "layout", "data_manifest_sha256",
-                                                     "evaluated_at")})
+        row = out.setdefault(
+            key,
+            {
+                k: r[k]
+                for k in (
+                    "run",
+                    "step",
+                    "checkpoint",
+                    "scope",
+                    "lang",
+                    "family",
+                    "weighting",
+                    "tokens_seen",
+                    "precision",
+                    "layout",
+                    "data_manifest_sha256",
+                    "evaluated_at",
+                )
+            },
+        )
         v = r["value"]
         row[r["metric"]] = int(v) if r["metric"] in ("tokens", "bytes", "docs") and v is not None else v
     return list(out.values())
 
 
-GENERATIONS_SCHEMA = pa.schema([
-    ("run", pa.string()), ("step", pa.int64()), ("lang", pa.string()), ("k", pa.int64()), ("prompt", pa.string()),
-    ("completion", pa.string()), ("precision", pa.string()), ("evaluated_at", pa.timestamp("us", tz="UTC")),
-], metadata={VERSION_KEY: str(RESULTS_VERSION).encode()})
+GENERATIONS_SCHEMA = pa.schema(
+    [
+        ("run", pa.string()),
+        ("step", pa.int64()),
+        ("lang", pa.string()),
+        ("k", pa.int64()),
+        ("prompt", pa.string()),
+        ("completion", pa.string()),
+        ("precision", pa.string()),
+        ("evaluated_at", pa.timestamp("us", tz="UTC")),
+    ],
+    metadata={VERSION_KEY: str(RESULTS_VERSION).encode()},
+)
 
 
 class ResultsError(BloomlineError):
@@ -110,7 +190,9 @@ def _write(folder: Path, step: int, rows: list[dict[str, Any]], schema: pa.Schem
     return path
 
 
-def write_results(run_dir: str | Path, step: int, rows: list[dict[str, Any]], generations: list[dict[str, Any]]) -> Path:
+def write_results(
+    run_dir: str | Path, step: int, rows: list[dict[str, Any]], generations: list[dict[str, Any]]
+) -> Path:
     """Publish one checkpoint's rows (replacing any earlier evaluation of it); generations first,
     so a results file never exists without its generations."""
     _write(generations_dir(run_dir), step, generations, GENERATIONS_SCHEMA)
@@ -128,14 +210,18 @@ def _read(folder: Path, schema: pa.Schema, versions: dict[str, Any]) -> pa.Table
             raise ResultsError(f"{f}: not a readable Parquet file ({e})") from None
         version = (found.metadata or {}).get(VERSION_KEY, b"").decode()
         if version not in versions:
-            raise ResultsError(f"{f}: results version {version or 'missing'}, this bloomline reads "
-                               f"{', '.join(versions)} (eval/RESULTS.md)")
+            raise ResultsError(
+                f"{f}: results version {version or 'missing'}, this bloomline reads "
+                f"{', '.join(versions)} (eval/RESULTS.md)"
+            )
         want, convert = versions[version]
         if not found.remove_metadata().equals(want.remove_metadata()):
             w = {n: str(t) for n, t in zip(want.names, want.types)}
             got = {n: str(t) for n, t in zip(found.names, found.types)}
             diff = sorted(set(w.items()) ^ set(got.items()))[:4]
-            raise ResultsError(f"{f}: not the results schema (version {version}) of eval/RESULTS.md (columns differ: {diff})")
+            raise ResultsError(
+                f"{f}: not the results schema (version {version}) of eval/RESULTS.md (columns differ: {diff})"
+            )
         tables.append(convert(pq.read_table(f, schema=want)))
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
@@ -173,8 +259,12 @@ def record_skipped(run_dir: str | Path, step: int, reason: str) -> None:
     f = skipped_file(run_dir)
     f.parent.mkdir(parents=True, exist_ok=True)
     with open(f, "a", encoding="utf-8") as out:
-        out.write(json.dumps({"step": step, "reason": reason,
-                              "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}) + "\n")
+        out.write(
+            json.dumps(
+                {"step": step, "reason": reason, "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+            )
+            + "\n"
+        )
         out.flush()
         os.fsync(out.fileno())
 

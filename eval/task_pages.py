@@ -55,15 +55,28 @@ def signal(rows: list[dict[str, Any]], task: str) -> list[dict[str, Any]]:
     out = []
     lang_rows = [r for r in rows if r["task"] == task and r["scope"] == "language" and r["metric"] != "skipped"]
     for metric, lang in sorted({(r["metric"], r["lang"]) for r in lang_rows}):
-        pts = sorted((r["step"], r["value"], r["stderr"]) for r in lang_rows if (r["metric"], r["lang"]) == (metric, lang)
-                     and r["value"] is not None)
+        pts = sorted(
+            (r["step"], r["value"], r["stderr"])
+            for r in lang_rows
+            if (r["metric"], r["lang"]) == (metric, lang) and r["value"] is not None
+        )
         if not pts:
             continue
         step, value, se = pts[-1]
         c = floor.get(metric)
         above = None if c is None or se is None or not math.isfinite(se) else value - c > 2 * se
-        out.append({"metric": metric, "lang": lang, "step": step, "value": value, "stderr": se, "chance": c,
-                    "above_chance": above, "spearman": spearman([p[0] for p in pts], [p[1] for p in pts])})
+        out.append(
+            {
+                "metric": metric,
+                "lang": lang,
+                "step": step,
+                "value": value,
+                "stderr": se,
+                "chance": c,
+                "above_chance": above,
+                "spearman": spearman([p[0] for p in pts], [p[1] for p in pts]),
+            }
+        )
     return out
 
 
@@ -83,32 +96,63 @@ def _figures(rows: list[dict[str, Any]], task: str) -> list[tuple[str, Any]]:
             f.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=T(lang)))
         if metric in floor:
             f.add_hline(y=floor[metric], line={"dash": "dot", "color": "#888"}, annotation_text="chance")
-        f.update_layout(xaxis_title="step", yaxis_title=metric, height=480,
-                        legend_title="click: hide · double click: isolate")
+        f.update_layout(
+            xaxis_title="step", yaxis_title=metric, height=480, legend_title="click: hide · double click: isolate"
+        )
         figs.append((f"{task}: {metric} per language", f))
         grid = {(r["lang"], r["step"]): r["value"] for r in rs}
-        f = go.Figure(go.Heatmap(z=[[grid.get((l, s)) for s in steps] for l in langs], x=[str(s) for s in steps],
-                                 y=[T(l) for l in langs], colorscale="Viridis", colorbar_title=metric))
+        f = go.Figure(
+            go.Heatmap(
+                z=[[grid.get((l, s)) for s in steps] for l in langs],
+                x=[str(s) for s in steps],
+                y=[T(l) for l in langs],
+                colorscale="Viridis",
+                colorbar_title=metric,
+            )
+        )
         f.update_layout(xaxis_title="checkpoint step", height=max(400, 16 * len(langs)))
         figs.append((f"{task}: {metric}, language × checkpoint", f))
     report = signal(rows, task)
     yes = lambda v: "-" if v is None else ("yes" if v else "no")  # noqa: E731
-    f = go.Figure(go.Table(
-        header={"values": ["metric", "language", "step", "value", "± stderr", "chance", "above chance by > 2 stderr",
-                           "Spearman ρ over checkpoints"]},
-        cells={"values": [[T(s["metric"]) for s in report], [T(s["lang"]) for s in report], [s["step"] for s in report],
-                          [f"{s['value']:.4f}" for s in report],
-                          ["-" if s["stderr"] is None else f"{s['stderr']:.4f}" for s in report],
-                          ["-" if s["chance"] is None else f"{s['chance']:.3f}" for s in report],
-                          [yes(s["above_chance"]) for s in report],
-                          ["-" if s["spearman"] is None else f"{s['spearman']:+.2f}" for s in report]]}))
+    f = go.Figure(
+        go.Table(
+            header={
+                "values": [
+                    "metric",
+                    "language",
+                    "step",
+                    "value",
+                    "± stderr",
+                    "chance",
+                    "above chance by > 2 stderr",
+                    "Spearman ρ over checkpoints",
+                ]
+            },
+            cells={
+                "values": [
+                    [T(s["metric"]) for s in report],
+                    [T(s["lang"]) for s in report],
+                    [s["step"] for s in report],
+                    [f"{s['value']:.4f}" for s in report],
+                    ["-" if s["stderr"] is None else f"{s['stderr']:.4f}" for s in report],
+                    ["-" if s["chance"] is None else f"{s['chance']:.3f}" for s in report],
+                    [yes(s["above_chance"]) for s in report],
+                    ["-" if s["spearman"] is None else f"{s['spearman']:+.2f}" for s in report],
+                ]
+            },
+        )
+    )
     f.update_layout(height=120 + 22 * max(1, len(report)))
     n_yes = sum(bool(s["above_chance"]) for s in report)
     figs.append((f"{task}: signal report ({n_yes} of {len(report)} above chance at the latest checkpoint)", f))
     skips = sorted({(r["lang"], r["note"]) for r in rows if r["task"] == task and r["metric"] == "skipped"})
     if skips:
-        f = go.Figure(go.Table(header={"values": ["language", "not evaluated because"]},
-                               cells={"values": [[T(l) for l, _ in skips], [T(n) for _, n in skips]], "align": "left"}))
+        f = go.Figure(
+            go.Table(
+                header={"values": ["language", "not evaluated because"]},
+                cells={"values": [[T(l) for l, _ in skips], [T(n) for _, n in skips]], "align": "left"},
+            )
+        )
         f.update_layout(height=120 + 22 * len(skips))
         figs.append((f"{task}: languages not evaluated ({len(skips)})", f))
     return figs
@@ -119,9 +163,13 @@ def task_pages(run_dir: Path) -> dict[str, str]:
     rows = task_rows(run_dir)
     out = {}
     for task in sorted({r["task"] for r in rows}):
-        sections = [page.chart(title, fig, f"task-{i}", with_library=i == 0) for i, (title, fig) in enumerate(_figures(rows, task))]
-        out[page_name(task)] = page.render(f"{run_dir.name} {task}", sections, heading=f"task {task}",
-                                           intro=[page.Link("← evaluation", "index.html")])
+        sections = [
+            page.chart(title, fig, f"task-{i}", with_library=i == 0)
+            for i, (title, fig) in enumerate(_figures(rows, task))
+        ]
+        out[page_name(task)] = page.render(
+            f"{run_dir.name} {task}", sections, heading=f"task {task}", intro=[page.Link("← evaluation", "index.html")]
+        )
     return out
 
 
@@ -140,8 +188,17 @@ def overview(run_dir: Path) -> Optional[tuple[str, Any]]:
         return None
     f = go.Figure()
     for task, metric, fam in sorted({(r["task"], r["metric"], r["lang"]) for r in means}):
-        pts = sorted((r["step"], r["value"]) for r in means if (r["task"], r["metric"], r["lang"]) == (task, metric, fam))
-        f.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers",
-                               name=T(f"{task} {metric}: {fam}"), line={"dash": "solid" if fam == "all" else "dot"}))
+        pts = sorted(
+            (r["step"], r["value"]) for r in means if (r["task"], r["metric"], r["lang"]) == (task, metric, fam)
+        )
+        f.add_trace(
+            go.Scatter(
+                x=[p[0] for p in pts],
+                y=[p[1] for p in pts],
+                mode="lines+markers",
+                name=T(f"{task} {metric}: {fam}"),
+                line={"dash": "solid" if fam == "all" else "dot"},
+            )
+        )
     f.update_layout(xaxis_title="step", yaxis_title="mean over the family's languages", height=460)
     return "Tasks: each family's mean per task (the task pages have every language)", f

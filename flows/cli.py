@@ -29,8 +29,11 @@ from flows.params import masked
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_CONFIG = REPO / "configs" / "data" / "demo.yaml"
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="bloomline: multilingual corpora → trained, evaluated BLOOM-style models.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="bloomline: multilingual corpora → trained, evaluated BLOOM-style models.",
+)
 # Wide enough for the summary table when output goes to a file or CI log.
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
 
@@ -65,10 +68,15 @@ class RichProgress:
             def render(self, task):  # noqa: ANN001, ANN201 (rich's signature)
                 return (self.in_bytes if task.fields.get("unit") == "B" else self.other).render(task)
 
-        self._p = Progress(TextColumn("[bold]{task.description:<14}"), BarColumn(),
-                           ByUnit(DownloadColumn(), MofNCompleteColumn()),
-                           ByUnit(TransferSpeedColumn(), TextColumn("{task.fields[unit]}")), TimeElapsedColumn(),
-                           console=console, transient=False)
+        self._p = Progress(
+            TextColumn("[bold]{task.description:<14}"),
+            BarColumn(),
+            ByUnit(DownloadColumn(), MofNCompleteColumn()),
+            ByUnit(TransferSpeedColumn(), TextColumn("{task.fields[unit]}")),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
         self._tasks: dict[str, int] = {}
         self._p.start()
 
@@ -90,12 +98,22 @@ class RichProgress:
 
 @app.command()
 def prepare(
-    inputs: List[Path] = typer.Argument(None, help="JSONL / JSONL.gz / Parquet files or folders, or saved datasets; replace the config's sources."),
+    inputs: List[Path] = typer.Argument(
+        None, help="JSONL / JSONL.gz / Parquet files or folders, or saved datasets; replace the config's sources."
+    ),
     out: Path = typer.Option(..., "--out", help="Output folder (shards, tokenizer, manifest.json)."),
     config: Path = typer.Option(DEFAULT_DATA_CONFIG, "--config", help="Recipe (YAML)."),
-    override: List[str] = typer.Option([], "-o", "--override", help="Override a config value: -o dotted.key=value (repeatable)."),
-    strict: bool = typer.Option(False, "--strict", help="Stop at the first bad record instead of booking it as an error."),
-    dask_address: str = typer.Option(None, "--dask-address", help="Run on this Dask scheduler (tcp://host:8786) instead of a local cluster; sets dask.address."),
+    override: List[str] = typer.Option(
+        [], "-o", "--override", help="Override a config value: -o dotted.key=value (repeatable)."
+    ),
+    strict: bool = typer.Option(
+        False, "--strict", help="Stop at the first bad record instead of booking it as an error."
+    ),
+    dask_address: str = typer.Option(
+        None,
+        "--dask-address",
+        help="Run on this Dask scheduler (tcp://host:8786) instead of a local cluster; sets dask.address.",
+    ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Tokenize and pack multilingual corpora into length-bucketed Arrow shards."""
@@ -147,10 +165,19 @@ DEFAULT_PIPELINE_CONFIG = REPO / "configs" / "pipeline" / "demo.yaml"
 
 @app.command()
 def pipeline(
-    out: Path = typer.Option(..., "--out", help="Run folder of the whole job; rerun the same command to reuse or resume."),
+    out: Path = typer.Option(
+        ..., "--out", help="Run folder of the whole job; rerun the same command to reuse or resume."
+    ),
     config: Path = typer.Option(DEFAULT_PIPELINE_CONFIG, "--config", help="Pipeline recipe (YAML, configs/pipeline/)."),
-    override: List[str] = typer.Option([], "-o", "--override", help="Override a value: -o train.train.steps=60, -o data.tokenizer.vocab_size=8000 (repeatable)."),
-    dask_address: str = typer.Option(None, "--dask-address", help="Prepare the data on this Dask scheduler; sets data.dask.address."),
+    override: List[str] = typer.Option(
+        [],
+        "-o",
+        "--override",
+        help="Override a value: -o train.train.steps=60, -o data.tokenizer.vocab_size=8000 (repeatable).",
+    ),
+    dask_address: str = typer.Option(
+        None, "--dask-address", help="Prepare the data on this Dask scheduler; sets data.dask.address."
+    ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """The main job: prepare → train (each checkpoint evaluated alongside) → dashboard → Hugging Face export."""
@@ -185,14 +212,26 @@ DEFAULT_TRAIN_CONFIG = REPO / "configs" / "train" / "bloom-tiny.yaml"
 @app.command()
 def train(
     data: Path = typer.Option(..., "--data", help="Folder written by 'bloomline prepare' (manifest.json, shards)."),
-    out: Path = typer.Option(..., "--out", help="Run folder: metrics.jsonl, tensorboard/, checkpoints/. Rerun to resume."),
+    out: Path = typer.Option(
+        ..., "--out", help="Run folder: metrics.jsonl, tensorboard/, checkpoints/. Rerun to resume."
+    ),
     config: Path = typer.Option(DEFAULT_TRAIN_CONFIG, "--config", help="Training recipe (YAML, configs/train/)."),
     override: List[str] = typer.Option([], "-o", "--override", help="Override a value: -o parallel.tp=2 (repeatable)."),
-    hostfile: Path = typer.Option(None, "--hostfile", help="Train on the nodes of this DeepSpeed hostfile ('host slots=N' lines); sets launch.hostfile."),
-    launcher: str = typer.Option(None, "--launcher", help="How DeepSpeed reaches the nodes: pdsh (default), openmpi, slurm, mpich, impi, mvapich."),
+    hostfile: Path = typer.Option(
+        None,
+        "--hostfile",
+        help="Train on the nodes of this DeepSpeed hostfile ('host slots=N' lines); sets launch.hostfile.",
+    ),
+    launcher: str = typer.Option(
+        None,
+        "--launcher",
+        help="How DeepSpeed reaches the nodes: pdsh (default), openmpi, slurm, mpich, impi, mvapich.",
+    ),
     master_addr: str = typer.Option(None, "--master-addr", help="Address of the first node (rank 0's rendezvous)."),
     master_port: int = typer.Option(None, "--master-port", help="Rendezvous port (the same on every node)."),
-    no_ssh: bool = typer.Option(False, "--no-ssh", help="Start only this node's ranks; run the same command on every node with its --node-rank."),
+    no_ssh: bool = typer.Option(
+        False, "--no-ssh", help="Start only this node's ranks; run the same command on every node with its --node-rank."
+    ),
     node_rank: int = typer.Option(None, "--node-rank", help="This node's index in the hostfile (with --no-ssh)."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
@@ -201,9 +240,17 @@ def train(
     from training.config import TrainRecipe
 
     def body() -> None:
-        flags = [f"launch.{k}={v}" for k, v in (("hostfile", hostfile and hostfile.resolve()), ("launcher", launcher),
-                                                 ("master_addr", master_addr), ("master_port", master_port),
-                                                 ("node_rank", node_rank)) if v is not None]
+        flags = [
+            f"launch.{k}={v}"
+            for k, v in (
+                ("hostfile", hostfile and hostfile.resolve()),
+                ("launcher", launcher),
+                ("master_addr", master_addr),
+                ("master_port", master_port),
+                ("node_rank", node_rank),
+            )
+            if v is not None
+        ]
         recipe = load_config(TrainRecipe, config, [*override, *flags, *(["launch.no_ssh=true"] if no_ssh else [])])
         from flows.train import is_worker_node, run_worker_node, validate
 
@@ -218,14 +265,20 @@ def train(
             res = train_flow(masked(to_dict(recipe)), str(data.resolve()), str(out.resolve()))
         last = res.get("last", {})
         if res["stopped_by_kill_switch"]:
-            console.print(f"[yellow]stopped by the kill switch[/] at step {res['step']}: remove {out / 'STOP'} and rerun to continue")
+            console.print(
+                f"[yellow]stopped by the kill switch[/] at step {res['step']}: remove {out / 'STOP'} and rerun to continue"
+            )
         else:
-            console.print(f"[bold green]done[/]: step {res['step']}/{res['steps']}, loss {last.get('loss', float('nan')):.4f} "
-                          f"({res['attempts']} attempt(s)); metrics in {out / 'metrics.jsonl'}")
+            console.print(
+                f"[bold green]done[/]: step {res['step']}/{res['steps']}, loss {last.get('loss', float('nan')):.4f} "
+                f"({res['attempts']} attempt(s)); metrics in {out / 'metrics.jsonl'}"
+            )
         ev = res.get("evaluation")
         if ev:
-            console.print(f"evaluated checkpoints {ev['evaluated']} (results in {out / 'eval'}, dashboard "
-                          f"{out / 'dashboard' / 'index.html'})")
+            console.print(
+                f"evaluated checkpoints {ev['evaluated']} (results in {out / 'eval'}, dashboard "
+                f"{out / 'dashboard' / 'index.html'})"
+            )
             for step, why in sorted(ev["skipped"].items()):
                 console.print(f"[yellow]not evaluated[/]: step {step}: {why}")
 
@@ -237,11 +290,17 @@ DEFAULT_EVAL_CONFIG = REPO / "configs" / "eval" / "default.yaml"
 
 @app.command()
 def evaluate(
-    checkpoint: Path = typer.Option(..., "--checkpoint", help="A checkpoint folder (RUN_DIR/checkpoints/step_N), any layout."),
-    data: Path = typer.Option(..., "--data", help="The prepared data it was trained on (its validation splits are evaluated)."),
+    checkpoint: Path = typer.Option(
+        ..., "--checkpoint", help="A checkpoint folder (RUN_DIR/checkpoints/step_N), any layout."
+    ),
+    data: Path = typer.Option(
+        ..., "--data", help="The prepared data it was trained on (its validation splits are evaluated)."
+    ),
     out: Path = typer.Option(None, "--out", help="Run folder for the results (default: the checkpoint's run)."),
     config: Path = typer.Option(DEFAULT_EVAL_CONFIG, "--config", help="Evaluation recipe (YAML, configs/eval/)."),
-    override: List[str] = typer.Option([], "-o", "--override", help="Override a value: -o precision=bf16 (repeatable)."),
+    override: List[str] = typer.Option(
+        [], "-o", "--override", help="Override a value: -o precision=bf16 (repeatable)."
+    ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Evaluate a checkpoint per language: loss, perplexity, bits per byte; results in RUN_DIR/eval/."""
@@ -260,14 +319,22 @@ def evaluate(
         from training.checkpoint import RunDir
 
         with owned(out or RunDir.of_checkpoint(checkpoint).root, "bloomline evaluate"):
-            res = evaluate_flow(str(checkpoint.resolve()), str(data.resolve()), masked(to_dict(cfg)),
-                                str(out.resolve()) if out else None)
-        console.print(f"[bold green]done[/]: step {res['step']}, {res['tokens']:,} tokens in {res['seconds']:.1f} s; "
-                      f"results in {res['results']}")
+            res = evaluate_flow(
+                str(checkpoint.resolve()),
+                str(data.resolve()),
+                masked(to_dict(cfg)),
+                str(out.resolve()) if out else None,
+            )
+        console.print(
+            f"[bold green]done[/]: step {res['step']}, {res['tokens']:,} tokens in {res['seconds']:.1f} s; "
+            f"results in {res['results']}"
+        )
         for t in res["tasks"]:
             console.print(f"{t['task']} {t['metric']}: {t['value']:.4f} (mean of {t['n']} languages)")
         for t in res["skipped"]:
-            if str(t["note"]).startswith(("malformed record", "lm-eval failed")):  # bad task data: an error, the rest ran
+            if str(t["note"]).startswith(
+                ("malformed record", "lm-eval failed")
+            ):  # bad task data: an error, the rest ran
                 print(f"error: {t['task']} {t['lang']} not evaluated, {t['note']}", file=sys.stderr)
             else:
                 console.print(f"[yellow]not evaluated[/]: {t['task']} {t['lang']}: {t['note']}", highlight=False)
@@ -279,9 +346,15 @@ def evaluate(
 
 @app.command()
 def export(
-    checkpoint: Path = typer.Option(..., "--checkpoint", help="A checkpoint folder (RUN_DIR/checkpoints/step_N), any layout."),
-    out: Path = typer.Option(..., "--out", help="Folder for the Hugging Face model (safetensors, config.json, tokenizer)."),
-    data: Path = typer.Option(None, "--data", help="The run's prepared data, for its tokenizer (default: the checkpoint's data_dir)."),
+    checkpoint: Path = typer.Option(
+        ..., "--checkpoint", help="A checkpoint folder (RUN_DIR/checkpoints/step_N), any layout."
+    ),
+    out: Path = typer.Option(
+        ..., "--out", help="Folder for the Hugging Face model (safetensors, config.json, tokenizer)."
+    ),
+    data: Path = typer.Option(
+        None, "--data", help="The run's prepared data, for its tokenizer (default: the checkpoint's data_dir)."
+    ),
     dtype: str = typer.Option("fp32", "--dtype", help="fp32 or bf16."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
@@ -293,7 +366,9 @@ def export(
         from eval.export import export as run_export
 
         path = run_export(checkpoint, out, data, dtype)
-        console.print(f"[bold green]done[/]: {path} (AutoModelForCausalLM.from_pretrained and AutoTokenizer load it offline)")
+        console.print(
+            f"[bold green]done[/]: {path} (AutoModelForCausalLM.from_pretrained and AutoTokenizer load it offline)"
+        )
 
     _run(body, debug, driver=True)
 
@@ -338,10 +413,16 @@ def filters(
 
 @app.command()
 def plan(
-    config: Path = typer.Option(DEFAULT_TRAIN_CONFIG, "--config", help="Training recipe (configs/train/) or pipeline recipe (configs/pipeline/)."),
+    config: Path = typer.Option(
+        DEFAULT_TRAIN_CONFIG,
+        "--config",
+        help="Training recipe (configs/train/) or pipeline recipe (configs/pipeline/).",
+    ),
     gpu: str = typer.Option("a100-80gb", "--gpu", help="a100-80gb, h100-80gb, h200, or cpu (this machine)."),
     nodes: int = typer.Option(None, "--nodes", help="Plan on N nodes: DP becomes N·devices-per-node/(TP·PP)."),
-    iteration_seconds: float = typer.Option(None, "--iteration-seconds", help="A measured iteration time: gives TFLOP/s per GPU."),
+    iteration_seconds: float = typer.Option(
+        None, "--iteration-seconds", help="A measured iteration time: gives TFLOP/s per GPU."
+    ),
     offload: bool = typer.Option(False, "--offload", help="Also plan ZeRO-Offload (optimizer states in CPU memory)."),
     override: List[str] = typer.Option([], "-o", "--override", help="Override a recipe value: -o parallel.tp=8."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as one JSON object."),
@@ -384,9 +465,13 @@ def plan(
 
 @app.command()
 def serve(
-    host: str = typer.Option("127.0.0.1", "--host", help="Where the started Prefect server listens (loopback by default)."),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Where the started Prefect server listens (loopback by default)."
+    ),
     port: int = typer.Option(4200, "--port", help="Its port."),
-    api_url: str = typer.Option(None, "--api-url", help="Use this running Prefect server (http://host:4200/api) instead of starting one."),
+    api_url: str = typer.Option(
+        None, "--api-url", help="Use this running Prefect server (http://host:4200/api) instead of starting one."
+    ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Start (or use) a Prefect server and serve pipeline, prepare, train and evaluate as deployments."""
@@ -399,8 +484,10 @@ def serve(
         url = api_url
         if url is None:
             if host not in LOOPBACK:
-                console.print(f"[yellow]warning[/]: the Prefect server listens on {host}, reachable beyond this machine; "
-                              f"it has no authentication unless PREFECT_SERVER_API_AUTH_STRING is set")
+                console.print(
+                    f"[yellow]warning[/]: the Prefect server listens on {host}, reachable beyond this machine; "
+                    f"it has no authentication unless PREFECT_SERVER_API_AUTH_STRING is set"
+                )
             home = Path(os.environ.get("PREFECT_HOME", Path.home() / ".prefect"))
             server = start_server(host, port, home / "bloomline-server.log")
             url = url_of(host, port)
@@ -408,9 +495,13 @@ def serve(
             wait_healthy(url)
             os.environ["PREFECT_API_URL"] = url
             ui = url.removesuffix("/api")
-            console.print(f"Prefect server {ui} (UI); deployments: " +
-                          ", ".join(f"{f}/{DEPLOYMENT}" for f in ("pipeline", "prepare", "train", "evaluate")))
-            console.print(f"run one: PREFECT_API_URL={url} prefect deployment run 'pipeline/{DEPLOYMENT}' -p out=/path/to/run")
+            console.print(
+                f"Prefect server {ui} (UI); deployments: "
+                + ", ".join(f"{f}/{DEPLOYMENT}" for f in ("pipeline", "prepare", "train", "evaluate"))
+            )
+            console.print(
+                f"run one: PREFECT_API_URL={url} prefect deployment run 'pipeline/{DEPLOYMENT}' -p out=/path/to/run"
+            )
             serve_deployments()
         finally:
             if server is not None:

@@ -78,8 +78,14 @@ def become_driver() -> str:
     tok = f"{pid}.{round((_started(pid) or time.time()) * 1000)}.{secrets.token_hex(4)}"
     env = {k: v for k, v in os.environ.items() if k != JOB_ENV}  # the reaper is not one of the job's processes
     # stdin: the pipe; the write end stays in this process only (pipes are not inherited, PEP 446)
-    _reaper = subprocess.Popen([sys.executable, "-m", "flows.lifeline", tok], stdin=subprocess.PIPE, env=env,
-                               start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _reaper = subprocess.Popen(
+        [sys.executable, "-m", "flows.lifeline", tok],
+        stdin=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     _driver_pid = pid
     os.environ[JOB_ENV] = tok
     return tok
@@ -103,8 +109,12 @@ def carriers(tok: str) -> list:
     found = []
     for p in psutil.process_iter(["uids", "status"]):
         try:
-            if p.pid == me or p.info["uids"] is None or p.info["uids"].real != uid \
-                    or p.info["status"] == psutil.STATUS_ZOMBIE:
+            if (
+                p.pid == me
+                or p.info["uids"] is None
+                or p.info["uids"].real != uid
+                or p.info["status"] == psutil.STATUS_ZOMBIE
+            ):
                 continue
             if p.environ().get(JOB_ENV) == tok:
                 found.append(p)

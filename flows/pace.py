@@ -26,10 +26,17 @@ from typing import Callable
 class Pacer:
     """CPU seconds used ≤ ``share`` × wall seconds (+ ``burst_s``) while ``active()``."""
 
-    def __init__(self, share: float, active: Callable[[], bool], burst_s: float = 1.0,
-                 check_s: float = 0.01, active_every_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic, cpu: Callable[[], float] = time.process_time,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        share: float,
+        active: Callable[[], bool],
+        burst_s: float = 1.0,
+        check_s: float = 0.01,
+        active_every_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        cpu: Callable[[], float] = time.process_time,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         if share <= 0:
             raise ValueError(f"share must be > 0, got {share}")
         self.share, self.active, self.burst_s = share, active, burst_s

@@ -75,13 +75,15 @@ def train_key(recipe: Any, data_dir: Path) -> StageKey:
 
 def evaluate_key(recipe: Any, train: StageKey) -> StageKey:
     settings = recipe.evaluation.settings
-    return StageKey("evaluate", {"train": train.key, "code": code_digest("evaluate"), "task_data": data_digest(settings.tasks)},
-                    to_dict(settings))
+    return StageKey(
+        "evaluate",
+        {"train": train.key, "code": code_digest("evaluate"), "task_data": data_digest(settings.tasks)},
+        to_dict(settings),
+    )
 
 
 def export_key(cfg: Any, ckpt: Path) -> StageKey:
-    return StageKey("export", {"checkpoint": weights_digest(ckpt), "code": code_digest("export")},
-                    to_dict(cfg.export))
+    return StageKey("export", {"checkpoint": weights_digest(ckpt), "code": code_digest("export")}, to_dict(cfg.export))
 
 
 class Stages:
@@ -93,8 +95,13 @@ class Stages:
         self.previous: dict[str, Any] = previous.get("stages", {})
         self.record: dict[str, Any] = {}
 
-    def run_stage(self, key: StageKey, folder: Path, body: Callable[[], dict[str, Any]],
-                  intact: Callable[[dict[str, Any]], str | None] = lambda outputs: None) -> tuple[dict[str, Any], bool]:
+    def run_stage(
+        self,
+        key: StageKey,
+        folder: Path,
+        body: Callable[[], dict[str, Any]],
+        intact: Callable[[dict[str, Any]], str | None] = lambda outputs: None,
+    ) -> tuple[dict[str, Any], bool]:
         """(outputs, reused): ``body()`` runs unless ``folder`` holds a complete output for ``key``
         that ``intact(outputs)`` finds whole (it returns what is wrong, or None); ``body`` returns
         the outputs to record, or raises. Its errors are re-raised as StageError."""
@@ -107,8 +114,9 @@ class Stages:
             self.log.info("%s: reused %s — %s", name, folder, why)
             outputs, reused = done["outputs"], True
         else:
-            why = (f"its output changed since it was made: {damage}" if damage
-                   else why_rerun(key, self.previous.get(name)))
+            why = (
+                f"its output changed since it was made: {damage}" if damage else why_rerun(key, self.previous.get(name))
+            )
             self.log.info("%s: running (%s) → %s", name, why, folder)
             try:
                 outputs = body()
@@ -118,8 +126,16 @@ class Stages:
                 raise StageError(name, e) from None
             mark_complete(folder, key, outputs)
             reused = False
-        self.record[name] = {"key": key.key, "folder": str(folder), "reused": reused, "why": why, "parts": key.parts,
-                             "config": mask_tree(key.config), "outputs": outputs, "seconds": round(time.monotonic() - t0, 1)}
+        self.record[name] = {
+            "key": key.key,
+            "folder": str(folder),
+            "reused": reused,
+            "why": why,
+            "parts": key.parts,
+            "config": mask_tree(key.config),
+            "outputs": outputs,
+            "seconds": round(time.monotonic() - t0, 1),
+        }
         write_json_atomic(self.run / RECORD, {"stages": {**self.previous, **self.record}})
         return outputs, reused
 
@@ -180,8 +196,12 @@ def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
 
     def do_prepare() -> dict[str, Any]:
         m = prepare(masked(to_dict(cfg.data)), str(data_dir))
-        return {"data": str(data_dir), "manifest_sha256": manifest_sha256(data_dir),
-                "languages": len(m.get("languages", {})), "train_tokens": m.get("totals", {}).get("train_tokens")}
+        return {
+            "data": str(data_dir),
+            "manifest_sha256": manifest_sha256(data_dir),
+            "languages": len(m.get("languages", {})),
+            "train_tokens": m.get("totals", {}).get("train_tokens"),
+        }
 
     def data_intact(outputs: dict[str, Any]) -> str | None:
         manifest = manifest_path(data_dir)
@@ -204,9 +224,16 @@ def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
         evaluations_of(folder, ek)  # the watcher evaluates with this recipe's settings: no mixing with others
         res = train(masked(to_dict(recipe)), str(data_dir), str(train_dir))
         if res["stopped_by_kill_switch"]:
-            raise BloomlineError(f"stopped by the kill switch at step {res['step']}/{res['steps']}: remove "
-                                 f"{train_dir / 'STOP'} and rerun to continue")
-        return {"run": str(train_dir), "step": res["step"], "loss": res["last"].get("loss"), "attempts": res["attempts"]}
+            raise BloomlineError(
+                f"stopped by the kill switch at step {res['step']}/{res['steps']}: remove "
+                f"{train_dir / 'STOP'} and rerun to continue"
+            )
+        return {
+            "run": str(train_dir),
+            "step": res["step"],
+            "loss": res["last"].get("loss"),
+            "attempts": res["attempts"],
+        }
 
     def train_intact(outputs: dict[str, Any]) -> str | None:
         step = folder.latest_step()
@@ -227,8 +254,11 @@ def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
         for step in todo:
             evaluate_flow(str(folder.step_dir(step)), str(data_dir), settings, str(train_dir))
         copy_evaluations(train_dir, kept)
-        return {"evaluated": evaluated_steps(train_dir), "skipped": {str(k): v for k, v in skipped_steps(train_dir).items()},
-                "evaluated_now": todo}
+        return {
+            "evaluated": evaluated_steps(train_dir),
+            "skipped": {str(k): v for k, v in skipped_steps(train_dir).items()},
+            "evaluated_now": todo,
+        }
 
     def kept_intact(outputs: dict[str, Any]) -> str | None:
         have = evaluated_steps(kept)
@@ -240,18 +270,33 @@ def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
     dashboard = task(build, name="dashboard", cache_policy=NONE, persist_result=False)(train_dir)
 
     # 4. the final checkpoint as a Hugging Face model
-    result: dict[str, Any] = {"run": str(run), "data": str(data_dir), "train": str(train_dir), "dashboard": str(dashboard),
-                              "tensorboard": str(folder.tensorboard), "checkpoints": str(folder.checkpoints)}
+    result: dict[str, Any] = {
+        "run": str(run),
+        "data": str(data_dir),
+        "train": str(train_dir),
+        "dashboard": str(dashboard),
+        "tensorboard": str(folder.tensorboard),
+        "checkpoints": str(folder.checkpoints),
+    }
     if cfg.export.enabled:
         final = folder.latest_dir()
         if final is None:
             raise StageError("export", BloomlineError(f"{train_dir} has no checkpoint to export"))
         xk = export_key(cfg, final)
         export_dir = xk.folder(run)
-        stages.run_stage(xk, export_dir, lambda: {
-            "export": str(task(export, name="export-hf", cache_policy=NONE, persist_result=False)(
-                final, export_dir, data_dir, cfg.export.dtype)), "step": read_meta(final)["step"]},
-            lambda outputs: export_broken(export_dir))
+        stages.run_stage(
+            xk,
+            export_dir,
+            lambda: {
+                "export": str(
+                    task(export, name="export-hf", cache_policy=NONE, persist_result=False)(
+                        final, export_dir, data_dir, cfg.export.dtype
+                    )
+                ),
+                "step": read_meta(final)["step"],
+            },
+            lambda outputs: export_broken(export_dir),
+        )
         result["export"] = str(export_dir)
     result["stages"] = stages.record
     write_json_atomic(run / RECORD, {"stages": {**stages.previous, **stages.record}, "outputs": result})

@@ -70,9 +70,18 @@ def dask_client(cfg: PrepareConfig) -> Iterator[Any]:
         return
     # One single-threaded process per core: SentencePiece, fastText and the filters are
     # CPU-bound Python/C++ that holds the GIL for long stretches.
-    with environ_kept(), LocalCluster(n_workers=cfg.dask.workers(), threads_per_worker=1, processes=True,
-                                      dashboard_address=None, memory_limit=cfg.dask.memory_limit,
-                                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+    with (
+        environ_kept(),
+        LocalCluster(
+            n_workers=cfg.dask.workers(),
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            memory_limit=cfg.dask.memory_limit,
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         client.register_worker_callbacks(_mask_worker_logs)
         yield client
 
@@ -109,16 +118,24 @@ def prepare(config: dict[str, Any], out: str, strict: bool = False) -> dict[str,
     log = get_run_logger()
     log.info("preparing %d source(s) into %s", len(cfg.sources), out)
     with dask_client(cfg) as client:
-        manifest = run_all(cfg, out, strict=strict, map_fn=dask_map(client), stage=_stage,
-                           progress=PROGRESS or Progress())
+        manifest = run_all(
+            cfg, out, strict=strict, map_fn=dask_map(client), stage=_stage, progress=PROGRESS or Progress()
+        )
     rows = summary_rows(manifest)
-    create_table_artifact(key="prepare-summary", table=mask_tree(rows),
-                          description=mask_text(f"Per-language summary of `bloomline prepare` → {Path(out).resolve()}"))
+    create_table_artifact(
+        key="prepare-summary",
+        table=mask_tree(rows),
+        description=mask_text(f"Per-language summary of `bloomline prepare` → {Path(out).resolve()}"),
+    )
     from data_prep.filter_report import report
 
-    create_markdown_artifact(mask_text(report(out, examples=3)), key="filter-report",
-                             description=mask_text(f"Drops by language and reason, and kept documents near a "
-                                                   f"threshold → {Path(out).resolve()}"))
+    create_markdown_artifact(
+        mask_text(report(out, examples=3)),
+        key="filter-report",
+        description=mask_text(
+            f"Drops by language and reason, and kept documents near a threshold → {Path(out).resolve()}"
+        ),
+    )
     return manifest
 
 

@@ -25,8 +25,14 @@ class TrainProgress:
     """Tails ``metrics.jsonl`` from a byte offset and reports at most every ``every_s`` seconds
     (and at the last step). Reporting never fails the run: a report that cannot be made is dropped."""
 
-    def __init__(self, metrics: Path, steps: int, log: Callable[[str], None], every_s: float = 10.0,
-                 artifact_key: str | None = "train-progress"):
+    def __init__(
+        self,
+        metrics: Path,
+        steps: int,
+        log: Callable[[str], None],
+        every_s: float = 10.0,
+        artifact_key: str | None = "train-progress",
+    ):
         self.metrics, self.steps, self.log, self.every_s = Path(metrics), steps, log, every_s
         self.offset = self.metrics.stat().st_size if self.metrics.exists() else 0  # this attempt's lines only
         self.recent: list[dict[str, Any]] = []
@@ -57,7 +63,9 @@ class TrainProgress:
         rate = f"{sum(tps) / len(tps):,.0f} tokens/s" if tps else "- tokens/s"
         eta = self.eta_seconds()
         eta_s = "-" if eta is None else str(timedelta(seconds=round(eta)))
-        return f"step {r['step']}/{self.steps} ({100 * r['step'] / self.steps:.0f}%) | loss {loss} | {rate} | ETA {eta_s}"
+        return (
+            f"step {r['step']}/{self.steps} ({100 * r['step'] / self.steps:.0f}%) | loss {loss} | {rate} | ETA {eta_s}"
+        )
 
     def __call__(self) -> None:
         try:
@@ -89,11 +97,16 @@ class TrainProgress:
 
             before = self.weights or {}
             cause = r.get("mixture_cause") or {}
-            rows = [{"lang": lang, "weight": round(w, 6), "before": round(before[lang], 6) if lang in before else None}
-                    for lang, w in sorted(r["mixture_weights"].items(), key=lambda kv: -kv[1])]
+            rows = [
+                {"lang": lang, "weight": round(w, 6), "before": round(before[lang], 6) if lang in before else None}
+                for lang, w in sorted(r["mixture_weights"].items(), key=lambda kv: -kv[1])
+            ]
             what = cause.get("signal", "") + (f", checkpoint {cause['checkpoint']}" if "checkpoint" in cause else "")
-            create_table_artifact(rows, key="mixture-weights",
-                                  description=mask_text(f"step {r['step']}: {cause.get('rule', '?')} ({what})"))
+            create_table_artifact(
+                rows,
+                key="mixture-weights",
+                description=mask_text(f"step {r['step']}: {cause.get('rule', '?')} ({what})"),
+            )
             self.weights = dict(r["mixture_weights"])
         except Exception:  # noqa: BLE001 - no Prefect run context (a plain call), or the server is gone
             return
@@ -105,8 +118,9 @@ class TrainProgress:
             from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
             if self.artifact_id is None:
-                self.artifact_id = create_progress_artifact(progress=percent, key=self.artifact_key,
-                                                            description=mask_text(text))
+                self.artifact_id = create_progress_artifact(
+                    progress=percent, key=self.artifact_key, description=mask_text(text)
+                )
             else:
                 update_progress_artifact(self.artifact_id, progress=percent, description=mask_text(text))
         except Exception:  # noqa: BLE001 - no Prefect run context (a plain call), or the server is gone

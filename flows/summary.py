@@ -10,19 +10,21 @@ def summary_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     blend = manifest.get("blend", {})
     for lang, e in sorted(manifest["languages"].items()):
-        rows.append({
-            "lang": lang,
-            "docs_in": e["docs_in"],
-            "kept": e["docs_kept"],
-            "filtered": sum(e["filtered"].values()),
-            "duplicates": sum(e["duplicates"].values()),
-            "errors": sum(e["errors"].values()),
-            "valid_docs": e.get("valid_docs", 0),
-            "tokens": e["tokens"],
-            "blend_%": round(100 * blend.get(lang, 0.0), 3),
-            "pii": sum(e["pii"].values()),
-            "why_dropped": ", ".join(f"{k}:{v}" for kind in ("filtered", "errors") for k, v in e[kind].items()),
-        })
+        rows.append(
+            {
+                "lang": lang,
+                "docs_in": e["docs_in"],
+                "kept": e["docs_kept"],
+                "filtered": sum(e["filtered"].values()),
+                "duplicates": sum(e["duplicates"].values()),
+                "errors": sum(e["errors"].values()),
+                "valid_docs": e.get("valid_docs", 0),
+                "tokens": e["tokens"],
+                "blend_%": round(100 * blend.get(lang, 0.0), 3),
+                "pii": sum(e["pii"].values()),
+                "why_dropped": ", ".join(f"{k}:{v}" for kind in ("filtered", "errors") for k, v in e[kind].items()),
+            }
+        )
     return rows
 
 
@@ -37,16 +39,30 @@ def print_summary(manifest: dict[str, Any], console: Any) -> None:
     for r in rows:
         table.add_row(*(f"{r[c]:,}" if isinstance(r[c], int) else str(r[c]) for c in cols))
     t = manifest["totals"]
-    table.add_row("TOTAL", f"{t['docs_in']:,}", f"{t['docs_kept']:,}", f"{t['filtered']:,}", f"{t['duplicates']:,}",
-                  f"{t['errors']:,}", "", f"{sum(e['tokens'] for e in manifest['languages'].values()):,}", "100", "")
+    table.add_row(
+        "TOTAL",
+        f"{t['docs_in']:,}",
+        f"{t['docs_kept']:,}",
+        f"{t['filtered']:,}",
+        f"{t['duplicates']:,}",
+        f"{t['errors']:,}",
+        "",
+        f"{sum(e['tokens'] for e in manifest['languages'].values()):,}",
+        "100",
+        "",
+    )
     console.print(table)
     sp = manifest.get("splits", {})
     for name, s in sorted(sp.items()):
-        console.print(f"{name}: {s['rows']:,} samples, {s['tokens']:,} tokens, padding {100 * s['padding_fraction']:.2f}%")
+        console.print(
+            f"{name}: {s['rows']:,} samples, {s['tokens']:,} tokens, padding {100 * s['padding_fraction']:.2f}%"
+        )
     for r in rows:
         if r["why_dropped"]:
             console.print(f"{r['lang']} dropped: {r['why_dropped']}", highlight=False)
-    examples = [(lang, r, loc) for lang, e in manifest["languages"].items() for r, loc in e.get("error_examples", {}).items()]
+    examples = [
+        (lang, r, loc) for lang, e in manifest["languages"].items() for r, loc in e.get("error_examples", {}).items()
+    ]
     for lang, reason, loc in examples[:20]:
         console.print(f"[yellow]error[/] {lang} {reason}: e.g. {loc}")
 
@@ -59,8 +75,9 @@ def print_pipeline(res: dict, console: Any) -> None:
     for col in ("stage", "", "why", "seconds", "folder"):
         t.add_column(col)
     for name, s in res["stages"].items():
-        t.add_row(name, "[cyan]reused[/]" if s["reused"] else "[green]ran[/]", s["why"], f"{s['seconds']:.1f}",
-                  s["folder"])
+        t.add_row(
+            name, "[cyan]reused[/]" if s["reused"] else "[green]ran[/]", s["why"], f"{s['seconds']:.1f}", s["folder"]
+        )
     console.print(t)
     console.print(f"[bold green]done[/]: {res['run']}")
     console.print(f"  dashboard    {res['dashboard']}")
@@ -80,30 +97,53 @@ def print_plan(res: dict, console: Any) -> None:
         console.print(f"[bold red]does not fit[/]: {res['reason']}")
         return
     lay, m = res["layout"], res["model"]
-    console.print(f"{m['params'] / 1e9:.2f} B parameters on TP {lay['tp']} × PP {lay['pp']} × DP {lay['dp']} = "
-                  f"{lay['world']} × {res['device']['name']} ({lay['nodes']} node(s) of {lay['per_node']}), ZeRO-"
-                  f"{lay['zero_stage']}, {res['precision']}, micro-batch {res['micro_batch_size']}, global batch "
-                  f"{res['global_batch_size']}, activation checkpointing {'on' if res['activation_checkpointing'] else 'off'}")
+    console.print(
+        f"{m['params'] / 1e9:.2f} B parameters on TP {lay['tp']} × PP {lay['pp']} × DP {lay['dp']} = "
+        f"{lay['world']} × {res['device']['name']} ({lay['nodes']} node(s) of {lay['per_node']}), ZeRO-"
+        f"{lay['zero_stage']}, {res['precision']}, micro-batch {res['micro_batch_size']}, global batch "
+        f"{res['global_batch_size']}, activation checkpointing {'on' if res['activation_checkpointing'] else 'off'}"
+    )
     t = Table(title="GiB per device, by pipeline stage", title_justify="left")
     keys = list(res["stages"][0]["parts_gib"])
-    for col in ("stage", "blocks", "params", *(k.replace("pipeline_buffers", "pp buffers") for k in keys), "total", "act. no ckpt"):
+    for col in (
+        "stage",
+        "blocks",
+        "params",
+        *(k.replace("pipeline_buffers", "pp buffers") for k in keys),
+        "total",
+        "act. no ckpt",
+    ):
         t.add_column(col, justify="right")
     for st in res["stages"]:
-        t.add_row(f"{st['stage']}{' (emb)' if st['embedding'] else ''}", str(st["blocks"]), f"{st['params'] / 1e6:,.0f} M",
-                  *(f"{st['parts_gib'][k]:.2f}" for k in keys), f"[bold]{st['memory_gib']:.2f}[/]",
-                  f"{st['activations_without_checkpointing_gib']:.2f}")
+        t.add_row(
+            f"{st['stage']}{' (emb)' if st['embedding'] else ''}",
+            str(st["blocks"]),
+            f"{st['params'] / 1e6:,.0f} M",
+            *(f"{st['parts_gib'][k]:.2f}" for k in keys),
+            f"[bold]{st['memory_gib']:.2f}[/]",
+            f"{st['activations_without_checkpointing_gib']:.2f}",
+        )
     console.print(t)
-    console.print(f"FLOPs per iteration {res['flops_per_iteration']:.4g}; pipeline bubble (p-1)/m = "
-                  f"{res['bubble']:.4f} ({res['micro_batches']} micro-batches per pipeline)")
+    console.print(
+        f"FLOPs per iteration {res['flops_per_iteration']:.4g}; pipeline bubble (p-1)/m = "
+        f"{res['bubble']:.4f} ({res['micro_batches']} micro-batches per pipeline)"
+    )
     if "tflops_per_gpu" in res:
-        console.print(f"at {res['iteration_seconds']:g} s per iteration: {res['tflops_per_gpu']:.2f} TFLOP/s per device"
-                      + (f" ({res['mfu']:.1%} of peak)" if "mfu" in res else ""))
+        console.print(
+            f"at {res['iteration_seconds']:g} s per iteration: {res['tflops_per_gpu']:.2f} TFLOP/s per device"
+            + (f" ({res['mfu']:.1%} of peak)" if "mfu" in res else "")
+        )
     ds = res["deepspeed_estimate"]
-    console.print(f"model states of stage {ds['stage']}, DeepSpeed's estimators vs ours: ZeRO-2 {ds['zero2_gib']:.2f} vs "
-                  f"{ds['zero2_ours_gib']:.2f} GiB, ZeRO-3 {ds['zero3_gib']:.2f} vs {ds['zero3_ours_gib']:.2f} GiB")
+    console.print(
+        f"model states of stage {ds['stage']}, DeepSpeed's estimators vs ours: ZeRO-2 {ds['zero2_gib']:.2f} vs "
+        f"{ds['zero2_ours_gib']:.2f} GiB, ZeRO-3 {ds['zero3_gib']:.2f} vs {ds['zero3_ours_gib']:.2f} GiB"
+    )
     if "offload" in res:
         o = res["offload"]
-        console.print(f"ZeRO-Offload: frees {o['gpu_freed_gib']:.2f} GiB per device; costs {o['cpu_gib_per_node']:.1f} GiB "
-                      f"of CPU memory per node and {o['pcie_gib_per_iteration_per_device']:.2f} GiB over PCIe per device "
-                      f"per iteration" + (f" ({o['pcie_seconds_per_iteration']:.2f} s)" if "pcie_seconds_per_iteration" in o else ""))
+        console.print(
+            f"ZeRO-Offload: frees {o['gpu_freed_gib']:.2f} GiB per device; costs {o['cpu_gib_per_node']:.1f} GiB "
+            f"of CPU memory per node and {o['pcie_gib_per_iteration_per_device']:.2f} GiB over PCIe per device "
+            f"per iteration"
+            + (f" ({o['pcie_seconds_per_iteration']:.2f} s)" if "pcie_seconds_per_iteration" in o else "")
+        )
     console.print(("[bold green]" if res["fits"] else "[bold red]") + res["reason"] + "[/]")

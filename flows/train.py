@@ -117,8 +117,9 @@ def is_worker_node(recipe: TrainRecipe) -> bool:
     return recipe.launch.no_ssh and recipe.launch.node_rank > 0
 
 
-def restarted(once: Callable[[int, Path], int], attempts: int, logs: Path, failed: Callable[[int, Path], None],
-              gave_up: str) -> int:
+def restarted(
+    once: Callable[[int, Path], int], attempts: int, logs: Path, failed: Callable[[int, Path], None], gave_up: str
+) -> int:
     """Run the job until it succeeds, at most ``attempts`` times; the attempts it took.
     ``once(attempt, log_file)`` runs attempt 1, 2, … (its log ``logs/attempt-N.log``) and returns
     the exit status. A user error (:data:`EXIT_USER_ERROR`: a configuration or data problem, which
@@ -153,6 +154,7 @@ def run_worker_node(r: TrainRecipe, data: str | Path, out: str | Path, say: Any 
     attempts = r.checkpoint.max_restarts + 1
     recipe_file = ranks_recipe(r, folder)
     try:
+
         def once(attempt: int, log_file: Path) -> int:
             say(f"node {node}: attempt {attempt}/{attempts}, log {log_file}")
             return run_job(launch_command(recipe_file, data, run, r.parallel.world_size, r.launch), log_file, env)
@@ -189,11 +191,18 @@ def reshard_if_needed(run: Path, recipe: TrainRecipe, data: str | Path, log_file
     cmd = reshard_command(step_dir, now)
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[1],
-                            env={**os.environ, "DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu")}).returncode
+        rc = subprocess.run(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=Path(__file__).resolve().parents[1],
+            env={**os.environ, "DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu")},
+        ).returncode
     if rc != 0:
         tail = log_file.read_text(errors="replace").splitlines()[-5:]
-        raise BloomlineError(f"converting {step_dir} to the layout {layout_label(now)} failed (see {log_file}):\n" + "\n".join(tail))
+        raise BloomlineError(
+            f"converting {step_dir} to the layout {layout_label(now)} failed (see {log_file}):\n" + "\n".join(tail)
+        )
     return f"{step_dir.name}: {layout_label(saved)} -> {layout_label(now)}"
 
 
@@ -206,7 +215,9 @@ def resume_notice(run: Path, recipe: TrainRecipe) -> str | None:
     return schedule_change(saved_recipe(meta), recipe, meta["step"])
 
 
-def start_watcher(run: Path, recipe: TrainRecipe, data: str | Path, log_file: Path, env: dict[str, str]) -> subprocess.Popen:
+def start_watcher(
+    run: Path, recipe: TrainRecipe, data: str | Path, log_file: Path, env: dict[str, str]
+) -> subprocess.Popen:
     """The evaluation watcher (flows/watch.py), in its own session: it evaluates each checkpoint as
     it appears, at a lower priority, in a process that training never waits on."""
 
@@ -220,14 +231,29 @@ def start_watcher(run: Path, recipe: TrainRecipe, data: str | Path, log_file: Pa
             env["PREFECT_API_URL"] = str(client.api_url).rstrip("/")
     except Exception:
         pass
-    cmd = [sys.executable, "-m", "flows.watch", "--run", str(run), "--data", str(Path(data).resolve()), "--recipe",
-           str(RunDir(run).recipe)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "flows.watch",
+        "--run",
+        str(run),
+        "--data",
+        str(Path(data).resolve()),
+        "--recipe",
+        str(RunDir(run).recipe),
+    ]
     proc, _ = spawn_logged(cmd, log_file, env, cwd=Path(__file__).resolve().parents[1])  # masked as it logs
     return proc
 
 
-def stop_watcher(proc: subprocess.Popen, run: Path, recipe: TrainRecipe, log: Any, drain_s: float | None = None,
-                 why: str | None = None) -> dict[str, Any]:
+def stop_watcher(
+    proc: subprocess.Popen,
+    run: Path,
+    recipe: TrainRecipe,
+    log: Any,
+    drain_s: float | None = None,
+    why: str | None = None,
+) -> dict[str, Any]:
     """Tell the watcher training is over, let it finish what is pending (up to evaluation.drain_s),
     then stop it; what is still pending is recorded as skipped, with the reason."""
     from eval.results import evaluated_steps, record_skipped, skipped_steps
@@ -247,8 +273,11 @@ def stop_watcher(proc: subprocess.Popen, run: Path, recipe: TrainRecipe, log: An
         kill_group(proc)
     record_pruned(run)
     for step in pending(run):
-        record_skipped(run, step, why or f"its evaluation had not finished evaluation.drain_s={drain_s:g} seconds "
-                                         f"after training ended")
+        record_skipped(
+            run,
+            step,
+            why or f"its evaluation had not finished evaluation.drain_s={drain_s:g} seconds after training ended",
+        )
     RunDir(run).hold_file.unlink(missing_ok=True)  # a SIGKILLed watcher could not remove it
     RunDir(run).prune(recipe.checkpoint.keep)  # nothing waits any more
     return {"evaluated": evaluated_steps(run), "skipped": skipped_steps(run)}
@@ -279,14 +308,23 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
     # resumes (training/metrics_log.py), their TensorBoard points with its purge.
     discarded, retracted = folder.discard_unpublished(), retract_after(run, resumed_at)
     if discarded or retracted:
-        log.info("resuming at step %d: a killed job's checkpoint folders %s and evaluations of steps %s removed "
-                 "(this run redoes them)", resumed_at, discarded or "-", retracted or "-")
+        log.info(
+            "resuming at step %d: a killed job's checkpoint folders %s and evaluations of steps %s removed "
+            "(this run redoes them)",
+            resumed_at,
+            discarded or "-",
+            retracted or "-",
+        )
     online = r.batch.online
     if reference is not None:  # checked by validate(), read by every rank from the run folder
         curve, checked = reference
         write_reference(run, curve, checked)
-        log.info("mixture reference: %s (%d languages, %d evaluations)", online.reference, checked["languages"],
-                 checked["evaluations"])
+        log.info(
+            "mixture reference: %s (%d languages, %d evaluations)",
+            online.reference,
+            checked["languages"],
+            checked["evaluations"],
+        )
     recipe_file = ranks_recipe(r, folder)
     world = r.parallel.world_size
     attempts = r.checkpoint.max_restarts + 1
@@ -298,33 +336,53 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
     if notice:
         log.warning(notice)
     converted = task(reshard_if_needed, name="reshard-checkpoint", cache_policy=NONE, persist_result=False)(
-        run, r, data, logs / "reshard.log")
+        run, r, data, logs / "reshard.log"
+    )
     if converted:
         log.info("checkpoint laid out for the new layout (universal checkpoint): %s", converted)
     watcher = start_watcher(run, r, data, logs / "evaluation.log", env) if r.evaluation.enabled else None
     if watcher:
-        log.info("evaluating each checkpoint in a separate process (pid %d, log %s)", watcher.pid, logs / "evaluation.log")
+        log.info(
+            "evaluating each checkpoint in a separate process (pid %d, log %s)", watcher.pid, logs / "evaluation.log"
+        )
     if env.get("DS_ACCELERATOR") == "cpu" and not cpu_comm_kernel_built():
-        log.info("first run on this machine: DeepSpeed builds its CPU communication kernel before the first step "
-                 "(about 30 s; cached for the runs after)")
+        log.info(
+            "first run on this machine: DeepSpeed builds its CPU communication kernel before the first step "
+            "(about 30 s; cached for the runs after)"
+        )
     try:
+
         def once(attempt: int, log_file: Path) -> int:
-            log.info("attempt %d/%d: %d ranks (tp=%d pp=%d dp=%d), from step %d", attempt, attempts, world,
-                     r.parallel.tp, r.parallel.pp, r.parallel.dp, folder.latest_step() or 0)
+            log.info(
+                "attempt %d/%d: %d ranks (tp=%d pp=%d dp=%d), from step %d",
+                attempt,
+                attempts,
+                world,
+                r.parallel.tp,
+                r.parallel.pp,
+                r.parallel.dp,
+                folder.latest_step() or 0,
+            )
             progress = TrainProgress(folder.metrics, r.train.steps, log.info, every_s=PROGRESS_EVERY_S)
             rc = task(run_job, name=f"ranks-attempt-{attempt}", cache_policy=NONE, persist_result=False)(
-                launch_command(recipe_file, data, str(run), world, r.launch), log_file, env, poll=progress)
+                launch_command(recipe_file, data, str(run), world, r.launch), log_file, env, poll=progress
+            )
             progress()  # the last steps, if the job ended between two polls
             return rc
 
         def failed(rc: int, log_file: Path) -> None:
             tail = log_file.read_text(errors="replace").splitlines()[-15:]
-            log.warning("the job failed (exit %s) at step %d; last lines:\n%s", rc, folder.latest_step() or 0,
-                        "\n".join(tail))
+            log.warning(
+                "the job failed (exit %s) at step %d; last lines:\n%s", rc, folder.latest_step() or 0, "\n".join(tail)
+            )
 
-        tries = restarted(once, attempts, logs, failed,
-                          f"training failed {attempts} times (checkpoint.max_restarts={r.checkpoint.max_restarts}); "
-                          f"see {logs}")
+        tries = restarted(
+            once,
+            attempts,
+            logs,
+            failed,
+            f"training failed {attempts} times (checkpoint.max_restarts={r.checkpoint.max_restarts}); see {logs}",
+        )
     except BaseException:
         if watcher:  # a failed run: no waiting for evaluations
             stop_watcher(watcher, run, r, log, drain_s=0, why="training stopped with an error before it was evaluated")
@@ -339,5 +397,11 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
     records = read_metrics(metrics)[0]
     last = records[-1] if records else {}
     stopped = folder.stop.exists() and step < r.train.steps
-    return {"step": step, "steps": r.train.steps, "last": last, "attempts": tries, "stopped_by_kill_switch": stopped,
-            "evaluation": evaluation}
+    return {
+        "step": step,
+        "steps": r.train.steps,
+        "last": last,
+        "attempts": tries,
+        "stopped_by_kill_switch": stopped,
+        "evaluation": evaluation,
+    }

@@ -60,8 +60,15 @@ def settle(run_dir: str | Path, max_deferred: int, busy: int | None = None) -> N
     RunDir(run_dir).hold(os.getpid(), record_pruned(run_dir), max_deferred, busy)
 
 
-def watch(run_dir: Path, data: Path, recipe: TrainRecipe, done: Callable[[], bool], poll_s: float = 1.0,
-          evaluate: Callable[..., dict] | None = None, pacer: Pacer | None = None) -> list[int]:
+def watch(
+    run_dir: Path,
+    data: Path,
+    recipe: TrainRecipe,
+    done: Callable[[], bool],
+    poll_s: float = 1.0,
+    evaluate: Callable[..., dict] | None = None,
+    pacer: Pacer | None = None,
+) -> list[int]:
     """Evaluate checkpoints as they appear until ``done()`` and none is pending; the steps evaluated.
     ``pacer`` (installed on the process's forwards) is also settled after each evaluation."""
     if evaluate is None:
@@ -85,8 +92,11 @@ def watch(run_dir: Path, data: Path, recipe: TrainRecipe, done: Callable[[], boo
             evaluated.append(step)
             if pacer is not None:
                 pacer.pace()  # the CPU spent outside forwards (loading, writing, the dashboard)
-            print(f"evaluated step {step} in {time.perf_counter() - t0:.1f} s"
-                  + (f" (paced: {pacer.slept:.1f} s slept so far)" if pacer is not None else ""), flush=True)
+            print(
+                f"evaluated step {step} in {time.perf_counter() - t0:.1f} s"
+                + (f" (paced: {pacer.slept:.1f} s slept so far)" if pacer is not None else ""),
+                flush=True,
+            )
         except Exception as e:  # a deleted, damaged or refused checkpoint: say so, go on with the others
             traceback.print_exc()
             record_skipped(run_dir, step, f"its evaluation failed: {type(e).__name__}: {e}")

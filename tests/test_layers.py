@@ -12,8 +12,12 @@ REPO = Path(__file__).resolve().parents[1]
 def test_no_module_imports_a_layer_to_its_right():
     known = modules(REPO)
     rank = {layer: i for i, layer in enumerate(LAYERS)}
-    up = [f"{p.relative_to(REPO)}:{line} imports {m}" for name, p in known.items() for line, m in imports(p, known)
-          if rank[m.split(".")[0]] > rank[name.split(".")[0]]]
+    up = [
+        f"{p.relative_to(REPO)}:{line} imports {m}"
+        for name, p in known.items()
+        for line, m in imports(p, known)
+        if rank[m.split(".")[0]] > rank[name.split(".")[0]]
+    ]
     assert not up, up
 
 
@@ -26,7 +30,7 @@ def test_no_import_cycles():
         state[m] = 1
         for t in sorted(g.get(m, ())):
             if state.get(t) == 1:
-                cycles.append(path[path.index(t):] + [t])
+                cycles.append(path[path.index(t) :] + [t])
             elif t not in state:
                 visit(t, path + [t])
         state[m] = 2

@@ -63,13 +63,16 @@ def alibi_score_mod(slopes: torch.Tensor) -> Callable[..., Any]:
     return score_mod
 
 
-def flex_document_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segment_ids: torch.Tensor,
-                            slopes: torch.Tensor) -> torch.Tensor:
+def flex_document_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segment_ids: torch.Tensor, slopes: torch.Tensor
+) -> torch.Tensor:
     """[B, heads, T, head_dim] each → the same shape; scale 1/sqrt(head_dim), as SDPA's."""
     global _compiled
     if q.device.type == "cpu" and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        raise RuntimeError("model.attention=flex cannot train on CPU: FlexAttention has no CPU backward in torch "
-                           f"{torch.__version__}; use model.attention=sdpa here (flex serves evaluation on CPU)")
+        raise RuntimeError(
+            "model.attention=flex cannot train on CPU: FlexAttention has no CPU backward in torch "
+            f"{torch.__version__}; use model.attention=sdpa here (flex serves evaluation on CPU)"
+        )
     if _compiled is None:
         from torch.nn.attention.flex_attention import flex_attention
 

@@ -49,6 +49,7 @@ _TAG = re.compile(r"^step_(\d+)$")
 
 # ------------------------------------------------------------------------------------ the folder
 
+
 def step_dir_name(step: int) -> str:
     return f"step_{step}"
 
@@ -125,8 +126,11 @@ class RunDir:
         """Steps whose folder holds a bloomline.json (written last), ascending."""
         if not self.checkpoints.is_dir():
             return []
-        return sorted(int(m.group(1)) for p in self.checkpoints.iterdir()
-                      if (m := _TAG.match(p.name)) and (p / META_FILE).is_file())
+        return sorted(
+            int(m.group(1))
+            for p in self.checkpoints.iterdir()
+            if (m := _TAG.match(p.name)) and (p / META_FILE).is_file()
+        )
 
     def publish(self, step: int, meta: dict[str, Any], keep: int) -> None:
         """After every rank has written its files: write bloomline.json, move ``latest`` to the
@@ -143,8 +147,11 @@ class RunDir:
         """While process ``pid`` lives, :meth:`prune` keeps every complete checkpoint not in
         ``released``, up to ``max_deferred`` of them, and the one it is ``busy`` with in any case
         (``checkpoints/hold.json``, CHECKPOINT.md)."""
-        write_json_atomic(self.hold_file, {"pid": pid, "released": sorted(set(released)), "max_deferred": max_deferred,
-                                           "busy": busy}, durable=False)
+        write_json_atomic(
+            self.hold_file,
+            {"pid": pid, "released": sorted(set(released)), "max_deferred": max_deferred, "busy": busy},
+            durable=False,
+        )
 
     def holder(self) -> Optional[dict[str, Any]]:
         """The hold, when its process is alive (a hold left by a dead process holds nothing)."""
@@ -182,16 +189,26 @@ class RunDir:
         hold = self.holder()
         released, max_deferred = (set(hold["released"]), hold["max_deferred"]) if hold else (set(), 0)
         deferred = [s for s in complete[:-keep] if hold and s not in released]
-        late = deferred[:len(deferred) - max_deferred] if len(deferred) > max_deferred else []
+        late = deferred[: len(deferred) - max_deferred] if len(deferred) > max_deferred else []
         if hold and hold.get("busy") is not None:  # being read now: never pulled from under its reader
             kept.add(hold["busy"])
             late = [s for s in late if s != hold["busy"]]
         if late:
-            with open(self.pruned_log, "a", encoding="utf-8") as log:  # one short line per write: appends do not interleave
+            with open(
+                self.pruned_log, "a", encoding="utf-8"
+            ) as log:  # one short line per write: appends do not interleave
                 for s in late:
-                    log.write(json.dumps({"step": s, "reason": f"deleted by checkpoint.keep={keep} before its evaluation "
-                                          f"ran: more than evaluation.max_deferred={max_deferred} checkpoints were "
-                                          f"waiting for one"}) + "\n")
+                    log.write(
+                        json.dumps(
+                            {
+                                "step": s,
+                                "reason": f"deleted by checkpoint.keep={keep} before its evaluation "
+                                f"ran: more than evaluation.max_deferred={max_deferred} checkpoints were "
+                                f"waiting for one",
+                            }
+                        )
+                        + "\n"
+                    )
         kept |= set(deferred) - set(late)
         return self._delete(lambda step: step not in kept and (writer or step in complete))
 
@@ -216,6 +233,7 @@ class RunDir:
 
 # ---------------------------------------------------------------------------------- bloomline.json
 
+
 def trained_on(meta: dict[str, Any], data_dir: str | Path) -> bool:
     """Whether the checkpoint of ``meta`` (its bloomline.json) was trained on the data in ``data_dir``."""
     from data_prep.shards import manifest_sha256
@@ -223,8 +241,15 @@ def trained_on(meta: dict[str, Any], data_dir: str | Path) -> bool:
     return meta["data_manifest_sha256"] == manifest_sha256(data_dir)
 
 
-def make_meta(step: int, recipe: TrainRecipe, data_dir: str | Path, data_manifest_sha256: str, sampler: dict[str, Any],
-              trainer: dict[str, Any], mixture: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+def make_meta(
+    step: int,
+    recipe: TrainRecipe,
+    data_dir: str | Path,
+    data_manifest_sha256: str,
+    sampler: dict[str, Any],
+    trainer: dict[str, Any],
+    mixture: Optional[dict[str, Any]] = None,
+) -> dict[str, Any]:
     """The bloomline.json of a checkpoint (fields in training/CHECKPOINT.md)."""
     from training.model import full_shapes
 
@@ -249,8 +274,17 @@ def make_meta(step: int, recipe: TrainRecipe, data_dir: str | Path, data_manifes
 TRAINER_KEYS = ("skipped", "fp16_overflows", "skipped_in_a_row", "loss_ema")
 SAMPLER_KEYS = ("version", "seed", "step", "consumed_tokens", "tokens_by_lang", "streams")
 _FIELDS: dict[str, type | tuple[type, ...]] = {
-    "format_version": int, "step": int, "layout": dict, "precision": str, "model": dict,
-    "data_dir": str, "data_manifest_sha256": str, "sampler": dict, "tp_rules": dict, "trainer": dict, "recipe": dict,
+    "format_version": int,
+    "step": int,
+    "layout": dict,
+    "precision": str,
+    "model": dict,
+    "data_dir": str,
+    "data_manifest_sha256": str,
+    "sampler": dict,
+    "tp_rules": dict,
+    "trainer": dict,
+    "recipe": dict,
 }
 
 
@@ -258,13 +292,16 @@ def read_meta(step_dir: str | Path) -> dict[str, Any]:
     """Read and check ``step_dir/bloomline.json``; CheckpointError naming the file and field."""
     step_dir = Path(step_dir)
     path = step_dir / META_FILE
-    meta = read_contract_json(path, CheckpointError,
-                              f"is {step_dir} a complete bloomline checkpoint (RUN_DIR/checkpoints/step_N)?")
+    meta = read_contract_json(
+        path, CheckpointError, f"is {step_dir} a complete bloomline checkpoint (RUN_DIR/checkpoints/step_N)?"
+    )
     if not isinstance(meta, dict) or "format_version" not in meta:
         raise CheckpointError(f"{path}: no field 'format_version' (written by a bloomline before checkpoint format 1?)")
     if meta["format_version"] not in READS_VERSIONS:
-        raise CheckpointError(f"{path}: field 'format_version' is {meta['format_version']!r}, this bloomline reads "
-                              f"{' and '.join(map(str, READS_VERSIONS))}")
+        raise CheckpointError(
+            f"{path}: field 'format_version' is {meta['format_version']!r}, this bloomline reads "
+            f"{' and '.join(map(str, READS_VERSIONS))}"
+        )
     meta.setdefault("mixture", None)  # version 1: a fixed mixture
     if meta["mixture"] is not None and not isinstance(meta["mixture"], dict):
         raise CheckpointError(f"{path}: field 'mixture' should be null or a dict, got {meta['mixture']!r}")
@@ -316,6 +353,7 @@ def saved_recipe(meta: dict[str, Any]) -> TrainRecipe:
 
 # ---------------------------------------------------------------------------------- the files
 
+
 def _optim_files(step_dir: Path) -> list[Path]:
     return sorted(step_dir.glob("*zero_pp_rank_*_mp_rank_*_optim_states.pt"))
 
@@ -340,8 +378,12 @@ def detect_layout(step_dir: str | Path, num_layers: int) -> dict[str, int]:
     layer_files = list(step_dir.glob("layer_*-model_*-model_states.pt"))
     # one per model-parallel rank: mp_rank_XX_model_states.pt, or with ZeRO-3 one per DP rank too
     # (zero_pp_rank_D_mp_rank_XX_model_states.pt)
-    mp_files = list({re.search(r"mp_rank_(\d+)_model_states", p.name).group(1)  # type: ignore[union-attr]
-                     for p in step_dir.glob("*mp_rank_*_model_states.pt")})
+    mp_files = list(
+        {
+            re.search(r"mp_rank_(\d+)_model_states", p.name).group(1)  # type: ignore[union-attr]
+            for p in step_dir.glob("*mp_rank_*_model_states.pt")
+        }
+    )
     optim = _optim_files(step_dir)
     if layer_files:
         tp = len({re.search(r"-model_(\d+)-", p.name).group(1) for p in layer_files})  # type: ignore[union-attr]
@@ -369,8 +411,12 @@ def check_files(step_dir: Path, meta: dict[str, Any]) -> None:
     if found["tp"] != lay["tp"]:
         refuse("tp", f"holds model files of {found['tp']} TP rank(s)")
     if found["pp"] != lay["pp"]:
-        refuse("pp", f"holds the files of {found['pp']} pipeline stage(s)" if found["pp"] > 1 or lay["pp"] == 1
-               else "holds no per-layer pipeline files")
+        refuse(
+            "pp",
+            f"holds the files of {found['pp']} pipeline stage(s)"
+            if found["pp"] > 1 or lay["pp"] == 1
+            else "holds no per-layer pipeline files",
+        )
     if lay["zero_stage"] >= 1 and found["dp"] != lay["dp"]:
         refuse("dp", f"holds {found['dp']} ZeRO optimizer partition(s) per model-parallel rank")
 
@@ -459,11 +505,14 @@ def load_model(ckpt_dir: str | Path, dtype: torch.dtype = torch.float32) -> tupl
             raise CheckpointError(
                 f"{step_dir}: parameter {name} differs between TP rank 0 and TP rank {bad} (max |difference| "
                 f"{diff:.3g}); it should be identical on every TP rank. The replicas drifted apart (as "
-                f"BLOOM-176B's LayerNorms did under bf16), so no single copy is the model that trained")
+                f"BLOOM-176B's LayerNorms did under bf16), so no single copy is the model that trained"
+            )
         whole = tp_merge(name, parts, dim, rows=shapes[name][0])
         if whole.shape != shapes[name]:
-            raise CheckpointError(f"{step_dir}: parameter {name} merges to {tuple(whole.shape)}, the model "
-                                  f"{layout_label(meta['layout'])} wants {tuple(shapes[name])}")
+            raise CheckpointError(
+                f"{step_dir}: parameter {name} merges to {tuple(whole.shape)}, the model "
+                f"{layout_label(meta['layout'])} wants {tuple(shapes[name])}"
+            )
         merged[name] = whole
     with torch.device("meta"):
         model = Bloom(cfg)

@@ -50,20 +50,36 @@ class ModelConfig:
     their published configs); must split over TP. None: Megatron's rule above."""
 
     def validate(self) -> None:
-        for k in ("vocab_size", "hidden_size", "num_layers", "num_heads", "seq_len", "ffn_mult",
-                  "make_vocab_divisible_by"):
+        for k in (
+            "vocab_size",
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "seq_len",
+            "ffn_mult",
+            "make_vocab_divisible_by",
+        ):
             check(getattr(self, k) >= 1, k, "must be >= 1")
-        check(self.hidden_size % self.num_heads == 0, "hidden_size",
-              f"{self.hidden_size} is not divisible by num_heads={self.num_heads}")
-        check(self.pad_vocab_to is None or self.pad_vocab_to >= self.vocab_size, "pad_vocab_to",
-              f"{self.pad_vocab_to} is smaller than vocab_size={self.vocab_size}")
+        check(
+            self.hidden_size % self.num_heads == 0,
+            "hidden_size",
+            f"{self.hidden_size} is not divisible by num_heads={self.num_heads}",
+        )
+        check(
+            self.pad_vocab_to is None or self.pad_vocab_to >= self.vocab_size,
+            "pad_vocab_to",
+            f"{self.pad_vocab_to} is smaller than vocab_size={self.vocab_size}",
+        )
         # pad_vocab_to fixes the table of a known tokenizer (BLOOM-560m: 250,880 rows for 250,680
         # pieces); kept after vocab_size changed to another tokenizer's, it would silently compute
         # and count thousands of padding logits per token.
-        check(self.pad_vocab_to is None or self.pad_vocab_to - self.vocab_size < 8 * self.make_vocab_divisible_by,
-              "pad_vocab_to", f"{self.pad_vocab_to} rows for a {self.vocab_size}-piece tokenizer would be "
-              f"{(self.pad_vocab_to or 0) - self.vocab_size} rows of padding: set model.pad_vocab_to=null to pad by "
-              f"Megatron's rule, or to the size this tokenizer's table should have")
+        check(
+            self.pad_vocab_to is None or self.pad_vocab_to - self.vocab_size < 8 * self.make_vocab_divisible_by,
+            "pad_vocab_to",
+            f"{self.pad_vocab_to} rows for a {self.vocab_size}-piece tokenizer would be "
+            f"{(self.pad_vocab_to or 0) - self.vocab_size} rows of padding: set model.pad_vocab_to=null to pad by "
+            f"Megatron's rule, or to the size this tokenizer's table should have",
+        )
 
     def padded_vocab(self, tp: int = 1) -> int:
         """Rows of the embedding table at tensor-parallel degree ``tp`` (padding rows are masked,
@@ -99,10 +115,13 @@ class ParallelConfig:
         for k in ("tp", "pp", "dp"):
             check(getattr(self, k) >= 1, k, "must be >= 1")
         check(0 <= self.zero_stage <= 3, "zero_stage", "must be 0, 1, 2 or 3")
-        check(not (self.pp > 1 and self.zero_stage > 1), "zero_stage",
-              f"ZeRO stage {self.zero_stage} cannot be combined with pipeline parallelism (pp={self.pp}): stages 2 and 3 "
-              "partition gradients/parameters across data-parallel ranks while the pipeline accumulates gradients over "
-              "micro-batches, which DeepSpeed refuses. Use zero_stage 0 or 1 with pp > 1.")
+        check(
+            not (self.pp > 1 and self.zero_stage > 1),
+            "zero_stage",
+            f"ZeRO stage {self.zero_stage} cannot be combined with pipeline parallelism (pp={self.pp}): stages 2 and 3 "
+            "partition gradients/parameters across data-parallel ranks while the pipeline accumulates gradients over "
+            "micro-batches, which DeepSpeed refuses. Use zero_stage 0 or 1 with pp > 1.",
+        )
 
     @property
     def world_size(self) -> int:
@@ -110,8 +129,11 @@ class ParallelConfig:
 
     def check_world(self, world_size: int) -> None:
         if self.world_size != world_size:
-            raise ConfigError("parallel", f"tp·pp·dp = {self.tp}·{self.pp}·{self.dp} = {self.world_size} does not match "
-                                          f"the world size {world_size}")
+            raise ConfigError(
+                "parallel",
+                f"tp·pp·dp = {self.tp}·{self.pp}·{self.dp} = {self.world_size} does not match "
+                f"the world size {world_size}",
+            )
 
     def check_model(self, model: ModelConfig) -> None:
         if model.num_heads % self.tp:
@@ -121,8 +143,10 @@ class ParallelConfig:
         if model.padded_vocab(self.tp) % self.tp:
             raise ConfigError("model.pad_vocab_to", f"{model.pad_vocab_to} rows do not split over tp={self.tp}")
         if model.num_layers < self.pp:
-            raise ConfigError("parallel.pp", f"pp={self.pp} pipeline stages need at least {self.pp} layers, the model has "
-                                             f"{model.num_layers}")
+            raise ConfigError(
+                "parallel.pp",
+                f"pp={self.pp} pipeline stages need at least {self.pp} layers, the model has {model.num_layers}",
+            )
 
 
 @dataclass
@@ -158,8 +182,11 @@ class BatchConfig:
     def validate(self) -> None:
         check(self.tokens_per_step >= 1, "tokens_per_step", "must be >= 1")
         check(self.micro_batch_tokens >= 1, "micro_batch_tokens", "must be >= 1")
-        check(self.rampup_start_tokens is None or 1 <= self.rampup_start_tokens <= self.tokens_per_step,
-              "rampup_start_tokens", "must be between 1 and tokens_per_step")
+        check(
+            self.rampup_start_tokens is None or 1 <= self.rampup_start_tokens <= self.tokens_per_step,
+            "rampup_start_tokens",
+            "must be between 1 and tokens_per_step",
+        )
         check(self.rampup_increment_tokens >= 1, "rampup_increment_tokens", "must be >= 1")
         check(self.rampup_tokens >= 0, "rampup_tokens", "must be >= 0")
         check(self.attn_weight is None or self.attn_weight >= 0, "attn_weight", "must be >= 0")
@@ -191,9 +218,12 @@ class OptimConfig:
         check(self.lr > 0, "lr", "must be > 0")
         check(0 <= self.min_lr <= self.lr, "min_lr", f"must be between 0 and lr={self.lr}")
         check(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
-        check(self.decay_steps is None or self.decay_steps > self.warmup_steps, "decay_steps",
-              f"must be larger than warmup_steps={self.warmup_steps} (the cosine runs from the end of warm-up "
-              "to decay_steps), or null to decay until train.steps")
+        check(
+            self.decay_steps is None or self.decay_steps > self.warmup_steps,
+            "decay_steps",
+            f"must be larger than warmup_steps={self.warmup_steps} (the cosine runs from the end of warm-up "
+            "to decay_steps), or null to decay until train.steps",
+        )
         check(0 <= self.beta1 < 1, "beta1", "must be in [0, 1)")
         check(0 <= self.beta2 < 1, "beta2", "must be in [0, 1)")
         check(self.eps > 0, "eps", "must be > 0")
@@ -363,8 +393,11 @@ class LaunchConfig:
 
     def validate(self) -> None:
         check(self.launcher in LAUNCHERS, "launcher", f"'{self.launcher}': use one of {', '.join(LAUNCHERS)}")
-        check(all(k.startswith("NCCL_") for k in self.nccl), "nccl",
-              f"only NCCL_* variables belong here, got {sorted(k for k in self.nccl if not k.startswith('NCCL_'))}")
+        check(
+            all(k.startswith("NCCL_") for k in self.nccl),
+            "nccl",
+            f"only NCCL_* variables belong here, got {sorted(k for k in self.nccl if not k.startswith('NCCL_'))}",
+        )
         check(self.master_port is None or 0 < self.master_port < 65536, "master_port", "must be in 1..65535")
         check(self.node_rank >= 0, "node_rank", "must be >= 0")
         check(not self.no_ssh or self.hostfile is not None, "no_ssh", "needs a hostfile (which node is which)")
@@ -417,23 +450,37 @@ class TrainRecipe:
     def validate(self) -> None:
         if isinstance(self.model, ModelConfig):
             self.parallel.check_model(self.model)
-        check(not (self.train.precision == "fp32" and self.parallel.zero_stage == 0), "parallel.zero_stage",
-              "fp32 with zero_stage 0 cannot skip a NaN/inf batch (DeepSpeed's plain optimizer path has no overflow "
-              "check); use zero_stage >= 1 or bf16")
-        check(not (self.batch.mixture == "online" and self.batch.online.rule == "evaluation"
-                   and not self.evaluation.enabled), "batch.online.rule",
-              "evaluation steers by the evaluations made while training runs: it needs evaluation.enabled=true")
+        check(
+            not (self.train.precision == "fp32" and self.parallel.zero_stage == 0),
+            "parallel.zero_stage",
+            "fp32 with zero_stage 0 cannot skip a NaN/inf batch (DeepSpeed's plain optimizer path has no overflow "
+            "check); use zero_stage >= 1 or bf16",
+        )
+        check(
+            not (
+                self.batch.mixture == "online"
+                and self.batch.online.rule == "evaluation"
+                and not self.evaluation.enabled
+            ),
+            "batch.online.rule",
+            "evaluation steers by the evaluations made while training runs: it needs evaluation.enabled=true",
+        )
 
     def check_device(self, gpu: bool, torch_version: str = "") -> None:
         """What this recipe needs of the machine it trains on: fp16 and FlexAttention train on GPUs only."""
         if self.train.precision == "fp16" and not self.train.cpu_fp16 and not gpu:
-            raise ConfigError("train.precision", "fp16 needs GPUs: DeepSpeed's CPU accelerator has no fp16 support on "
-                                                 "this CPU; use bf16 (BLOOM's choice) or fp32 here, or "
-                                                 "-o train.cpu_fp16=true to run fp16 slowly with torch's reference kernels")
+            raise ConfigError(
+                "train.precision",
+                "fp16 needs GPUs: DeepSpeed's CPU accelerator has no fp16 support on "
+                "this CPU; use bf16 (BLOOM's choice) or fp32 here, or "
+                "-o train.cpu_fp16=true to run fp16 slowly with torch's reference kernels",
+            )
         if isinstance(self.model, ModelConfig) and self.model.attention == "flex" and not gpu:
-            raise ConfigError("model.attention", f"flex cannot train on CPU: FlexAttention has no CPU backward in torch "
-                                                 f"{torch_version}; use sdpa here (flex serves evaluation on CPU)")
+            raise ConfigError(
+                "model.attention",
+                f"flex cannot train on CPU: FlexAttention has no CPU backward in torch "
+                f"{torch_version}; use sdpa here (flex serves evaluation on CPU)",
+            )
 
 
 MODEL_DIR = Path(__file__).resolve().parents[1] / "configs" / "model"
-

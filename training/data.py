@@ -57,8 +57,14 @@ class ShardRows:
         # per batch (ids offsets, ids values, doc_offsets offsets, doc_offsets values): numpy views
         # of the list columns' buffers (a list array's buffers: validity, offsets, child validity,
         # child values), so nothing is copied
-        cols = [tuple(np.frombuffer(buf, dtype=np.int32) for c in ("input_ids", "doc_offsets")
-                      for buf in b.column(c).buffers()[1::2]) for b in batches]
+        cols = [
+            tuple(
+                np.frombuffer(buf, dtype=np.int32)
+                for c in ("input_ids", "doc_offsets")
+                for buf in b.column(c).buffers()[1::2]
+            )
+            for b in batches
+        ]
         self._cols, self._starts = cols, np.cumsum([0] + [b.num_rows for b in batches])
         return cols
 
@@ -68,7 +74,7 @@ class ShardRows:
         k = int(np.searchsorted(self._starts, row, side="right")) - 1
         r = row - int(self._starts[k])
         io, iv, oo, ov = cols[k]
-        return iv[io[r]:io[r + 1]], ov[oo[r]:oo[r + 1]]
+        return iv[io[r] : io[r + 1]], ov[oo[r] : oo[r + 1]]
 
     def lengths(self, rows: np.ndarray) -> np.ndarray:
         """Lengths (int64) of the given rows."""
@@ -133,16 +139,21 @@ class ShardIndex:
         self.rows = [ShardRows(self.data_dir / s["path"], int(s["rows"])) for s in self.shards]
         missing = [str(r.path) for r in self.rows if not r.path.is_file()]
         if missing:
-            raise CorruptShardError(f"shard missing: {missing[0]}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+            raise CorruptShardError(
+                f"shard missing: {missing[0]}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+            )
         parts: dict[tuple[str, int], list[int]] = {}
         for sid, s in enumerate(self.shards):
             parts.setdefault((s["lang"], int(s["bucket"])), []).append(sid)
         self.streams: dict[tuple[str, int], Stream] = {}
         for (lang, bucket), sids in sorted(parts.items()):
             self.streams[(lang, bucket)] = Stream(
-                lang, bucket, shard_ids=np.array(sids, dtype=np.int64),
+                lang,
+                bucket,
+                shard_ids=np.array(sids, dtype=np.int64),
                 starts=np.cumsum([0] + [int(self.shards[i]["rows"]) for i in sids]),
-                tokens=sum(int(self.shards[i]["tokens"]) for i in sids))
+                tokens=sum(int(self.shards[i]["tokens"]) for i in sids),
+            )
         self.languages = sorted({lang for lang, _ in self.streams})
         self.buckets = sorted({b for _, b in self.streams})
         self.pad_id = pad_id(self.manifest["tokenizer"])
@@ -163,8 +174,9 @@ class ShardIndex:
         """Admitted attention pairs Σ dᵢ(dᵢ+1)/2 (int64) of samples ``(shard_ids[i], rows[i])``."""
         return self._per_shard(shard_ids, rows, ShardRows.pairs)
 
-    def _per_shard(self, shard_ids: np.ndarray, rows: np.ndarray,
-                   fn: Callable[[ShardRows, np.ndarray], np.ndarray]) -> np.ndarray:
+    def _per_shard(
+        self, shard_ids: np.ndarray, rows: np.ndarray, fn: Callable[[ShardRows, np.ndarray], np.ndarray]
+    ) -> np.ndarray:
         out = np.empty(len(rows), dtype=np.int64)
         for sid in np.unique(shard_ids):
             sel = shard_ids == sid
@@ -173,6 +185,7 @@ class ShardIndex:
 
 
 # --------------------------------------------------------------------------- checksums, once per run
+
 
 def _stat(path: Path) -> list[int]:
     st = path.stat()
@@ -188,9 +201,14 @@ def _read_stamp(stamp: Path, manifest_sha: str) -> dict[str, Any]:
     return old.get("shards", {}) if old.get("manifest_sha256") == manifest_sha else {}
 
 
-def verify_once(index: ShardIndex, stamp: str | Path, rank: int = 0, world: int = 1,
-                broadcast: Callable[[Any], Any] = lambda x: x,
-                gather: Callable[[Any], list[Any]] = lambda x: [x]) -> int:
+def verify_once(
+    index: ShardIndex,
+    stamp: str | Path,
+    rank: int = 0,
+    world: int = 1,
+    broadcast: Callable[[Any], Any] = lambda x: x,
+    gather: Callable[[Any], list[Any]] = lambda x: [x],
+) -> int:
     """Check the sha256 of every shard of the split not yet verified for this run, the work split
     over the ``world`` ranks; returns how many shards this rank hashed.
 
@@ -238,6 +256,7 @@ def torch_collectives() -> tuple[Callable[[Any], Any], Callable[[Any], list[Any]
 
 # ------------------------------------------------------------------------------------- collation
 
+
 def collate(index: ShardIndex, micro_batch: Sequence[SampleRef], bucket: int, pad: int) -> dict[str, torch.Tensor]:
     """Tensors of one micro-batch, padded to ``bucket``.
 
@@ -259,12 +278,18 @@ def collate(index: ShardIndex, micro_batch: Sequence[SampleRef], bucket: int, pa
         toks, offsets = index.fetch(shard_id, row)
         n = len(toks)
         if n > bucket:
-            raise DataError(f"sample {index.shards[shard_id]['path']}:{row} has {n} tokens, more than its bucket {bucket}")
+            raise DataError(
+                f"sample {index.shards[shard_id]['path']}:{row} has {n} tokens, more than its bucket {bucket}"
+            )
         ids[i, :n] = toks
         lengths[i] = n
-        labels[i, :n - 1] = toks[1:]
+        labels[i, : n - 1] = toks[1:]
         starts = np.asarray(offsets, dtype=np.int64)
         labels[i, starts[starts > 0] - 1] = IGNORE_INDEX
         seg[i, :n] = np.searchsorted(starts, np.arange(n), side="right")
-    return {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(labels),
-            "segment_ids": torch.from_numpy(seg), "lengths": torch.from_numpy(lengths)}
+    return {
+        "input_ids": torch.from_numpy(ids),
+        "labels": torch.from_numpy(labels),
+        "segment_ids": torch.from_numpy(seg),
+        "lengths": torch.from_numpy(lengths),
+    }

@@ -69,12 +69,20 @@ def init_distributed(parallel: ParallelConfig, seed: int) -> Mesh:
         unlink_own_buffer(torch.distributed.get_rank())  # no kill can leave it in /dev/shm (training/shm.py)
     world = torch.distributed.get_world_size()
     parallel.check_world(world)
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=parallel.tp,
-                                             pipeline_model_parallel_size=parallel.pp)
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=parallel.tp, pipeline_model_parallel_size=parallel.pp
+    )
     rank = torch.distributed.get_rank()
-    mesh = Mesh(rank, world, parallel.tp, parallel.dp, parallel.pp,
-                parallel_state.get_tensor_model_parallel_rank(), parallel_state.get_data_parallel_rank(),
-                parallel_state.get_pipeline_model_parallel_rank())
+    mesh = Mesh(
+        rank,
+        world,
+        parallel.tp,
+        parallel.dp,
+        parallel.pp,
+        parallel_state.get_tensor_model_parallel_rank(),
+        parallel_state.get_data_parallel_rank(),
+        parallel_state.get_pipeline_model_parallel_rank(),
+    )
     # Cross-check with DeepSpeed's topology: the two frameworks must agree on who is who.
     from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
 

@@ -32,9 +32,14 @@ def deepspeed_config(recipe: TrainRecipe, load_universal: bool = False) -> dict[
         "bf16": {"enabled": p == "bf16", "check_grad_overflow": True},  # NaN/inf grads skip the step
         # loss_scale 0 = dynamic: an overflow skips the step and (after `hysteresis` of them) halves
         # the scale; `loss_scale_window` clean steps double it.
-        "fp16": {"enabled": p == "fp16", "loss_scale": 0, "initial_scale_power": t.fp16_initial_scale_power,
-                 "loss_scale_window": t.fp16_loss_scale_window, "hysteresis": t.fp16_hysteresis,
-                 "min_loss_scale": t.fp16_min_loss_scale},
+        "fp16": {
+            "enabled": p == "fp16",
+            "loss_scale": 0,
+            "initial_scale_power": t.fp16_initial_scale_power,
+            "loss_scale_window": t.fp16_loss_scale_window,
+            "hysteresis": t.fp16_hysteresis,
+            "min_loss_scale": t.fp16_min_loss_scale,
+        },
         "zero_optimization": {"stage": recipe.parallel.zero_stage},
         "zero_allow_untested_optimizer": True,
         # Send whole activations between stages: DeepSpeed's TP-partitioned sends cache their

@@ -74,11 +74,12 @@ def computed_pairs(segment_ids: torch.Tensor, kernel: str) -> int:
     tiles = document_block_mask(segment_ids).to_dense()[:, 0].to(torch.int64)  # [m, q tiles, kv tiles]: 1 = computed
     size = torch.full((tiles.shape[-1],), BLOCK_SIZE, dtype=torch.int64, device=tiles.device)
     size[-1] = T - BLOCK_SIZE * (tiles.shape[-1] - 1)  # the last tile holds what is left of T
-    return int(torch.einsum("bqk,q,k->", tiles, size[:tiles.shape[1]], size).item())
+    return int(torch.einsum("bqk,q,k->", tiles, size[: tiles.shape[1]], size).item())
 
 
-def step_flops(batches: list[dict[str, torch.Tensor]], kernel: str, num_layers: int, hidden_size: int,
-               num_params: int) -> tuple[float, float]:
+def step_flops(
+    batches: list[dict[str, torch.Tensor]], kernel: str, num_layers: int, hidden_size: int, num_params: int
+) -> tuple[float, float]:
     """(linear FLOPs, attention FLOPs) that one replica computes on these micro-batches."""
     linear = sum(6.0 * num_params * b["segment_ids"].numel() for b in batches)
     attention = sum(12.0 * num_layers * hidden_size * computed_pairs(b["segment_ids"], kernel) for b in batches)

@@ -10,8 +10,14 @@ from typing import Any
 import torch
 
 
-def measure_kernels(cfg: Any, segment_ids: torch.Tensor, dtype: torch.dtype, device: torch.device,
-                    heads: int | None = None, repeats: int = 3) -> dict[str, float]:
+def measure_kernels(
+    cfg: Any,
+    segment_ids: torch.Tensor,
+    dtype: torch.dtype,
+    device: torch.device,
+    heads: int | None = None,
+    repeats: int = 3,
+) -> dict[str, float]:
     """Seconds of one block's training step (forward + backward) with each kernel that can train
     on ``device``, on a real micro-batch's ``segment_ids`` (the resolution of ``model.attention:
     auto``). ``heads``: the heads this rank computes (TP); the first call of each kernel (flex's
@@ -60,8 +66,9 @@ def set_kernel(module: torch.nn.Module, kernel: str) -> None:
             m.kernel = kernel
 
 
-def resolve_attention(recipe: Any, index: Any, sampler: Any, dtype: torch.dtype, device: torch.device, mesh: Any,
-                      module: torch.nn.Module) -> str:
+def resolve_attention(
+    recipe: Any, index: Any, sampler: Any, dtype: torch.dtype, device: torch.device, mesh: Any, module: torch.nn.Module
+) -> str:
     """The trainer's kernel: ``model.attention``, with ``auto`` resolved by :func:`measure_kernels`
     on a real micro-batch of the largest bucket (read without advancing the sampler) and set on
     every layer of ``module``; rank 0's choice, so every rank runs the same kernel."""
@@ -82,7 +89,10 @@ def resolve_attention(recipe: Any, index: Any, sampler: Any, dtype: torch.dtype,
     kernel, timings = box[0]
     set_kernel(module, kernel)
     if mesh.rank == 0:
-        how = ("FlexAttention has no CPU backward" if device.type == "cpu" else
-               ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in timings.items()) + " per block step")
+        how = (
+            "FlexAttention has no CPU backward"
+            if device.type == "cpu"
+            else ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in timings.items()) + " per block step"
+        )
         print(f"model.attention=auto: {kernel} ({how})", flush=True)
     return kernel

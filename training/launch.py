@@ -52,8 +52,9 @@ def hostfile_slots(hostfile: str | Path) -> dict[str, int]:
     return dict(pool)
 
 
-def launch_command(recipe_file: str | Path, data_dir: str | Path, out: str | Path, world: int,
-                   launch: Any = None) -> list[str]:
+def launch_command(
+    recipe_file: str | Path, data_dir: str | Path, out: str | Path, world: int, launch: Any = None
+) -> list[str]:
     """The DeepSpeed launcher starting ``world`` ranks of training/main.py: on this node, or on
     the hostfile's nodes (``launch``: a training.config.LaunchConfig). Run as a module of this
     interpreter, so it needs no ``deepspeed`` script on PATH."""
@@ -63,8 +64,14 @@ def launch_command(recipe_file: str | Path, data_dir: str | Path, out: str | Pat
         port = launch.master_port if launch is not None and launch.master_port else free_port()
         cmd += ["--num_gpus", str(world), "--master_port", str(port)]
     else:
-        cmd += ["--hostfile", str(Path(launch.hostfile).resolve()), "--launcher", launch.launcher,
-                "--master_port", str(launch.master_port or MULTI_NODE_PORT)]
+        cmd += [
+            "--hostfile",
+            str(Path(launch.hostfile).resolve()),
+            "--launcher",
+            launch.launcher,
+            "--master_port",
+            str(launch.master_port or MULTI_NODE_PORT),
+        ]
         if launch.master_addr:
             cmd += ["--master_addr", launch.master_addr]
         if launch.launcher_args:
@@ -95,13 +102,15 @@ def launch_env(launch: Any, env: dict[str, str], env_file: Path) -> dict[str, st
     return env
 
 
-def spawn_logged(cmd: list[str], log_file: Path, env: dict[str, str],
-                 cwd: str | Path | None = None) -> tuple[subprocess.Popen, threading.Thread]:
+def spawn_logged(
+    cmd: list[str], log_file: Path, env: dict[str, str], cwd: str | Path | None = None
+) -> tuple[subprocess.Popen, threading.Thread]:
     """Start ``cmd`` in its own session, its output (stdout and stderr) appended to ``log_file``
     with secrets masked as it comes (bloomline.secrets.copy_masked, a thread of this process)."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
+    )
     log = open(log_file, "ab")
 
     def copy() -> None:
@@ -122,8 +131,15 @@ def kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def run_job(cmd: list[str], log_file: Path, env: dict[str, str], timeout: float | None = None,
-            cwd: str | Path | None = None, poll: Callable[[], None] | None = None, poll_s: float = 2.0) -> int:
+def run_job(
+    cmd: list[str],
+    log_file: Path,
+    env: dict[str, str],
+    timeout: float | None = None,
+    cwd: str | Path | None = None,
+    poll: Callable[[], None] | None = None,
+    poll_s: float = 2.0,
+) -> int:
     """Run ``cmd`` in its own session, output appended to ``log_file``; its exit status, or
     TIMED_OUT. ``poll()`` is called every ``poll_s`` seconds while it runs (progress reports).
     However it ends (exit, timeout, our interruption), the whole process group is killed — a
@@ -158,8 +174,11 @@ def check_hostfile(launch: Any, world: int) -> None:
     except ValueError as e:
         raise ConfigError("launch.hostfile", str(e)) from None
     if sum(slots.values()) != world:
-        raise ConfigError("launch.hostfile", f"{launch.hostfile} has {sum(slots.values())} slots on {len(slots)} node(s), "
-                                             f"the layout needs tp·pp·dp = {world} ranks")
+        raise ConfigError(
+            "launch.hostfile",
+            f"{launch.hostfile} has {sum(slots.values())} slots on {len(slots)} node(s), "
+            f"the layout needs tp·pp·dp = {world} ranks",
+        )
     if launch.no_ssh and launch.node_rank >= len(slots):
         raise ConfigError("launch.node_rank", f"{launch.node_rank}, but {launch.hostfile} lists {len(slots)} node(s)")
 

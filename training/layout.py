@@ -68,18 +68,18 @@ def pipeline_prefixes(num_layers: int) -> list[str]:
 def pipeline_name(name: str, num_layers: int) -> str:
     """A Bloom name as a ``PipelineModule`` names it (``blocks.0.ln1.weight`` → ``2.ln1.weight``)."""
     if name.startswith("embedding."):
-        return f"tied_modules.{TIED_KEY}." + name[len("embedding."):]
+        return f"tied_modules.{TIED_KEY}." + name[len("embedding.") :]
     prefixes = pipeline_prefixes(num_layers)
     for idx, prefix in enumerate(prefixes[1:-1], start=1):
         if name.startswith(prefix + "."):
-            return f"{idx}." + name[len(prefix) + 1:]
+            return f"{idx}." + name[len(prefix) + 1 :]
     raise KeyError(f"{name} is not a parameter of a {num_layers}-layer Bloom")
 
 
 def bloom_name(name: str, num_layers: int) -> str:
     """The inverse of :func:`pipeline_name`; a name without a layer index is returned as is."""
     if name.startswith(f"tied_modules.{TIED_KEY}."):
-        return "embedding." + name[len(f"tied_modules.{TIED_KEY}."):]
+        return "embedding." + name[len(f"tied_modules.{TIED_KEY}.") :]
     m = re.match(r"^(\d+)\.(.*)$", name)
     if not m:
         return name

@@ -67,8 +67,15 @@ class StepLoss:
         self.lang_loss = torch.zeros(languages, dtype=torch.float64)
         self.lang_tokens = torch.zeros(languages, dtype=torch.float64)
 
-    def set_step(self, gas: int, dp: int, step_tokens: int, spike_limit: float = math.inf, poison: bool = False,
-                 langs: list[torch.Tensor] | None = None) -> None:
+    def set_step(
+        self,
+        gas: int,
+        dp: int,
+        step_tokens: int,
+        spike_limit: float = math.inf,
+        poison: bool = False,
+        langs: list[torch.Tensor] | None = None,
+    ) -> None:
         """``langs[g]``: the language index of each sample of micro-batch ``g`` (int64)."""
         self.scale = gas * dp / max(step_tokens, 1)
         self.spike_limit = spike_limit

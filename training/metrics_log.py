@@ -64,12 +64,19 @@ class MetricsLog:
             # purge_step drops events a failed attempt logged after the checkpoint we resumed from
             self._tb = SummaryWriter(str(self.tensorboard), purge_step=step)
         # Named as in BLOOM's TensorBoard (Megatron-DeepSpeed) where they match.
-        tb = {"lm-loss-training/lm loss": rec["loss"], "learning-rate/learning-rate": rec["lr"],
-              "batch-size/batch-size": rec["global_batch_tokens"], "grad-norm/grad-norm": rec["grad_norm"],
-              "iteration-time/tokens-per-second": rec["tokens_per_s"], "bloomline/padding_fraction": rec["padding_fraction"],
-              "bloomline/dp_balance": rec["dp_balance"], "bloomline/dp_time_balance": rec["dp_time_balance"],
-              "bloomline/skipped_batches": rec["skipped_batches"],
-              "loss-scale/loss-scale": rec["loss_scale"], "bloomline/fp16_overflows": rec["fp16_overflows"]}
+        tb = {
+            "lm-loss-training/lm loss": rec["loss"],
+            "learning-rate/learning-rate": rec["lr"],
+            "batch-size/batch-size": rec["global_batch_tokens"],
+            "grad-norm/grad-norm": rec["grad_norm"],
+            "iteration-time/tokens-per-second": rec["tokens_per_s"],
+            "bloomline/padding_fraction": rec["padding_fraction"],
+            "bloomline/dp_balance": rec["dp_balance"],
+            "bloomline/dp_time_balance": rec["dp_time_balance"],
+            "bloomline/skipped_batches": rec["skipped_batches"],
+            "loss-scale/loss-scale": rec["loss_scale"],
+            "bloomline/fp16_overflows": rec["fp16_overflows"],
+        }
         for lang, v in (rec.get("lang_loss") or {}).items():
             tb[f"lm-loss-training/{lang}"] = v  # per-language training loss (training/loss.py StepLoss)
         for lang, v in (rec.get("mixture_weights") or {}).items():
@@ -81,10 +88,13 @@ class MetricsLog:
         r = self.recipe.train
         if step % r.log_interval == 0 or step == r.steps:
             shown = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
-            print(f"step {step}/{r.steps} | loss {shown(rec['loss'], '.4f')} | lr {rec['lr']:.3g} | "
-                  f"{shown(rec['tokens_per_s'], ',.0f')} tokens/s | grad norm {shown(rec['grad_norm'], '.3f')} | "
-                  f"bucket {rec['bucket']} x {rec['micro_batches']} micro-batches"
-                  + (f" | skipped: {rec['skip_reason']}" if rec["skip_reason"] else ""), flush=True)
+            print(
+                f"step {step}/{r.steps} | loss {shown(rec['loss'], '.4f')} | lr {rec['lr']:.3g} | "
+                f"{shown(rec['tokens_per_s'], ',.0f')} tokens/s | grad norm {shown(rec['grad_norm'], '.3f')} | "
+                f"bucket {rec['bucket']} x {rec['micro_batches']} micro-batches"
+                + (f" | skipped: {rec['skip_reason']}" if rec["skip_reason"] else ""),
+                flush=True,
+            )
 
 
 def finite(v: Any) -> float | None:

@@ -97,19 +97,28 @@ class OnlineMixtureConfig:
         check(0 <= self.min_weight < 1, "min_weight", "must be in [0, 1)")
         check(0 < self.max_weight <= 1, "max_weight", "must be in (0, 1]")
         check(self.min_weight <= self.max_weight, "min_weight", f"must be <= max_weight={self.max_weight}")
-        check(self.reference is None or self.rule == "evaluation", "reference",
-              "only the evaluation rule reads a reference run")
+        check(
+            self.reference is None or self.rule == "evaluation",
+            "reference",
+            "only the evaluation rule reads a reference run",
+        )
 
     def check_languages(self, n: int) -> None:
         """Floors and ceilings must admit a blend of ``n`` languages: n·min ≤ 1 ≤ n·max."""
         if n * self.min_weight > 1:
-            raise ConfigError("batch.online.min_weight", f"{n} languages × min_weight {self.min_weight} = "
-                                                         f"{n * self.min_weight:.3g} > 1: no blend has that floor; "
-                                                         f"lower it to at most {1 / n:.4g}")
+            raise ConfigError(
+                "batch.online.min_weight",
+                f"{n} languages × min_weight {self.min_weight} = "
+                f"{n * self.min_weight:.3g} > 1: no blend has that floor; "
+                f"lower it to at most {1 / n:.4g}",
+            )
         if n * self.max_weight < 1:
-            raise ConfigError("batch.online.max_weight", f"{n} languages × max_weight {self.max_weight} = "
-                                                         f"{n * self.max_weight:.3g} < 1: no blend has that ceiling; "
-                                                         f"raise it to at least {1 / n:.4g}")
+            raise ConfigError(
+                "batch.online.max_weight",
+                f"{n} languages × max_weight {self.max_weight} = "
+                f"{n * self.max_weight:.3g} < 1: no blend has that ceiling; "
+                f"raise it to at least {1 / n:.4g}",
+            )
 
 
 def bound(w: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -262,13 +271,24 @@ class MixtureController:
         reward = np.where(np.isnan(self.reward), np.nanmean(self.reward), self.reward)
         eps = exploration(self.updates + 1, len(self.languages)) if self.cfg.explore else 0.0
         target = bandit_target(self.prior, reward, self.cfg.eta, eps)
-        return self._move(step, target, {"rule": "bandit", "signal": "training loss", "tokens": window[0],
-                                         "exploration": eps,
-                                         "reward": {l: (None if math.isnan(r) else round(float(r), 6))
-                                                    for l, r in zip(self.languages, self.reward)}})
+        return self._move(
+            step,
+            target,
+            {
+                "rule": "bandit",
+                "signal": "training loss",
+                "tokens": window[0],
+                "exploration": eps,
+                "reward": {
+                    l: (None if math.isnan(r) else round(float(r), 6)) for l, r in zip(self.languages, self.reward)
+                },
+            },
+        )
 
     # ----------------------------------------------------------------------- evaluation
-    def observe_results(self, step: int, checkpoint: int, bpb: dict[str, float], seen: dict[str, int]) -> Optional[Change]:
+    def observe_results(
+        self, step: int, checkpoint: int, bpb: dict[str, float], seen: dict[str, int]
+    ) -> Optional[Change]:
         """Feed the evaluation of checkpoint ``checkpoint`` (per-language bpb and tokens seen);
         returns the change made after step ``step``, if any. Results of a checkpoint not newer
         than the last applied one are ignored."""
@@ -278,46 +298,78 @@ class MixtureController:
             return None
         missing = [l for l in self.languages if l not in bpb]
         if missing:
-            raise ConfigError("batch.online.rule", f"the evaluation of checkpoint {checkpoint} has no bpb for {missing}")
+            raise ConfigError(
+                "batch.online.rule", f"the evaluation of checkpoint {checkpoint} has no bpb for {missing}"
+            )
         now = np.array([bpb[l] for l in self.languages])
         tokens = np.array([seen.get(l, 0) for l in self.languages], dtype=np.float64)
-        previous, self.last_eval = self.last_eval, {"checkpoint": checkpoint, "bpb": now.tolist(), "seen": tokens.tolist()}
+        previous, self.last_eval = (
+            self.last_eval,
+            {"checkpoint": checkpoint, "bpb": now.tolist(), "seen": tokens.tolist()},
+        )
         if self.reference is not None:
             ref = np.array([self.reference.at(l, int(t)) for l, t in zip(self.languages, tokens)])
             signal = np.maximum(now - ref, 0.0)
             cause = {"signal": f"excess bpb over {self.reference.run}"}
         elif previous is None:  # progress needs two evaluations: taken in, no change yet
-            return Change(step, None, {"rule": "evaluation", "checkpoint": checkpoint,
-                                       "signal": "bpb progress per doubling of tokens seen",
-                                       "held": "the first evaluation: progress needs a second"})
+            return Change(
+                step,
+                None,
+                {
+                    "rule": "evaluation",
+                    "checkpoint": checkpoint,
+                    "signal": "bpb progress per doubling of tokens seen",
+                    "held": "the first evaluation: progress needs a second",
+                },
+            )
         else:
             signal = progress(np.array(previous["bpb"]), now, np.array(previous["seen"]), tokens)
             cause = {"signal": "bpb progress per doubling of tokens seen", "since": previous["checkpoint"]}
         target = excess_target(self.weights, signal, self.cfg.eta)
-        return self._move(step, target, {"rule": "evaluation", "checkpoint": checkpoint, **cause,
-                                         "value": {l: round(float(v), 6) for l, v in zip(self.languages, signal)}})
+        return self._move(
+            step,
+            target,
+            {
+                "rule": "evaluation",
+                "checkpoint": checkpoint,
+                **cause,
+                "value": {l: round(float(v), 6) for l, v in zip(self.languages, signal)},
+            },
+        )
 
     # ---------------------------------------------------------------------- checkpoint
     def state_dict(self) -> dict[str, Any]:
         """Plain JSON: the weights and the rule's state (contract 2's ``mixture``)."""
+
         def floats(a: np.ndarray) -> list[Optional[float]]:
             return [None if math.isnan(x) else float(x) for x in a]
 
-        return {"version": STATE_VERSION, "rule": self.cfg.rule, "languages": list(self.languages),
-                "weights": floats(self.weights), "reward": floats(self.reward), "updates": self.updates,
-                "window_loss": floats(self.window_loss), "window_tokens": floats(self.window_tokens),
-                "last_eval": self.last_eval}
+        return {
+            "version": STATE_VERSION,
+            "rule": self.cfg.rule,
+            "languages": list(self.languages),
+            "weights": floats(self.weights),
+            "reward": floats(self.reward),
+            "updates": self.updates,
+            "window_loss": floats(self.window_loss),
+            "window_tokens": floats(self.window_tokens),
+            "last_eval": self.last_eval,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("version") != STATE_VERSION:
-            raise ConfigError("batch.online", f"mixture state version {state.get('version')}, this bloomline reads "
-                                              f"{STATE_VERSION}")
+            raise ConfigError(
+                "batch.online", f"mixture state version {state.get('version')}, this bloomline reads {STATE_VERSION}"
+            )
         if state["languages"] != list(self.languages):
-            raise ConfigError("batch.online", f"the checkpoint's mixture is over {state['languages']}, this run's "
-                                              f"over {self.languages}")
+            raise ConfigError(
+                "batch.online",
+                f"the checkpoint's mixture is over {state['languages']}, this run's over {self.languages}",
+            )
         if state["rule"] != self.cfg.rule:
-            raise ConfigError("batch.online.rule", f"the checkpoint's mixture was steered by {state['rule']!r}; "
-                                                   f"resume with that rule")
+            raise ConfigError(
+                "batch.online.rule", f"the checkpoint's mixture was steered by {state['rule']!r}; resume with that rule"
+            )
 
         def arr(xs: list[Optional[float]]) -> np.ndarray:
             return np.array([np.nan if x is None else x for x in xs], dtype=np.float64)

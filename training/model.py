@@ -59,6 +59,7 @@ NORMS = ("embed_ln", "final_ln", "ln1", "ln2")
 
 # ----------------------------------------------------------------------------- ALiBi and masks
 
+
 @lru_cache(maxsize=16)
 def alibi_slopes(num_heads: int) -> torch.Tensor:
     """ALiBi slopes [num_heads] (float32), computed as HF ``build_alibi_tensor`` does.
@@ -87,8 +88,13 @@ def segment_ids_from_offsets(doc_offsets: list[list[int]], lengths: list[int], T
     """
     out = torch.zeros(len(lengths), T, dtype=torch.long)
     for b, (offsets, n) in enumerate(zip(doc_offsets, lengths)):
-        if not (0 < n <= T) or not offsets or offsets[0] != 0 or offsets[-1] >= n \
-                or any(a >= c for a, c in zip(offsets, offsets[1:])):
+        if (
+            not (0 < n <= T)
+            or not offsets
+            or offsets[0] != 0
+            or offsets[-1] >= n
+            or any(a >= c for a, c in zip(offsets, offsets[1:]))
+        ):
             raise ValueError(f"sample {b}: bad doc_offsets {offsets} for length {n} (T={T})")
         # number of offsets ≤ position = 1-based index of the document holding it
         out[b, :n] = torch.bucketize(torch.arange(n), torch.tensor(offsets), right=True)
@@ -130,6 +136,7 @@ def mask_padded_vocab(logits: torch.Tensor, vocab_size: int, first_id: int = 0) 
 
 
 # ----------------------------------------------------------------------------- modules
+
 
 class Embedding(nn.Module):
     """The word embedding, used at both ends (tied): ``(input_ids, segment_ids) → (hidden,
@@ -191,7 +198,7 @@ class Attention(nn.Module):
         # HF Bloom's layout: view the fused output as [B, T, heads, 3, head_dim].
         qkv = self.qkv(x).view(B, T, self.num_heads, 3, self.head_dim)
         q, k, v = (qkv[..., i, :].transpose(1, 2) for i in range(3))  # each [B, heads, T, head_dim]
-        slopes = alibi_slopes(self.total_heads)[self.first_head:self.first_head + self.num_heads].to(x.device)
+        slopes = alibi_slopes(self.total_heads)[self.first_head : self.first_head + self.num_heads].to(x.device)
         if self.kernel == "flex":
             from training.attention import flex_document_attention
 
@@ -251,8 +258,12 @@ class Bloom(nn.Module):
     def layers(self) -> list[tuple[str, nn.Module]]:
         """The layers in order with their names in ``state_dict``; the output projection
         (``embedding`` with ``project=True``) follows the last."""
-        return [("embedding", self.embedding), ("embed_ln", self.embed_ln),
-                *((f"blocks.{i}", b) for i, b in enumerate(self.blocks)), ("final_ln", self.final_ln)]
+        return [
+            ("embedding", self.embedding),
+            ("embed_ln", self.embed_ln),
+            *((f"blocks.{i}", b) for i, b in enumerate(self.blocks)),
+            ("final_ln", self.final_ln),
+        ]
 
     def forward(self, input_ids: torch.Tensor, segment_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
         """segment_ids from :func:`segment_ids_from_offsets`; None: each row is one document, unpadded."""
@@ -289,6 +300,7 @@ class Bloom(nn.Module):
 
 # ----------------------------------------------------------------------------- initialisation
 
+
 def _name_seed(seed: int, name: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "little") & (2**63 - 1)
 
@@ -321,7 +333,7 @@ def initial_value(name: str, shape: torch.Size, cfg: ModelConfig, seed: int) -> 
     g = torch.Generator().manual_seed(_name_seed(seed, name))
     w = torch.empty(shape).normal_(0.0, cfg.init_std, generator=g)
     if name == "embedding.word_embeddings.weight":
-        w[cfg.vocab_size:] = 0
+        w[cfg.vocab_size :] = 0
     return w
 
 

@@ -52,9 +52,16 @@ _FEEDBACK = re.compile(r"step_(\d+)\.json")
 def write_feedback(run_dir: str | Path, step: int, bpb: dict[str, float], tokens_seen: dict[str, int]) -> Path:
     """One checkpoint's per-language held-out bpb and training tokens seen, for the mixture to read."""
     path = RunDir(Path(run_dir)).mixture_feedback / f"step_{step:08d}.json"
-    write_json_atomic(path, {"version": FEEDBACK_VERSION, "step": int(step),
-                             "bpb": {k: float(v) for k, v in sorted(bpb.items())},
-                             "tokens_seen": {k: int(v) for k, v in sorted(tokens_seen.items())}}, durable=False)
+    write_json_atomic(
+        path,
+        {
+            "version": FEEDBACK_VERSION,
+            "step": int(step),
+            "bpb": {k: float(v) for k, v in sorted(bpb.items())},
+            "tokens_seen": {k: int(v) for k, v in sorted(tokens_seen.items())},
+        },
+        durable=False,
+    )
     return path
 
 
@@ -94,16 +101,26 @@ def write_reference(run_dir: str | Path, curve: ReferenceCurve, checked: dict[st
     by the flow, which read the reference's results table and checked it against this run:
     ``checked`` says what was compared)."""
     path = RunDir(Path(run_dir)).mixture_reference
-    write_json_atomic(path, {"version": REFERENCE_VERSION, "run": curve.run, "checked": checked,
-                             "points": {k: [[int(t), float(b)] for t, b in v] for k, v in sorted(curve.points.items())}})
+    write_json_atomic(
+        path,
+        {
+            "version": REFERENCE_VERSION,
+            "run": curve.run,
+            "checked": checked,
+            "points": {k: [[int(t), float(b)] for t, b in v] for k, v in sorted(curve.points.items())},
+        },
+    )
     return path
 
 
 def read_reference(run: RunDir) -> ReferenceCurve:
     path = run.mixture_reference
     if not path.is_file():
-        raise ConfigError("batch.online.reference", f"{path} is missing: start the run with `bloomline train`, which "
-                                                    "reads the reference run's results and writes it")
+        raise ConfigError(
+            "batch.online.reference",
+            f"{path} is missing: start the run with `bloomline train`, which "
+            "reads the reference run's results and writes it",
+        )
     ref = read_json(path)
     if ref.get("version") != REFERENCE_VERSION:
         raise DataError(f"{path}: version {ref.get('version')}, this bloomline reads {REFERENCE_VERSION}")
@@ -125,12 +142,16 @@ class OnlineMixture:
             blind = [lang for lang in self.languages if lang not in valid]
             if blind:
                 more = f" and {len(blind) - 5} more" if len(blind) > 5 else ""
-                raise ConfigError("batch.online.rule", f"evaluation steers by each language's held-out bpb, but "
-                                                       f"{', '.join(blind[:5])}{more} have no validation data in "
-                                                       f"{sampler.index.data_dir}")
+                raise ConfigError(
+                    "batch.online.rule",
+                    f"evaluation steers by each language's held-out bpb, but "
+                    f"{', '.join(blind[:5])}{more} have no validation data in "
+                    f"{sampler.index.data_dir}",
+                )
         reference = read_reference(run) if cfg.reference else None  # checked at start (eval/reference.py)
-        self.controller = MixtureController(cfg, self.languages, np.array([sampler.weights[l] for l in self.languages]),
-                                            reference)
+        self.controller = MixtureController(
+            cfg, self.languages, np.array([sampler.weights[l] for l in self.languages]), reference
+        )
         self.scheduled: dict[int, dict[str, Any]] = {}  # step → recorded evaluation inputs to replay
         self.unusable = -1  # the newest feedback that lacked a language (not read again)
         self.sampler.set_weights(self.controller.blend())
@@ -169,11 +190,15 @@ class OnlineMixture:
             self.unusable = int(fb["step"])
             print(f"mixture: the evaluation of step {fb['step']} has no bpb for {missing}; not used", flush=True)
             return empty
-        return ([float(fb["step"])] + [float(fb["bpb"][l]) for l in self.languages]
-                + [float(fb["tokens_seen"].get(l, 0)) for l in self.languages])
+        return (
+            [float(fb["step"])]
+            + [float(fb["bpb"][l]) for l in self.languages]
+            + [float(fb["tokens_seen"].get(l, 0)) for l in self.languages]
+        )
 
-    def after_step(self, step: int, lang_loss: np.ndarray, lang_tokens: np.ndarray, feedback: np.ndarray,
-                   measured: bool) -> list[Change]:
+    def after_step(
+        self, step: int, lang_loss: np.ndarray, lang_tokens: np.ndarray, feedback: np.ndarray, measured: bool
+    ) -> list[Change]:
         """Feed step ``step``'s totals (``measured`` False for a skipped batch: its losses are not
         fed) and rank 0's feedback row; record and apply what the controller decides."""
         changes: list[tuple[Change, Optional[dict[str, Any]]]] = []
@@ -181,9 +206,11 @@ class OnlineMixture:
             changes.append((c, None))
         inputs = self.scheduled.pop(step, None)
         if inputs is None and feedback[0] >= 0:
-            inputs = {"checkpoint": int(feedback[0]),
-                      "bpb": dict(zip(self.languages, map(float, feedback[1:1 + self.k]))),
-                      "tokens_seen": dict(zip(self.languages, map(int, feedback[1 + self.k:])))}
+            inputs = {
+                "checkpoint": int(feedback[0]),
+                "bpb": dict(zip(self.languages, map(float, feedback[1 : 1 + self.k]))),
+                "tokens_seen": dict(zip(self.languages, map(int, feedback[1 + self.k :]))),
+            }
         if inputs is not None:
             c = self.controller.observe_results(step, inputs["checkpoint"], inputs["bpb"], inputs["tokens_seen"])
             if c is not None:
@@ -211,12 +238,16 @@ class OnlineMixture:
         """Restore the state saved at ``step`` and schedule the log's later evaluation decisions.
         Every rank reads the log here; :meth:`cut_log` (rank 0, after a barrier) then cuts it."""
         if state is None:
-            raise ConfigError("batch.mixture", f"the checkpoint at step {step} was trained with a fixed mixture; "
-                                               f"an online mixture starts with a fresh run")
+            raise ConfigError(
+                "batch.mixture",
+                f"the checkpoint at step {step} was trained with a fixed mixture; "
+                f"an online mixture starts with a fresh run",
+            )
         self.controller.load_state_dict(state)
         self.sampler.set_weights(self.controller.blend())
-        self.scheduled = {e["step"]: e["inputs"] for e in read_log(self.run)
-                          if e["step"] > step and e["inputs"] is not None}
+        self.scheduled = {
+            e["step"]: e["inputs"] for e in read_log(self.run) if e["step"] > step and e["inputs"] is not None
+        }
 
     def cut_log(self, step: int) -> None:
         if self.rank == 0 and self.run.mixture_log.exists():

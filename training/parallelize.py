@@ -39,14 +39,19 @@ def megatron_config(parallel: ParallelConfig, dtype: torch.dtype) -> Any:
     from megatron.core import ModelParallelConfig
 
     return ModelParallelConfig(
-        tensor_model_parallel_size=parallel.tp, pipeline_model_parallel_size=parallel.pp,
-        use_cpu_initialization=True, perform_initialization=False,  # weights are set by name, see build_on_device
-        params_dtype=torch.float32, pipeline_dtype=dtype, sequence_parallel=False,
+        tensor_model_parallel_size=parallel.tp,
+        pipeline_model_parallel_size=parallel.pp,
+        use_cpu_initialization=True,
+        perform_initialization=False,  # weights are set by name, see build_on_device
+        params_dtype=torch.float32,
+        pipeline_dtype=dtype,
+        sequence_parallel=False,
         gradient_accumulation_fusion=False,
     )
 
 
 # ------------------------------------------------------------------------------ 1. tensor parallel
+
 
 def _megatron_layers() -> tuple[type, type]:
     """megatron-core's parallel linears returning only their output (they return (output, bias))."""
@@ -76,13 +81,28 @@ def apply_tp(model: Bloom, mcfg: Any) -> None:
     h = cfg.hidden_size
     with torch.device("meta"):
         for block in model.blocks:
+
             def col(lin: nn.Linear) -> nn.Module:
-                return column(lin.in_features, lin.out_features, config=mcfg, init_method=lambda w: None, bias=True,
-                              gather_output=False, skip_bias_add=False)
+                return column(
+                    lin.in_features,
+                    lin.out_features,
+                    config=mcfg,
+                    init_method=lambda w: None,
+                    bias=True,
+                    gather_output=False,
+                    skip_bias_add=False,
+                )
 
             def rw(lin: nn.Linear) -> nn.Module:  # output all-reduced, then the whole bias added once
-                return row(lin.in_features, lin.out_features, config=mcfg, init_method=lambda w: None, bias=True,
-                           input_is_parallel=True, skip_bias_add=False)
+                return row(
+                    lin.in_features,
+                    lin.out_features,
+                    config=mcfg,
+                    init_method=lambda w: None,
+                    bias=True,
+                    input_is_parallel=True,
+                    skip_bias_add=False,
+                )
 
             block.attn.qkv, block.attn.dense = col(block.attn.qkv), rw(block.attn.dense)
             block.mlp.fc1, block.mlp.fc2 = col(block.mlp.fc1), rw(block.mlp.fc2)
@@ -96,6 +116,7 @@ def apply_tp(model: Bloom, mcfg: Any) -> None:
 
 
 # ------------------------------------------------------------------------ 2. activation checkpointing
+
 
 def apply_ac(model: Bloom) -> None:
     """Recompute each block's activations in the backward pass (non-reentrant
@@ -123,7 +144,10 @@ def apply_compile(model: Bloom) -> None:
 
 # ------------------------------------------------------------------------------- materialisation
 
-def build_on_device(module: nn.Module, prefix: str, source: Callable[[str], torch.Tensor], device: torch.device) -> nn.Module:
+
+def build_on_device(
+    module: nn.Module, prefix: str, source: Callable[[str], torch.Tensor], device: torch.device
+) -> nn.Module:
     """Allocate a meta module on ``device`` and fill each parameter with this TP rank's slice of
     ``source(bloom_name)``; tag the sliced ones as megatron does (DeepSpeed's gradient norm sums
     them over TP ranks and counts replicated ones once)."""
@@ -146,6 +170,7 @@ def build_on_device(module: nn.Module, prefix: str, source: Callable[[str], torc
 
 
 # ---------------------------------------------------------------------------------- 3. pipeline
+
 
 def _existing_spec(module: nn.Module, build: Callable[[], nn.Module], tied: bool = False, **kw: Any) -> Any:
     """A DeepSpeed layer spec for a module that already exists (on meta): DeepSpeed calls
@@ -172,7 +197,9 @@ def _project(embedding: nn.Module, x: Any) -> torch.Tensor:
 PARTITION_TYPES = "^(Block|Embedding)$"
 
 
-def pipeline(model: Bloom, parallel: ParallelConfig, loss_fn: Callable, build: Callable[[str, nn.Module], nn.Module]) -> nn.Module:
+def pipeline(
+    model: Bloom, parallel: ParallelConfig, loss_fn: Callable, build: Callable[[str, nn.Module], nn.Module]
+) -> nn.Module:
     """``Bloom.layers()`` and the tied output projection as a DeepSpeed ``PipelineModule``,
     partitioned by PARTITION_TYPES; ``build(name, module)`` materialises a layer on the stage
     that owns it."""
@@ -181,24 +208,51 @@ def pipeline(model: Bloom, parallel: ParallelConfig, loss_fn: Callable, build: C
 
     specs = []
     for name, layer in model.layers():
+
         def make(n: str = name, m: Any = layer) -> Any:
             return build(n, m)
 
-        specs.append(_existing_spec(layer, make, tied=True, tied_weight_attr=["word_embeddings.weight"])
-                     if name == "embedding" else _existing_spec(layer, make))
-    specs.append(_existing_spec(model.embedding, lambda: build("embedding", model.embedding), tied=True,
-                                forward_fn=_project, tied_weight_attr=["word_embeddings.weight"]))
+        specs.append(
+            _existing_spec(layer, make, tied=True, tied_weight_attr=["word_embeddings.weight"])
+            if name == "embedding"
+            else _existing_spec(layer, make)
+        )
+    specs.append(
+        _existing_spec(
+            model.embedding,
+            lambda: build("embedding", model.embedding),
+            tied=True,
+            forward_fn=_project,
+            tied_weight_attr=["word_embeddings.weight"],
+        )
+    )
     topo = PipeModelDataParallelTopology(num_pp=parallel.pp, num_mp=parallel.tp, num_dp=parallel.dp)
-    return PipelineModule(layers=specs, topology=topo, loss_fn=loss_fn, partition_method=f"type:{PARTITION_TYPES}",
-                          activation_checkpoint_interval=0,  # done by apply_ac, the same at every layout
-                          dynamic_shape=True)  # the bucket (sequence length) changes from step to step
+    return PipelineModule(
+        layers=specs,
+        topology=topo,
+        loss_fn=loss_fn,
+        partition_method=f"type:{PARTITION_TYPES}",
+        activation_checkpoint_interval=0,  # done by apply_ac, the same at every layout
+        dynamic_shape=True,
+    )  # the bucket (sequence length) changes from step to step
 
 
 # ---------------------------------------------------------------------------------- the entry point
 
-def parallelize(model: Bloom, parallel: ParallelConfig, *, seed: int, dtype: torch.dtype, activation_checkpointing: bool,
-                loss_fn: Callable, make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
-                ds_config: dict[str, Any], device: torch.device, compile: bool = False) -> Any:
+
+def parallelize(
+    model: Bloom,
+    parallel: ParallelConfig,
+    *,
+    seed: int,
+    dtype: torch.dtype,
+    activation_checkpointing: bool,
+    loss_fn: Callable,
+    make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
+    ds_config: dict[str, Any],
+    device: torch.device,
+    compile: bool = False,
+) -> Any:
     """Apply TP, activation checkpointing, PP and ZeRO to ``model`` at this rank's place in the
     (already initialised, ``training.distributed``) grid; returns the DeepSpeed engine.
 
@@ -212,14 +266,14 @@ def parallelize(model: Bloom, parallel: ParallelConfig, *, seed: int, dtype: tor
         raise ValueError("parallelize() takes a Bloom built on the meta device; it materialises each rank's part")
     shapes = full_shapes(model.cfg)
     source = lambda name: initial_value(name, shapes[name], model.cfg, seed)  # noqa: E731
-    apply_tp(model, megatron_config(parallel, dtype))                        # 1
+    apply_tp(model, megatron_config(parallel, dtype))  # 1
     if activation_checkpointing:
-        apply_ac(model)                                                      # 2
+        apply_ac(model)  # 2
     if compile:
         apply_compile(model)
     build = lambda name, module: build_on_device(module, name + ".", source, device)  # noqa: E731
     if parallel.pp > 1:
-        module = pipeline(model, parallel, loss_fn, build)                   # 3
+        module = pipeline(model, parallel, loss_fn, build)  # 3
         mpu = None  # the PipelineModule's topology tells DeepSpeed the groups
     else:
         for name, layer in model.layers():
@@ -227,6 +281,10 @@ def parallelize(model: Bloom, parallel: ParallelConfig, *, seed: int, dtype: tor
         module, mpu = model, DeepSpeedMPU()
     # Saved in every checkpoint: how DeepSpeed's universal converter merges this layout's TP slices.
     module.universal_checkpoint_info = universal_info(model.cfg, layout_of(parallel))
-    engine, _, _, _ = deepspeed.initialize(model=module, optimizer=make_optimizer(module), mpu=mpu,  # 4
-                                           config=ds_config)
+    engine, _, _, _ = deepspeed.initialize(
+        model=module,
+        optimizer=make_optimizer(module),
+        mpu=mpu,  # 4
+        config=ds_config,
+    )
     return engine

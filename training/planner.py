@@ -45,7 +45,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
 # CUDA context (~0.5 GiB), NCCL's communicators and buffers for the TP, PP and DP groups, and
 # the PyTorch caching allocator's reserved-but-free memory: one constant, calibrated on
@@ -90,8 +90,14 @@ def cpu_device() -> Device:
 
     import psutil
 
-    return Device("CPU (this machine)", psutil.virtual_memory().total / GIB, None, None,
-                  per_node=len(os.sched_getaffinity(0)), overhead_gib=0.5)  # torch + DeepSpeed per rank, measured ~0.4 GiB
+    return Device(
+        "CPU (this machine)",
+        psutil.virtual_memory().total / GIB,
+        None,
+        None,
+        per_node=len(os.sched_getaffinity(0)),
+        overhead_gib=0.5,
+    )  # torch + DeepSpeed per rank, measured ~0.4 GiB
 
 
 @dataclass
@@ -111,8 +117,11 @@ class StagePlan:
 def model_state_bytes(precision: str, zero_stage: int, dp: int) -> dict[str, float]:
     """Bytes per parameter on one GPU: weights, gradients, optimizer (see the module docstring)."""
     if precision == "fp32":
-        return {"weights": 4.0, "gradients": 4.0 / (dp if zero_stage >= 2 else 1),
-                "optimizer": 8.0 / (dp if zero_stage >= 1 else 1)}
+        return {
+            "weights": 4.0,
+            "gradients": 4.0 / (dp if zero_stage >= 2 else 1),
+            "optimizer": 8.0 / (dp if zero_stage >= 1 else 1),
+        }
     if zero_stage == 0:
         return {"weights": 2.0, "gradients": 2.0, "optimizer": 12.0}
     if zero_stage == 1:  # BF16_Optimizer: fp32 gradient accumulation kept whole on every rank
@@ -162,7 +171,7 @@ def stage_params(model_cfg: Any, tp: int, bounds: tuple[int, int]) -> tuple[int,
 
     shapes = full_shapes(model_cfg)
     # dict.fromkeys: with one stage, the tied projection is the embedding itself, held once
-    prefixes = list(dict.fromkeys(pipeline_prefixes(model_cfg.num_layers)[bounds[0]:bounds[1]]))
+    prefixes = list(dict.fromkeys(pipeline_prefixes(model_cfg.num_layers)[bounds[0] : bounds[1]]))
     total, blocks, emb = 0, 0, False
     for prefix in prefixes:
         blocks += prefix.startswith("blocks.")
@@ -178,16 +187,24 @@ def stage_params(model_cfg: Any, tp: int, bounds: tuple[int, int]) -> tuple[int,
     return total, blocks, emb
 
 
-def plan(recipe: Any, device: Device, nodes: Optional[int] = None, iteration_seconds: Optional[float] = None,
-         offload: bool = False) -> dict[str, Any]:
+def plan(
+    recipe: Any,
+    device: Device,
+    nodes: Optional[int] = None,
+    iteration_seconds: Optional[float] = None,
+    offload: bool = False,
+) -> dict[str, Any]:
     """The plan of ``recipe`` (a resolved TrainRecipe) on ``device``; see the module docstring."""
     m, par, r = recipe.model, recipe.parallel, recipe.train
     tp, pp, dp, zero = par.tp, par.pp, par.dp, par.zero_stage
     if nodes is not None:
         gpus = nodes * device.per_node
         if gpus % (tp * pp):
-            return _refuse(recipe, device, f"{nodes} node(s) × {device.per_node} = {gpus} devices is not a multiple of "
-                                           f"tp·pp = {tp * pp}")
+            return _refuse(
+                recipe,
+                device,
+                f"{nodes} node(s) × {device.per_node} = {gpus} devices is not a multiple of tp·pp = {tp * pp}",
+            )
         dp = gpus // (tp * pp)
     world = tp * pp * dp
     s, h, a, L = m.seq_len, m.hidden_size, m.num_heads, m.num_layers
@@ -213,26 +230,58 @@ def plan(recipe: Any, device: Device, nodes: Optional[int] = None, iteration_sec
         parts["pipeline_buffers"] = (in_flight * kept_layer / GIB) if pp > 1 else 0.0
         parts["logits"] = (s * mbs * V / tp * (2 + 4 + 4) / GIB) if i == pp - 1 else 0.0
         parts["overhead"] = device.overhead_gib
-        st = StagePlan(i, blocks, emb, params, {k: round(v, 3) for k, v in parts.items()},
-                       round(blocks * full_layer * in_flight / GIB, 3), round(sum(parts.values()), 3))
+        st = StagePlan(
+            i,
+            blocks,
+            emb,
+            params,
+            {k: round(v, 3) for k, v in parts.items()},
+            round(blocks * full_layer * in_flight / GIB, 3),
+            round(sum(parts.values()), 3),
+        )
         if offload:
-            st.offload_memory_gib = round(st.memory_gib - params * (state["optimizer"] + state["gradients"] - 2.0) / GIB
-                                          if zero <= 2 else st.memory_gib - params * state["optimizer"] / GIB, 3)
+            st.offload_memory_gib = round(
+                st.memory_gib - params * (state["optimizer"] + state["gradients"] - 2.0) / GIB
+                if zero <= 2
+                else st.memory_gib - params * state["optimizer"] / GIB,
+                3,
+            )
         stages.append(st)
 
     worst = max(stages, key=lambda x: x.memory_gib)
     fits = worst.memory_gib <= device.memory_gib
-    reason = (f"fits: the fullest stage ({worst.stage}) needs {worst.memory_gib:.1f} of {device.memory_gib:.1f} GiB"
-              if fits else _too_big(worst, device))
+    reason = (
+        f"fits: the fullest stage ({worst.stage}) needs {worst.memory_gib:.1f} of {device.memory_gib:.1f} GiB"
+        if fits
+        else _too_big(worst, device)
+    )
     flops = flops_per_iteration(gbs, s, L, h, V, ckpt)
     out: dict[str, Any] = {
-        "model": {"params": sum(math.prod(x) for x in _shapes(m)), "layers": L, "hidden": h, "heads": a, "vocab_padded": V,
-                  "seq_len": s},
-        "layout": {"tp": tp, "pp": pp, "dp": dp, "zero_stage": zero, "world": world,
-                   "nodes": math.ceil(world / device.per_node), "per_node": device.per_node},
-        "device": asdict(device), "precision": r.precision, "activation_checkpointing": ckpt,
-        "micro_batch_size": mbs, "global_batch_size": gbs, "micro_batches": micro,
-        "fits": fits, "reason": reason,
+        "model": {
+            "params": sum(math.prod(x) for x in _shapes(m)),
+            "layers": L,
+            "hidden": h,
+            "heads": a,
+            "vocab_padded": V,
+            "seq_len": s,
+        },
+        "layout": {
+            "tp": tp,
+            "pp": pp,
+            "dp": dp,
+            "zero_stage": zero,
+            "world": world,
+            "nodes": math.ceil(world / device.per_node),
+            "per_node": device.per_node,
+        },
+        "device": asdict(device),
+        "precision": r.precision,
+        "activation_checkpointing": ckpt,
+        "micro_batch_size": mbs,
+        "global_batch_size": gbs,
+        "micro_batches": micro,
+        "fits": fits,
+        "reason": reason,
         "stages": [asdict(x) for x in stages],
         "bytes_per_param": state,
         "flops_per_iteration": flops,
@@ -262,25 +311,41 @@ def _shapes(m: Any) -> list[tuple[int, ...]]:
 
 def _too_big(st: StagePlan, device: Device) -> str:
     top = sorted(st.parts_gib.items(), key=lambda kv: -kv[1])[:3]
-    return (f"does not fit: stage {st.stage} needs {st.memory_gib:.1f} GiB per device, more than the "
-            f"{device.memory_gib:.1f} GiB of a {device.name} (" + ", ".join(f"{k} {v:.1f}" for k, v in top) + " GiB)")
+    return (
+        f"does not fit: stage {st.stage} needs {st.memory_gib:.1f} GiB per device, more than the "
+        f"{device.memory_gib:.1f} GiB of a {device.name} (" + ", ".join(f"{k} {v:.1f}" for k, v in top) + " GiB)"
+    )
 
 
 def _refuse(recipe: Any, device: Device, reason: str) -> dict[str, Any]:
-    return {"fits": False, "reason": reason, "stages": [], "flops_per_iteration": None, "bubble": None,
-            "device": asdict(device)}
+    return {
+        "fits": False,
+        "reason": reason,
+        "stages": [],
+        "flops_per_iteration": None,
+        "bubble": None,
+        "device": asdict(device),
+    }
 
 
-def offload_costs(stages: list[StagePlan], state: dict[str, float], dp: int, device: Device, zero: int,
-                  iteration_seconds: Optional[float]) -> dict[str, Any]:
+def offload_costs(
+    stages: list[StagePlan],
+    state: dict[str, float],
+    dp: int,
+    device: Device,
+    zero: int,
+    iteration_seconds: Optional[float],
+) -> dict[str, Any]:
     """ZeRO-Offload of the fullest stage: GPU memory freed, CPU memory per node, PCIe traffic."""
     worst = max(stages, key=lambda x: x.memory_gib)
     part = worst.params / dp  # parameters of this GPU's DP partition
     pcie_bytes = (2 + 2) * part
-    out = {"gpu_freed_gib": round(worst.memory_gib - (worst.offload_memory_gib or worst.memory_gib), 3),
-           "cpu_gib_per_device": round(16 * part / GIB, 3),
-           "cpu_gib_per_node": round(16 * part * device.per_node / GIB, 3),
-           "pcie_gib_per_iteration_per_device": round(pcie_bytes / GIB, 3)}
+    out = {
+        "gpu_freed_gib": round(worst.memory_gib - (worst.offload_memory_gib or worst.memory_gib), 3),
+        "cpu_gib_per_device": round(16 * part / GIB, 3),
+        "cpu_gib_per_node": round(16 * part * device.per_node / GIB, 3),
+        "pcie_gib_per_iteration_per_device": round(pcie_bytes / GIB, 3),
+    }
     if device.pcie_gb_s:
         out["pcie_seconds_per_iteration"] = round(pcie_bytes / (device.pcie_gb_s * 1e9), 3)
         if iteration_seconds:
@@ -298,9 +363,15 @@ def deepspeed_estimates(stages: list[StagePlan], dp: int, largest: int) -> dict[
 
     worst = max(stages, key=lambda x: x.memory_gib)
     _, z2 = estimate_zero2_model_states_mem_needs(worst.params, num_gpus_per_node=dp, num_nodes=1, cpu_offload=False)
-    _, z3, _ = estimate_zero3_model_states_mem_needs(worst.params, largest, num_gpus_per_node=dp, num_nodes=1,
-                                                     cpu_offload=False)
+    _, z3, _ = estimate_zero3_model_states_mem_needs(
+        worst.params, largest, num_gpus_per_node=dp, num_nodes=1, cpu_offload=False
+    )
     ours2 = worst.params * sum(model_state_bytes("bf16", 2, dp).values())
     ours3 = worst.params * sum(model_state_bytes("bf16", 3, dp).values()) + 4 * largest
-    return {"stage": worst.stage, "zero2_gib": round(z2 / GIB, 3), "zero2_ours_gib": round(ours2 / GIB, 3),
-            "zero3_gib": round(z3 / GIB, 3), "zero3_ours_gib": round(ours3 / GIB, 3)}
+    return {
+        "stage": worst.stage,
+        "zero2_gib": round(z2 / GIB, 3),
+        "zero2_ours_gib": round(ours2 / GIB, 3),
+        "zero3_gib": round(z3 / GIB, 3),
+        "zero3_ours_gib": round(ours3 / GIB, 3),
+    }

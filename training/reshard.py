@@ -75,13 +75,17 @@ def check_convertible(step_dir: Path, meta: dict[str, Any], target: dict[str, in
       moments to convert, and DeepSpeed's converter fails on their absence."""
     source = meta["layout"]
     if source["zero_stage"] not in (1, 2) or target["zero_stage"] not in (1, 2):
-        raise ValueError(f"{step_dir} (zero_stage={source['zero_stage']}) cannot be resumed with zero_stage="
-                         f"{target['zero_stage']} and another layout: layout changes work between ZeRO stages 1 "
-                         f"and 2; otherwise resume with the same tp/pp/dp/zero_stage")
+        raise ValueError(
+            f"{step_dir} (zero_stage={source['zero_stage']}) cannot be resumed with zero_stage="
+            f"{target['zero_stage']} and another layout: layout changes work between ZeRO stages 1 "
+            f"and 2; otherwise resume with the same tp/pp/dp/zero_stage"
+        )
     t = meta["trainer"]
     if int(meta["step"]) - int(t.get("skipped", 0)) - int(t.get("fp16_overflows", 0)) <= 0:
-        raise ValueError(f"{step_dir}: every step so far was skipped, so there is no optimizer state to convert to "
-                         f"another layout; resume with the same tp/pp/dp/zero_stage")
+        raise ValueError(
+            f"{step_dir}: every step so far was skipped, so there is no optimizer state to convert to "
+            f"another layout; resume with the same tp/pp/dp/zero_stage"
+        )
 
 
 def reshard_command(step_dir: str | Path, layout: dict[str, int]) -> list[str]:
@@ -120,9 +124,15 @@ def convert(step_dir: str | Path, layout: dict[str, int]) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.rmtree(out, ignore_errors=True)
     workers = max(1, min(8, available_cpus() - 1))
-    args = argparse.Namespace(input_folder=str(step_dir), output_folder=str(tmp), num_extract_workers=workers,
-                              num_merge_workers=max(1, workers // 4), keep_temp_folder=False, strict=True,
-                              inject_missing_state=False)  # every checkpoint carries universal_info
+    args = argparse.Namespace(
+        input_folder=str(step_dir),
+        output_folder=str(tmp),
+        num_extract_workers=workers,
+        num_merge_workers=max(1, workers // 4),
+        keep_temp_folder=False,
+        strict=True,
+        inject_missing_state=False,
+    )  # every checkpoint carries universal_info
     try:
         ds_to_universal.main(args)
     except AssertionError as e:
@@ -175,8 +185,10 @@ def _trim_vocab(folder: Path, rows: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Lay a checkpoint out for another TP/PP/DP/ZeRO layout "
-                                             "(step_N/universal, loaded by a resuming run of that layout).")
+    ap = argparse.ArgumentParser(
+        description="Lay a checkpoint out for another TP/PP/DP/ZeRO layout "
+        "(step_N/universal, loaded by a resuming run of that layout)."
+    )
     ap.add_argument("step_dir", help="RUN_DIR/checkpoints/step_N")
     for k in LAYOUT_KEYS:
         ap.add_argument(f"--{k.replace('_', '-')}", type=int, required=True)

@@ -32,23 +32,29 @@ def plan_resume(run: RunDir, data_dir: Path, parallel: ParallelConfig) -> tuple[
     step_dir = run.step_dir(step)
     meta = read_meta(step_dir)
     if not trained_on(meta, data_dir):
-        raise BloomlineError(f"{step_dir} was trained on other data (manifest hash differs): "
-                             f"use a new run folder or the same --data")
+        raise BloomlineError(
+            f"{step_dir} was trained on other data (manifest hash differs): use a new run folder or the same --data"
+        )
     saved, now = meta["layout"], layout_of(parallel)
     if saved == now:
         return step, False
     if not has_universal(step_dir, now):
         raise BloomlineError(
             f"{step_dir} was written with {layout_label(saved)}; this run has {layout_label(now)}. `bloomline train` converts it "
-            f"before resuming; by hand: python -m training.reshard " + " ".join(reshard_command(step_dir, now)[3:]))
+            f"before resuming; by hand: python -m training.reshard " + " ".join(reshard_command(step_dir, now)[3:])
+        )
     return step, True
 
 
 def rng_state() -> dict[str, Any]:
     """This rank's RNG states, saved with its checkpoint files."""
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-            # this rank's device only: a resume may see another number of GPUs
-            "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        # this rank's device only: a resume may see another number of GPUs
+        "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None,
+    }
 
 
 def restore_rng(rng: Optional[dict[str, Any]]) -> None:

@@ -114,9 +114,17 @@ class StepPlan:
     pad_lengths: list[list[int]] = field(default_factory=list)
 
 
-def build_plan(step: int, refs: list[SampleRef], lengths: np.ndarray, langs: Sequence[str],
-               assignment: list[list[list[int]]], pad_lengths: list[list[int]], cost: np.ndarray,
-               lr_scale: float, budget: int) -> StepPlan:
+def build_plan(
+    step: int,
+    refs: list[SampleRef],
+    lengths: np.ndarray,
+    langs: Sequence[str],
+    assignment: list[list[list[int]]],
+    pad_lengths: list[list[int]],
+    cost: np.ndarray,
+    lr_scale: float,
+    budget: int,
+) -> StepPlan:
     """Turn an assignment of sample indices ([dp][gas][m]) into a StepPlan with its statistics."""
     tokens = int(lengths.sum())
     padded = sum(len(mb) * pl for rank, pls in zip(assignment, pad_lengths) for mb, pl in zip(rank, pls))
@@ -125,11 +133,20 @@ def build_plan(step: int, refs: list[SampleRef], lengths: np.ndarray, langs: Seq
     for lg, ln in zip(langs, lengths):
         lang_tokens[lg] = lang_tokens.get(lg, 0) + int(ln)
     return StepPlan(
-        step=step, bucket=max(max(p) for p in pad_lengths), micro_batch_size=len(assignment[0][0]),
-        gas=len(assignment[0]), ranks=[[[refs[i] for i in mb] for mb in rank] for rank in assignment],
-        tokens=tokens, padded_tokens=padded, padding_fraction=1.0 - tokens / padded,
-        cost_balance=float(loads.max() / loads.mean()), lr_scale=lr_scale,
-        lang_tokens=dict(sorted(lang_tokens.items())), budget=budget, pad_lengths=pad_lengths)
+        step=step,
+        bucket=max(max(p) for p in pad_lengths),
+        micro_batch_size=len(assignment[0][0]),
+        gas=len(assignment[0]),
+        ranks=[[[refs[i] for i in mb] for mb in rank] for rank in assignment],
+        tokens=tokens,
+        padded_tokens=padded,
+        padding_fraction=1.0 - tokens / padded,
+        cost_balance=float(loads.max() / loads.mean()),
+        lr_scale=lr_scale,
+        lang_tokens=dict(sorted(lang_tokens.items())),
+        budget=budget,
+        pad_lengths=pad_lengths,
+    )
 
 
 def balance(cost: np.ndarray, dp: int, per_rank: int, tolerance: float) -> list[list[int]]:
@@ -197,8 +214,9 @@ def split_micro_batches(members: list[int], cost: np.ndarray, gas: int) -> list[
     return out
 
 
-def take_epochs(size: int, epoch: int, pos: int, count: int,
-                perm: Callable[[int, np.ndarray], np.ndarray]) -> tuple[np.ndarray, int, int]:
+def take_epochs(
+    size: int, epoch: int, pos: int, count: int, perm: Callable[[int, np.ndarray], np.ndarray]
+) -> tuple[np.ndarray, int, int]:
     """The next ``count`` indices of a sequence read in permutation order, epoch after epoch
     (``perm(epoch, positions)``: the epoch's permutation at those positions).
 
@@ -242,9 +260,17 @@ class DynamicBatchSampler:
     6. **Balance** (:func:`balance`) and split into micro-batches (:func:`split_micro_batches`).
     """
 
-    def __init__(self, index: ShardIndex, batch: BatchConfig, dp_size: int, seq_len: int, seed: int,
-                 blend: Optional[dict[str, float]] = None, pair_weight: Optional[float] = None,
-                 dealing: str = "balanced"):
+    def __init__(
+        self,
+        index: ShardIndex,
+        batch: BatchConfig,
+        dp_size: int,
+        seq_len: int,
+        seed: int,
+        blend: Optional[dict[str, float]] = None,
+        pair_weight: Optional[float] = None,
+        dealing: str = "balanced",
+    ):
         """``pair_weight``: the cost of one attended pair in padded positions (training.flops.model_pair_weight
         of the model); ``batch.attn_weight`` overrides it, and without either it is 2/seq_len (a full
         sample's attention costs as much as its linear part). ``dealing="round_robin"`` deals the
@@ -255,8 +281,13 @@ class DynamicBatchSampler:
             raise ValueError(f"dealing must be balanced or round_robin, not {dealing!r}")
         self.index, self.batch, self.dp, self.seq_len, self.seed = index, batch, int(dp_size), int(seq_len), int(seed)
         self.dealing = dealing
-        self.pair_weight = (batch.attn_weight if batch.attn_weight is not None
-                            else pair_weight if pair_weight is not None else 2.0 / self.seq_len)
+        self.pair_weight = (
+            batch.attn_weight
+            if batch.attn_weight is not None
+            else pair_weight
+            if pair_weight is not None
+            else 2.0 / self.seq_len
+        )
         self.weights = self._resolve_blend(index.manifest["blend"] if blend is None else blend)
         self.streams = [s for s in index.streams.values() if self.weights.get(s.lang, 0.0) > 0 and s.size]
         self._lang_tokens = {lg: index.lang_tokens(lg) for lg in self.weights}
@@ -272,8 +303,10 @@ class DynamicBatchSampler:
         grouped: dict[int, list[Stream]] = {}
         for s in self.streams:
             grouped.setdefault(s.bucket, []).append(s)
-        return {b: (ss, np.array([self.weights[s.lang] * s.size / self._lang_tokens[s.lang] for s in ss]))
-                for b, ss in sorted(grouped.items())}
+        return {
+            b: (ss, np.array([self.weights[s.lang] * s.size / self._lang_tokens[s.lang] for s in ss]))
+            for b, ss in sorted(grouped.items())
+        }
 
     def set_weights(self, weights: dict[str, float]) -> None:
         """Draw the next steps from ``weights`` (the online mixture, training/mixture.py), over the
@@ -294,7 +327,9 @@ class DynamicBatchSampler:
         has_data = {lg for lg in self.index.languages if self.index.lang_tokens(lg)}
         missing = sorted(k for k, v in blend.items() if v > 0 and k not in has_data)
         if missing:
-            raise DataError(f"the blend names {missing}, which have no '{self.index.split}' data in {self.index.data_dir}")
+            raise DataError(
+                f"the blend names {missing}, which have no '{self.index.split}' data in {self.index.data_dir}"
+            )
         total = float(sum(blend.values()))
         if total <= 0:
             raise ConfigError("blend", "gives no weight to any language")
@@ -328,8 +363,9 @@ class DynamicBatchSampler:
     def _take(self, stream: Stream, count: int) -> np.ndarray:
         """The next ``count`` sample indices of a stream, starting new epochs as needed."""
         epoch, pos = self.positions[stream.key]
-        idx, epoch, pos = take_epochs(stream.size, epoch, pos, count,
-                                      lambda e, at: permutation_at(at, stream.size, self._key(stream, e)))
+        idx, epoch, pos = take_epochs(
+            stream.size, epoch, pos, count, lambda e, at: permutation_at(at, stream.size, self._key(stream, e))
+        )
         self.positions[stream.key] = [epoch, pos]
         return idx
 
@@ -361,8 +397,17 @@ class DynamicBatchSampler:
         self.step += 1
         tokens = int(lengths.sum())
         self.consumed_tokens += tokens
-        plan = build_plan(self.step, refs, lengths, langs, assignment, [[bucket] * gas for _ in range(self.dp)],
-                          cost, self._lr_scale(tokens), budget)
+        plan = build_plan(
+            self.step,
+            refs,
+            lengths,
+            langs,
+            assignment,
+            [[bucket] * gas for _ in range(self.dp)],
+            cost,
+            self._lr_scale(tokens),
+            budget,
+        )
         for lang, n in plan.lang_tokens.items():
             self.tokens_by_lang[lang] = self.tokens_by_lang.get(lang, 0) + n
         return plan
@@ -373,9 +418,14 @@ class DynamicBatchSampler:
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state after the last step (goes into a checkpoint)."""
-        return {"version": STATE_VERSION, "seed": self.seed, "step": self.step, "consumed_tokens": self.consumed_tokens,
-                "tokens_by_lang": dict(sorted(self.tokens_by_lang.items())),
-                "streams": {s.key: [*self.positions[s.key], s.size] for s in self.streams}}
+        return {
+            "version": STATE_VERSION,
+            "seed": self.seed,
+            "step": self.step,
+            "consumed_tokens": self.consumed_tokens,
+            "tokens_by_lang": dict(sorted(self.tokens_by_lang.items())),
+            "streams": {s.key: [*self.positions[s.key], s.size] for s in self.streams},
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``: the next step is ``state['step'] + 1``, drawn as an uninterrupted run would.
@@ -386,13 +436,18 @@ class DynamicBatchSampler:
         if state.get("version") != STATE_VERSION:
             raise DataError(f"sampler state version {state.get('version')}, this bloomline reads {STATE_VERSION}")
         if state["seed"] != self.seed:
-            raise ConfigError("train.seed", f"the checkpoint's sampler was seeded with {state['seed']}, this run with "
-                                            f"{self.seed}; resume with the same seed")
+            raise ConfigError(
+                "train.seed",
+                f"the checkpoint's sampler was seeded with {state['seed']}, this run with "
+                f"{self.seed}; resume with the same seed",
+            )
         sizes = {s.key: s.size for s in self.streams}
         for key, (_, _, rows) in state["streams"].items():
             if key in sizes and sizes[key] != rows:
-                raise DataError(f"sampler state: stream {key} had {rows} rows, the data now has {sizes[key]}: the data "
-                                "changed since the checkpoint")
+                raise DataError(
+                    f"sampler state: stream {key} had {rows} rows, the data now has {sizes[key]}: the data "
+                    "changed since the checkpoint"
+                )
         self.step, self.consumed_tokens = int(state["step"]), int(state["consumed_tokens"])
         self.tokens_by_lang = {k: int(v) for k, v in state["tokens_by_lang"].items()}
         self.positions = {key: [int(v) for v in state["streams"].get(key, [0, 0])[:2]] for key in sizes}

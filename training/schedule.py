@@ -8,8 +8,13 @@ from typing import Optional
 from training.config import TrainRecipe
 
 # the recipe keys the schedule depends on
-SCHEDULE_KEYS = (("train", "steps"), ("optim", "decay_steps"), ("optim", "warmup_steps"), ("optim", "lr"),
-                 ("optim", "min_lr"))
+SCHEDULE_KEYS = (
+    ("train", "steps"),
+    ("optim", "decay_steps"),
+    ("optim", "warmup_steps"),
+    ("optim", "lr"),
+    ("optim", "min_lr"),
+)
 
 
 def lr_at(step: int, recipe: TrainRecipe) -> float:
@@ -27,11 +32,21 @@ def schedule_change(before: TrainRecipe, after: TrainRecipe, step: int) -> Optio
     """When a run resumed after ``step`` has other schedule settings than the run that wrote the
     checkpoint: one plain sentence naming them and the LR of the next step before and after
     (e.g. raising train.steps stretches the cosine, so the LR jumps back up). None otherwise."""
-    changed = [f"{sec}.{key} {getattr(getattr(before, sec), key)} → {getattr(getattr(after, sec), key)}"
-               for sec, key in SCHEDULE_KEYS if getattr(getattr(before, sec), key) != getattr(getattr(after, sec), key)]
+    changed = [
+        f"{sec}.{key} {getattr(getattr(before, sec), key)} → {getattr(getattr(after, sec), key)}"
+        for sec, key in SCHEDULE_KEYS
+        if getattr(getattr(before, sec), key) != getattr(getattr(after, sec), key)
+    ]
     if not changed:
         return None
     a, b = lr_at(step + 1, before), lr_at(step + 1, after)
-    jump = "unchanged" if math.isclose(a, b, rel_tol=1e-9) else f"{a:.4g} → {b:.4g} ({(b - a) / a:+.1%})" if a else f"{a:.4g} → {b:.4g}"
-    return (f"resuming at step {step} with another LR schedule ({', '.join(changed)}): the LR of step {step + 1} "
-            f"is {jump}")
+    jump = (
+        "unchanged"
+        if math.isclose(a, b, rel_tol=1e-9)
+        else f"{a:.4g} → {b:.4g} ({(b - a) / a:+.1%})"
+        if a
+        else f"{a:.4g} → {b:.4g}"
+    )
+    return (
+        f"resuming at step {step} with another LR schedule ({', '.join(changed)}): the LR of step {step + 1} is {jump}"
+    )

@@ -47,8 +47,9 @@ def unlink_own_buffer(rank: int, env: dict[str, str] | None = None) -> bool:
     ``deepspeed.init_distributed``, when every rank has mapped every buffer); whether there was one
     (there is none on GPUs, nor when the ranks span several nodes)."""
     env = os.environ if env is None else env
-    name = SHM_DIR / (f"deepspeed_allreduce_buffer_{os.getuid()}_{env.get('MASTER_ADDR', '')}_"
-                      f"{env.get('MASTER_PORT', '')}_{rank}")
+    name = SHM_DIR / (
+        f"deepspeed_allreduce_buffer_{os.getuid()}_{env.get('MASTER_ADDR', '')}_{env.get('MASTER_PORT', '')}_{rank}"
+    )
     try:
         name.unlink()
         return True

@@ -57,32 +57,47 @@ class Trainer:
         check_model_fits(self.index.manifest, self.data_dir, cfg.vocab_size, cfg.seq_len)
         verify_once(self.index, self.run.data_stamp, self.mesh.rank, self.mesh.world, *torch_collectives())
         self.manifest_sha = manifest_sha256(self.data_dir)
-        self.sampler = DynamicBatchSampler(self.index, recipe.batch, recipe.parallel.dp, cfg.seq_len, seed,
-                                           pair_weight=model_pair_weight(cfg))
+        self.sampler = DynamicBatchSampler(
+            self.index, recipe.batch, recipe.parallel.dp, cfg.seq_len, seed, pair_weight=model_pair_weight(cfg)
+        )
 
         if recipe.train.precision == "fp16" and self.device.type == "cpu" and recipe.train.cpu_fp16:
             allow_cpu_fp16()
         # every sample's language, as an index into the blend's sorted languages (per-language loss)
         self.languages = sorted(self.sampler.weights)
         at = {lang: i for i, lang in enumerate(self.languages)}
-        self._shard_lang = [at.get(s["lang"], 0) for s in self.index.shards]  # (0 for an unblended language: never drawn)
+        self._shard_lang = [
+            at.get(s["lang"], 0) for s in self.index.shards
+        ]  # (0 for an unblended language: never drawn)
         self.loss = StepLoss(len(self.languages))
-        self.mixture = (OnlineMixture(recipe.batch.online, self.run, self.sampler, self.mesh.rank)
-                        if recipe.batch.mixture == "online" else None)
+        self.mixture = (
+            OnlineMixture(recipe.batch.online, self.run, self.sampler, self.mesh.rank)
+            if recipe.batch.mixture == "online"
+            else None
+        )
         self._changes: list[Any] = []  # the mixture's decisions to report with the next step's metrics
         self._resume_step, universal = plan_resume(self.run, self.data_dir, recipe.parallel)
         o = recipe.optim
         with torch.device("meta"):
             model = Bloom(cfg)  # the whole model, holding no memory: each rank materialises its part
         self.engine = parallelize(
-            model, recipe.parallel, seed=seed, dtype=self.dtype, activation_checkpointing=recipe.train.activation_checkpointing,
-            loss_fn=self.loss, ds_config=deepspeed_config(recipe, universal), device=self.device,
+            model,
+            recipe.parallel,
+            seed=seed,
+            dtype=self.dtype,
+            activation_checkpointing=recipe.train.activation_checkpointing,
+            loss_fn=self.loss,
+            ds_config=deepspeed_config(recipe, universal),
+            device=self.device,
             compile=recipe.train.compile,
-            make_optimizer=lambda m: torch.optim.AdamW(param_groups(m, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2),
-                                                       eps=o.eps))
+            make_optimizer=lambda m: torch.optim.AdamW(
+                param_groups(m, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps
+            ),
+        )
         self.optimizer = self.engine.optimizer
-        self.kernel = resolve_attention(recipe, self.index, self.sampler, self.dtype, self.device, self.mesh,
-                                        self.engine.module)
+        self.kernel = resolve_attention(
+            recipe, self.index, self.sampler, self.dtype, self.device, self.mesh, self.engine.module
+        )
         self.forward_timer = ForwardTimer(self.engine.module)
         self._flops = 0.0  # FLOPs this rank's replica computed in the current step (training/flops.py)
         self.step = 0
@@ -117,23 +132,31 @@ class Trainer:
             for g in self.optimizer.param_groups:
                 g["lr"] = lr
             batches = [collate(self.index, mb, plan.bucket, self.index.pad_id) for mb in plan.ranks[self.mesh.dp_rank]]
-            labelled = torch.tensor([sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in batches)], dtype=torch.long,
-                                    device=self.device)
+            labelled = torch.tensor(
+                [sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in batches)], dtype=torch.long, device=self.device
+            )
             torch.distributed.all_reduce(labelled)  # over all ranks = dp · tp · pp copies of each replica
             step_tokens = int(labelled.item()) // (self.mesh.tp * self.mesh.pp)
             f = r.train.skip_spike_factor
             spike = f * self.loss_ema if (f and self.loss_ema is not None) else math.inf
-            self.loss.set_step(plan.gas, self.mesh.dp, step_tokens, spike, poison=self.step in r.train.inject_nan_at,
-                               langs=[torch.tensor([self._shard_lang[sid] for sid, _ in mb]) for mb in
-                                      plan.ranks[self.mesh.dp_rank]])
+            self.loss.set_step(
+                plan.gas,
+                self.mesh.dp,
+                step_tokens,
+                spike,
+                poison=self.step in r.train.inject_nan_at,
+                langs=[torch.tensor([self._shard_lang[sid] for sid, _ in mb]) for mb in plan.ranks[self.mesh.dp_rank]],
+            )
             skipped_before = self.engine.skipped_steps
             try:
                 loss = self._run(batches, plan.gas)
             except Exception as e:
                 if "loss scale already at minimum" in str(e):  # DeepSpeed's fp16 scaler gives up
-                    raise BloomlineError(f"step {self.step}: fp16 gradients overflow even at the minimum loss scale "
-                                         f"{r.train.fp16_min_loss_scale}; a restart would hit it again: use bf16 or "
-                                         f"lower the learning rate") from e
+                    raise BloomlineError(
+                        f"step {self.step}: fp16 gradients overflow even at the minimum loss scale "
+                        f"{r.train.fp16_min_loss_scale}; a restart would hit it again: use bf16 or "
+                        f"lower the learning rate"
+                    ) from e
                 raise
             grad_norm = self.engine.get_global_grad_norm()
             skip = None
@@ -148,11 +171,15 @@ class Trainer:
                 self.skipped += 1
                 self.skipped_in_a_row += 1
                 if self.mesh.rank == 0:
-                    print(f"step {self.step}: batch skipped (loss {loss}, NaN/inf or above the spike limit {spike:.3f})",
-                          flush=True)
+                    print(
+                        f"step {self.step}: batch skipped (loss {loss}, NaN/inf or above the spike limit {spike:.3f})",
+                        flush=True,
+                    )
                 if self.skipped_in_a_row > r.train.max_skipped_in_a_row:
-                    raise BloomlineError(f"{self.skipped_in_a_row} batches in a row skipped for NaN/inf or spiking "
-                                         f"loss (train.max_skipped_in_a_row={r.train.max_skipped_in_a_row})")
+                    raise BloomlineError(
+                        f"{self.skipped_in_a_row} batches in a row skipped for NaN/inf or spiking "
+                        f"loss (train.max_skipped_in_a_row={r.train.max_skipped_in_a_row})"
+                    )
             else:
                 self.skipped_in_a_row = 0
                 if skip is None:
@@ -161,8 +188,9 @@ class Trainer:
                     self.overflows += 1
             work = self._step_totals()  # a collective of the step: inside its time
             if self.mixture is not None:  # weights for the next step, decided by every rank alike
-                self._changes += self.mixture.after_step(self.step, work["lang_loss"], work["lang_tokens"],
-                                                         work["feedback"], measured=skip != "bad_loss")
+                self._changes += self.mixture.after_step(
+                    self.step, work["lang_loss"], work["lang_tokens"], work["feedback"], measured=skip != "bad_loss"
+                )
             self._log(plan, loss, lr, grad_norm, time.perf_counter() - t0, skip, work)
             if (self.step % r.checkpoint.interval == 0 or self.step == r.train.steps) and self.saved_step != self.step:
                 self.save()
@@ -182,11 +210,21 @@ class Trainer:
         online mixture, rank 0's evaluation feedback (training/online_mixture.py)."""
         feedback = self.mixture.row(self.step) if self.mixture is not None else []
         layout = StepRow(langs=len(self.languages), feedback=len(feedback))
-        me = torch.tensor(layout.pack(
-            dp_rank=self.mesh.dp_rank, tp_rank=self.mesh.tp_rank, pp_rank=self.mesh.pp_rank, flops=self._flops,
-            forward_s=self.forward_timer.take(), weights=self.mixture.fingerprint() if self.mixture is not None else 0,
-            lang_loss=self.loss.lang_loss.tolist(), lang_tokens=self.loss.lang_tokens.tolist(), feedback=feedback),
-            dtype=torch.float64, device=self.device)
+        me = torch.tensor(
+            layout.pack(
+                dp_rank=self.mesh.dp_rank,
+                tp_rank=self.mesh.tp_rank,
+                pp_rank=self.mesh.pp_rank,
+                flops=self._flops,
+                forward_s=self.forward_timer.take(),
+                weights=self.mixture.fingerprint() if self.mixture is not None else 0,
+                lang_loss=self.loss.lang_loss.tolist(),
+                lang_tokens=self.loss.lang_tokens.tolist(),
+                feedback=feedback,
+            ),
+            dtype=torch.float64,
+            device=self.device,
+        )
         self._flops = 0.0
         rows = [torch.zeros_like(me) for _ in range(self.mesh.world)]
         torch.distributed.all_gather(rows, me)
@@ -196,13 +234,18 @@ class Trainer:
         last = a[(tp == 0) & (pp == self.mesh.pp - 1)]  # one loss-computing rank per replica
         weights = sorted(set(layout.get(a, "weights").tolist()))
         if len(weights) > 1:  # a guard, not a sync: the weights are derived alike on every rank
-            raise BloomlineError(f"step {self.step}: the ranks drew from different mixture weights "
-                                 f"(fingerprints {[int(w) for w in weights]})")
-        return {"flops": float(layout.get(first, "flops").sum()), "dp_balance": balance_over_dp(layout.by_rank(a, "flops")),
-                "dp_time_balance": balance_over_dp(layout.by_rank(a, "forward_s")),
-                "lang_loss": layout.get(last, "lang_loss").sum(axis=0),
-                "lang_tokens": layout.get(last, "lang_tokens").sum(axis=0),
-                "feedback": layout.get(a, "feedback")[0]}  # rank 0's
+            raise BloomlineError(
+                f"step {self.step}: the ranks drew from different mixture weights "
+                f"(fingerprints {[int(w) for w in weights]})"
+            )
+        return {
+            "flops": float(layout.get(first, "flops").sum()),
+            "dp_balance": balance_over_dp(layout.by_rank(a, "flops")),
+            "dp_time_balance": balance_over_dp(layout.by_rank(a, "forward_s")),
+            "lang_loss": layout.get(last, "lang_loss").sum(axis=0),
+            "lang_tokens": layout.get(last, "lang_tokens").sum(axis=0),
+            "feedback": layout.get(a, "feedback")[0],
+        }  # rank 0's
 
     def _run(self, batches: list[dict[str, torch.Tensor]], gas: int) -> float:
         dp = self.mesh.dp
@@ -233,24 +276,42 @@ class Trainer:
         return float(t.item()) / self.mesh.world
 
     # ---------------------------------------------------------------------------- metrics
-    def _log(self, plan: Any, loss: float, lr: float, grad_norm: Any, dt: float, skip: str | None,
-             work: dict[str, Any]) -> None:
+    def _log(
+        self, plan: Any, loss: float, lr: float, grad_norm: Any, dt: float, skip: str | None, work: dict[str, Any]
+    ) -> None:
         if self.log is None:  # rank 0 reports
             return
-        self.log.record({
-            "step": self.step, "loss": finite(loss), "lr": lr, "global_batch_tokens": int(plan.tokens),
-            "padded_tokens": int(plan.padded_tokens), "padding_fraction": float(plan.padding_fraction),
-            "dp_balance": work["dp_balance"], "dp_time_balance": work["dp_time_balance"],
-            "dp_cost_balance": float(plan.cost_balance), "flops": work["flops"], "attention": self.kernel,
-            "tokens_per_s": plan.tokens / dt if dt > 0 else None, "grad_norm": finite(grad_norm),
-            "bucket": int(plan.bucket), "micro_batches": int(plan.gas), "micro_batch_size": int(plan.micro_batch_size),
-            "skipped": skip is not None, "skip_reason": skip, "skipped_batches": self.skipped,
-            "fp16_overflows": self.overflows, "loss_scale": self._loss_scale(), "step_seconds": dt,
-            "optimizer_steps": int(self.engine.global_steps), "time": time.time(),
-            "lang_loss": lang_means(self.languages, work["lang_loss"], work["lang_tokens"]),
-            "lang_tokens": dict(plan.lang_tokens),
-            **self._mixture_fields(),
-        })
+        self.log.record(
+            {
+                "step": self.step,
+                "loss": finite(loss),
+                "lr": lr,
+                "global_batch_tokens": int(plan.tokens),
+                "padded_tokens": int(plan.padded_tokens),
+                "padding_fraction": float(plan.padding_fraction),
+                "dp_balance": work["dp_balance"],
+                "dp_time_balance": work["dp_time_balance"],
+                "dp_cost_balance": float(plan.cost_balance),
+                "flops": work["flops"],
+                "attention": self.kernel,
+                "tokens_per_s": plan.tokens / dt if dt > 0 else None,
+                "grad_norm": finite(grad_norm),
+                "bucket": int(plan.bucket),
+                "micro_batches": int(plan.gas),
+                "micro_batch_size": int(plan.micro_batch_size),
+                "skipped": skip is not None,
+                "skip_reason": skip,
+                "skipped_batches": self.skipped,
+                "fp16_overflows": self.overflows,
+                "loss_scale": self._loss_scale(),
+                "step_seconds": dt,
+                "optimizer_steps": int(self.engine.global_steps),
+                "time": time.time(),
+                "lang_loss": lang_means(self.languages, work["lang_loss"], work["lang_tokens"]),
+                "lang_tokens": dict(plan.lang_tokens),
+                **self._mixture_fields(),
+            }
+        )
 
     def _mixture_fields(self) -> dict[str, Any]:
         """The mixture's weights and cause when the weights changed after this step (the start's are in mixture.jsonl)."""
@@ -270,18 +331,33 @@ class Trainer:
 
     # ------------------------------------------------------------------------- checkpoints
     def _trainer_state(self) -> dict[str, Any]:
-        return {"skipped": self.skipped, "fp16_overflows": self.overflows, "skipped_in_a_row": self.skipped_in_a_row,
-                "loss_ema": self.loss_ema}
+        return {
+            "skipped": self.skipped,
+            "fp16_overflows": self.overflows,
+            "skipped_in_a_row": self.skipped_in_a_row,
+            "loss_ema": self.loss_ema,
+        }
 
     def save(self) -> None:
         """Every rank writes its DeepSpeed files (with its RNG states, training/resume.py); then
         rank 0 publishes bloomline.json and ``latest``."""
-        self.engine.save_checkpoint(str(self.run.checkpoints), tag=step_dir_name(self.step),
-                                    client_state={"rng": rng_state()}, save_latest=False)
+        self.engine.save_checkpoint(
+            str(self.run.checkpoints),
+            tag=step_dir_name(self.step),
+            client_state={"rng": rng_state()},
+            save_latest=False,
+        )
         torch.distributed.barrier()
         if self.mesh.rank == 0:
-            meta = make_meta(self.step, self.recipe, self.data_dir, self.manifest_sha, self.sampler.state_dict(),
-                             self._trainer_state(), self.mixture.state_dict() if self.mixture is not None else None)
+            meta = make_meta(
+                self.step,
+                self.recipe,
+                self.data_dir,
+                self.manifest_sha,
+                self.sampler.state_dict(),
+                self._trainer_state(),
+                self.mixture.state_dict() if self.mixture is not None else None,
+            )
             # `latest` moves once all ranks wrote; what the evaluation watcher holds is kept (RunDir.hold)
             self.run.publish(self.step, meta, self.recipe.checkpoint.keep)
         torch.distributed.barrier()
@@ -294,11 +370,16 @@ class Trainer:
         meta = read_meta(step_dir)
         if self.engine.load_universal_checkpoint():
             # ranks of this layout each cut their slice of the whole tensors in step_N/universal
-            _, client = self.engine.load_checkpoint(str(step_dir), tag="universal", load_optimizer_states=True,
-                                                    load_lr_scheduler_states=False)
+            _, client = self.engine.load_checkpoint(
+                str(step_dir), tag="universal", load_optimizer_states=True, load_lr_scheduler_states=False
+            )
         else:
-            _, client = self.engine.load_checkpoint(str(self.run.checkpoints), tag=step_dir_name(self._resume_step),
-                                                    load_optimizer_states=True, load_lr_scheduler_states=False)
+            _, client = self.engine.load_checkpoint(
+                str(self.run.checkpoints),
+                tag=step_dir_name(self._resume_step),
+                load_optimizer_states=True,
+                load_lr_scheduler_states=False,
+            )
         # DeepSpeed restores the checkpoint's clipping threshold with the optimizer; the recipe rules.
         if hasattr(self.engine.optimizer, "clip_grad"):
             self.engine.optimizer.clip_grad = self.recipe.optim.clip_grad
@@ -316,9 +397,12 @@ class Trainer:
             torch.distributed.barrier()  # every rank has read the decisions log before rank 0 cuts it
             self.mixture.cut_log(self.step)
         elif meta["mixture"] is not None:
-            raise ConfigError("batch.mixture", f"the checkpoint at step {self.step} was trained with an online mixture; "
-                                               f"resume it with the same setting (a fixed blend now would silently "
-                                               f"change the data)")
+            raise ConfigError(
+                "batch.mixture",
+                f"the checkpoint at step {self.step} was trained with an online mixture; "
+                f"resume it with the same setting (a fixed blend now would silently "
+                f"change the data)",
+            )
         if self.log is not None:
             self.log.truncate(self.step)  # steps after the checkpoint were lost with the failed job
             how = " (universal form, another layout)" if self.engine.load_universal_checkpoint() else ""
@@ -326,4 +410,3 @@ class Trainer:
             change = schedule_change(saved_recipe(meta), self.recipe, self.step)
             if change:
                 print(change, flush=True)
-

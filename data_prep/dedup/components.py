@@ -96,7 +96,9 @@ def components(child: np.ndarray, parent: np.ndarray) -> tuple[np.ndarray, np.nd
             return unique_edges(u, v)
 
 
-def star_step(item: tuple[int, int], step: int, out: str, n: int, memory_gib: float, sources: list[str]) -> dict[str, Any]:
+def star_step(
+    item: tuple[int, int], step: int, out: str, n: int, memory_gib: float, sources: list[str]
+) -> dict[str, Any]:
     """Component step ``step`` over partition ``q`` (of ``n``): odd steps are Large-Star (input:
     both directions of every edge, routed by the first node), even steps Small-Star (input: child →
     parent, routed by the child). The output is routed for the step after. Step 1 reads the edge
@@ -106,10 +108,14 @@ def star_step(item: tuple[int, int], step: int, out: str, n: int, memory_gib: fl
     path = paths.dedup_star(step, q)
     if (m := done(path)) is not None:
         return m
-    Budget(memory_gib).check(f"dedup component step {step}, partition {q} ({rows:,} edges)", rows * EDGE_ROW_BYTES,
-                             "raise memory_gib")
-    src = ([paths.dedup_star(step - 1, i) for i in range(n)] if step > 1 else
-           [paths.dedup_file(kind, i) for kind in sources for i in range(n)])
+    Budget(memory_gib).check(
+        f"dedup component step {step}, partition {q} ({rows:,} edges)", rows * EDGE_ROW_BYTES, "raise memory_gib"
+    )
+    src = (
+        [paths.dedup_star(step - 1, i) for i in range(n)]
+        if step > 1
+        else [paths.dedup_file(kind, i) for kind in sources for i in range(n)]
+    )
     e = read_routed(src, q, EDGE_SCHEMA)
     if step % 2:
         u, v, changed = large_star(e["u"], e["v"])
@@ -137,8 +143,14 @@ def stars_in_one_task(rows: int, out: str, n: int, memory_gib: float, sources: l
     return write_routed(path, EDGE_SCHEMA, {"u": child, "v": root}, route(child, n), n)
 
 
-def run_stars(map_fn: Callable[[Callable, list], Iterable[dict[str, Any]]], out: str, rows: list[int],
-              memory_gib: float, sources: list[str], one_task_rows: int) -> tuple[list[Path], int]:
+def run_stars(
+    map_fn: Callable[[Callable, list], Iterable[dict[str, Any]]],
+    out: str,
+    rows: list[int],
+    memory_gib: float,
+    sources: list[str],
+    one_task_rows: int,
+) -> tuple[list[Path], int]:
     """Components of the edges in the ``sources`` files (``rows``: edge rows per partition): in
     one task when they are at most ``one_task_rows``, else rounds of Large-Star then Small-Star
     over ``len(rows)`` partitions until a round changes nothing. Returns the files whose batch q
@@ -150,8 +162,12 @@ def run_stars(map_fn: Callable[[Callable, list], Iterable[dict[str, Any]]], out:
     while True:
         changed = False
         for s in (step + 1, step + 2):
-            markers = list(map_fn(partial(star_step, step=s, out=out, n=n, memory_gib=memory_gib, sources=sources),
-                                  list(enumerate(rows))))
+            markers = list(
+                map_fn(
+                    partial(star_step, step=s, out=out, n=n, memory_gib=memory_gib, sources=sources),
+                    list(enumerate(rows)),
+                )
+            )
             rows = [sum(m["rows"][i] for m in markers) for i in range(n)]
             changed |= any(m["changed"] for m in markers)
         step, rounds = step + 2, rounds + 1

@@ -35,7 +35,9 @@ LABEL_ROW_BYTES = 96
 """Bytes a decide task holds per label row: the columns, a sort and the kept documents' ids."""
 
 
-def label_nodes(item: tuple[int, int], out: str, stars: list[str], memory_gib: float, facts: list[str]) -> dict[str, Any]:
+def label_nodes(
+    item: tuple[int, int], out: str, stars: list[str], memory_gib: float, facts: list[str]
+) -> dict[str, Any]:
     """Labels of component partition ``q`` from batch q of the ``stars`` files and the ``facts``
     files (``exact-facts``, ``facts``)."""
     q, rows = item
@@ -59,8 +61,13 @@ def label_nodes(item: tuple[int, int], out: str, stars: list[str], memory_gib: f
     fn, fe, fs = fn[first], fe[first], fs[first]
     at = np.searchsorted(fn, node)
     assert np.all(at < len(fn)) and np.array_equal(fn[at], node), "a duplicate without facts (a bug)"
-    return write_routed(path, LABEL_SCHEMA, {"node": node, "root": root, "exact": fe[at], "score": fs[at]},
-                        range_of(node >> 32, range_starts(plan)), len(plan["ranges"]))
+    return write_routed(
+        path,
+        LABEL_SCHEMA,
+        {"node": node, "root": root, "exact": fe[at], "score": fs[at]},
+        range_of(node >> 32, range_starts(plan)),
+        len(plan["ranges"]),
+    )
 
 
 def ids_of(paths: Paths, refs: np.ndarray) -> dict[int, str]:
@@ -75,8 +82,16 @@ def ids_of(paths: Paths, refs: np.ndarray) -> dict[int, str]:
     return ids
 
 
-def decide_chunk(cid: int, cfg: PrepareConfig, paths: Paths, node: np.ndarray, root: np.ndarray, exact: np.ndarray,
-                 score: np.ndarray, root_ids: dict[int, str]) -> dict[str, Any]:
+def decide_chunk(
+    cid: int,
+    cfg: PrepareConfig,
+    paths: Paths,
+    node: np.ndarray,
+    root: np.ndarray,
+    exact: np.ndarray,
+    score: np.ndarray,
+    root_ids: dict[int, str],
+) -> dict[str, Any]:
     """Chunk ``cid``'s decision, given the labels of its duplicates (sorted by node)."""
     t = chunk_table(paths, cid, ["pos", "id", "loc", "lang", "text", "valid_draw", "nbytes"])
     pos = t.column("pos").to_numpy()
@@ -93,11 +108,20 @@ def decide_chunk(cid: int, cfg: PrepareConfig, paths: Paths, node: np.ndarray, r
         duplicates.setdefault(lang, {}).setdefault(kind, 0)
         duplicates[lang][kind] += 1
         text = t.column("text")[i].as_py()
-        rows_out.append({"id": t.column("id")[i].as_py(), "source": t.column("loc")[i].as_py(), "lang": lang,
-                         "stage": "dedup", "outcome": "duplicates", "reason": kind, "score": float(score[j]),
-                         "threshold": 1.0 if kind == "exact" else cfg.dedup.threshold,
-                         "duplicate_of": root_ids[int(root[j])],
-                         "text": text[:cfg.dropped_text_chars] if cfg.dropped_text_chars else None})
+        rows_out.append(
+            {
+                "id": t.column("id")[i].as_py(),
+                "source": t.column("loc")[i].as_py(),
+                "lang": lang,
+                "stage": "dedup",
+                "outcome": "duplicates",
+                "reason": kind,
+                "score": float(score[j]),
+                "threshold": 1.0 if kind == "exact" else cfg.dedup.threshold,
+                "duplicate_of": root_ids[int(root[j])],
+                "text": text[: cfg.dropped_text_chars] if cfg.dropped_text_chars else None,
+            }
+        )
     write_rows(dropped_path(paths.out, "dedup", cid), rows_out, DROP_SCHEMA)
     draw = t.column("valid_draw").to_numpy()
     nbytes = t.column("nbytes").to_numpy()
@@ -122,8 +146,11 @@ def decide_range(item: tuple[int, int], cfg: PrepareConfig, out: str, memory_gib
     cids = plan["chunks"][a:b]
     if all(paths.chunk_drops(c).exists() for c in cids):
         return [summary(read_json(paths.chunk_drops(c))) for c in cids]
-    Budget(memory_gib).check(f"dedup decisions of chunks {cids[0]}–{cids[-1]} ({rows:,} duplicates)",
-                             rows * LABEL_ROW_BYTES, "raise memory_gib")
+    Budget(memory_gib).check(
+        f"dedup decisions of chunks {cids[0]}–{cids[-1]} ({rows:,} duplicates)",
+        rows * LABEL_ROW_BYTES,
+        "raise memory_gib",
+    )
     files = [paths.dedup_file("labels", q) for q in range(plan["partitions"])] if plan["enabled"] else []
     lab = read_routed(files, k, LABEL_SCHEMA)
     o = np.argsort(lab["node"])
@@ -135,8 +162,9 @@ def decide_range(item: tuple[int, int], cfg: PrepareConfig, out: str, memory_gib
             out_.append(summary(read_json(paths.chunk_drops(cid))))
             continue
         lo, hi = np.searchsorted(node >> 32, [cid, cid + 1])
-        out_.append(summary(decide_chunk(cid, cfg, paths, node[lo:hi], root[lo:hi], exact[lo:hi], score[lo:hi],
-                                         root_ids)))
+        out_.append(
+            summary(decide_chunk(cid, cfg, paths, node[lo:hi], root[lo:hi], exact[lo:hi], score[lo:hi], root_ids))
+        )
     return out_
 
 

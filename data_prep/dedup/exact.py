@@ -86,8 +86,14 @@ def exact_keys(k: int, out: str) -> dict[str, Any]:
         refs.append(refs_of(cid, t.column("pos").to_numpy()))
     key = np.concatenate(keys)
     n = plan["partitions"]
-    return write_routed(path, EXACT_SCHEMA, {"key": key, "ref": np.concatenate(refs)},
-                        (key % np.uint64(n)).astype(np.int64), n, {"chunks": len(keys)})
+    return write_routed(
+        path,
+        EXACT_SCHEMA,
+        {"key": key, "ref": np.concatenate(refs)},
+        (key % np.uint64(n)).astype(np.int64),
+        n,
+        {"chunks": len(keys)},
+    )
 
 
 def exact_groups(item: tuple[int, int], out: str, memory_gib: float) -> dict[str, Any]:
@@ -97,7 +103,9 @@ def exact_groups(item: tuple[int, int], out: str, memory_gib: float) -> dict[str
     path = paths.dedup_file("exact", p)
     if (m := done(path)) is not None:
         return m
-    Budget(memory_gib).check(f"dedup exact partition {p} ({rows:,} documents)", rows * EXACT_ROW_BYTES, "raise memory_gib")
+    Budget(memory_gib).check(
+        f"dedup exact partition {p} ({rows:,} documents)", rows * EXACT_ROW_BYTES, "raise memory_gib"
+    )
     plan = read_json(paths.dedup_plan)
     n = plan["partitions"]
     k = read_routed([paths.dedup_file("exact-keys", r) for r in range(len(plan["ranges"]))], p, EXACT_SCHEMA)
@@ -105,16 +113,26 @@ def exact_groups(item: tuple[int, int], out: str, memory_gib: float) -> dict[str
     key, ref = k["key"][o], k["ref"][o]
     first = groups_of(key)
     later, parent = ref[~first], ref[first][np.cumsum(first) - 1][~first]
-    write_routed(paths.dedup_file("exact-later", p), LATER_SCHEMA, {"ref": later},
-                 range_of(later >> 32, range_starts(plan)), len(plan["ranges"]))
-    write_routed(paths.dedup_file("exact-facts", p), FACT_SCHEMA,
-                 {"node": later, "exact": np.ones(len(later), dtype=bool), "score": np.ones(len(later))},
-                 route(later, n), n)
+    write_routed(
+        paths.dedup_file("exact-later", p),
+        LATER_SCHEMA,
+        {"ref": later},
+        range_of(later >> 32, range_starts(plan)),
+        len(plan["ranges"]),
+    )
+    write_routed(
+        paths.dedup_file("exact-facts", p),
+        FACT_SCHEMA,
+        {"node": later, "exact": np.ones(len(later), dtype=bool), "score": np.ones(len(later))},
+        route(later, n),
+        n,
+    )
     u, v = both_ways(later, parent)
     return write_routed(path, EDGE_SCHEMA, {"u": u, "v": v}, route(u, n), n, {"duplicates": len(later)})
 
 
 def later_in(paths: Paths, plan: dict[str, Any], k: int) -> np.ndarray:
     """Refs of range ``k``'s documents that are not the first of their exact key (sorted)."""
-    return np.sort(read_routed([paths.dedup_file("exact-later", p) for p in range(plan["partitions"])], k,
-                               LATER_SCHEMA)["ref"])
+    return np.sort(
+        read_routed([paths.dedup_file("exact-later", p) for p in range(plan["partitions"])], k, LATER_SCHEMA)["ref"]
+    )

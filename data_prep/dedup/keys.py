@@ -46,5 +46,11 @@ def band_keys(k: int, cfg: DedupConfig, out: str) -> dict[str, Any]:
         refs.append(np.repeat(ref[take], b))
     key, ref = np.concatenate(keys), np.concatenate(refs)
     cols = {"band": np.tile(np.arange(b, dtype=np.uint16), len(key) // max(b, 1)), "key": key, "ref": ref}
-    return write_routed(path, KEY_SCHEMA, cols, (key % np.uint64(n)).astype(np.int64), n,
-                        {"signed": len(key) // max(b, 1), "chunks": len(keys)})
+    return write_routed(
+        path,
+        KEY_SCHEMA,
+        cols,
+        (key % np.uint64(n)).astype(np.int64),
+        n,
+        {"signed": len(key) // max(b, 1), "chunks": len(keys)},
+    )

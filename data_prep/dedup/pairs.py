@@ -96,11 +96,17 @@ def find_pairs(item: tuple[int, int], cfg: DedupConfig, out: str, memory_gib: fl
     k = read_routed([paths.dedup_file("band-keys", r) for r in range(len(plan["ranges"]))], p, KEY_SCHEMA)
     a, b = candidates(k["band"], k["key"], k["ref"], cfg.window)
     del k
-    budget.check(f"dedup band partition {p} ({len(a):,} candidate pairs)", len(a) * PAIR_BYTES + rows * KEY_ROW_BYTES,
-                 "raise memory_gib, or lower dedup.window")
+    budget.check(
+        f"dedup band partition {p} ({len(a):,} candidate pairs)",
+        len(a) * PAIR_BYTES + rows * KEY_ROW_BYTES,
+        "raise memory_gib, or lower dedup.window",
+    )
     nodes = np.unique(np.concatenate([a, b]))
-    budget.check(f"dedup band partition {p} ({len(nodes):,} signatures)", len(nodes) * cfg.num_perm * 4
-                 + len(a) * PAIR_BYTES, "raise memory_gib")
+    budget.check(
+        f"dedup band partition {p} ({len(nodes):,} signatures)",
+        len(nodes) * cfg.num_perm * 4 + len(a) * PAIR_BYTES,
+        "raise memory_gib",
+    )
     sigs = signatures(paths, nodes, cfg.num_perm)
     ia, ib = np.searchsorted(nodes, a), np.searchsorted(nodes, b)
     sim = np.empty(len(a))
@@ -109,8 +115,14 @@ def find_pairs(item: tuple[int, int], cfg: DedupConfig, out: str, memory_gib: fl
         sim[s : s + step] = (sigs[ia[s : s + step]] == sigs[ib[s : s + step]]).mean(axis=1)
     ok = sim >= cfg.threshold
     node, score = max_by_node(np.concatenate([a[ok], b[ok]]), np.concatenate([sim[ok], sim[ok]]))
-    write_routed(paths.dedup_file("facts", p), FACT_SCHEMA,
-                 {"node": node, "exact": np.zeros(len(node), dtype=bool), "score": score}, route(node, n), n)
+    write_routed(
+        paths.dedup_file("facts", p),
+        FACT_SCHEMA,
+        {"node": node, "exact": np.zeros(len(node), dtype=bool), "score": score},
+        route(node, n),
+        n,
+    )
     u, v = both_ways(*components(b[ok], a[ok]))
-    return write_routed(path, EDGE_SCHEMA, {"u": u, "v": v}, route(u, n), n,
-                        {"candidates": len(a), "confirmed": int(ok.sum())})
+    return write_routed(
+        path, EDGE_SCHEMA, {"u": u, "v": v}, route(u, n), n, {"candidates": len(a), "confirmed": int(ok.sum())}
+    )

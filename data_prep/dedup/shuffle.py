@@ -36,8 +36,14 @@ def done(path: Path) -> dict[str, Any] | None:
     return read_json(m) if m.exists() else None
 
 
-def write_routed(path: Path, schema: pa.Schema, columns: dict[str, np.ndarray], part: np.ndarray, n: int,
-                 report: dict[str, Any] | None = None) -> dict[str, Any]:
+def write_routed(
+    path: Path,
+    schema: pa.Schema,
+    columns: dict[str, np.ndarray],
+    part: np.ndarray,
+    n: int,
+    report: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Write ``columns`` (equal-length arrays) as ``n`` batches by ``part``; rows keep their order
     within a batch. Returns the marker: ``{"rows": [count per batch], **report}``."""
     order = np.argsort(part, kind="stable")
@@ -48,8 +54,9 @@ def write_routed(path: Path, schema: pa.Schema, columns: dict[str, np.ndarray], 
     with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as w:
         start = 0
         for c in counts.tolist():
-            w.write_batch(pa.record_batch([pa.array(cols[f.name][start : start + c], type=f.type) for f in schema],
-                                          schema=schema))
+            w.write_batch(
+                pa.record_batch([pa.array(cols[f.name][start : start + c], type=f.type) for f in schema], schema=schema)
+            )
             start += c
     tmp.replace(path)
     m = {"rows": counts.tolist(), **(report or {})}
@@ -65,8 +72,10 @@ def read_routed(files: Iterable[Path], i: int, schema: pa.Schema) -> dict[str, n
             b = pa.ipc.open_file(src).get_batch(i)
             for f in schema:
                 parts[f.name].append(np.array(b.column(f.name).to_numpy(zero_copy_only=False)))
-    return {k: (np.concatenate(v) if v else np.empty(0, dtype=schema.field(k).type.to_pandas_dtype()))
-            for k, v in parts.items()}
+    return {
+        k: (np.concatenate(v) if v else np.empty(0, dtype=schema.field(k).type.to_pandas_dtype()))
+        for k, v in parts.items()
+    }
 
 
 def rows_for(files: Iterable[Path], i: int) -> int:

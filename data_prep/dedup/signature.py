@@ -87,8 +87,8 @@ def band_params(threshold: float, num_perm: int) -> tuple[int, int]:
     best, cost = (1, 1), float("inf")
     for b in range(1, num_perm + 1):
         for r in range(1, num_perm // b + 1):
-            fp = quad(lambda s: 1 - (1 - s ** r) ** b, 0.0, threshold)[0]
-            fn = quad(lambda s: 1 - (1 - (1 - s ** r) ** b), threshold, 1.0)[0]
+            fp = quad(lambda s: 1 - (1 - s**r) ** b, 0.0, threshold)[0]
+            fn = quad(lambda s: 1 - (1 - (1 - s**r) ** b), threshold, 1.0)[0]
             if 0.5 * fp + 0.5 * fn < cost:
                 best, cost = (b, r), 0.5 * fp + 0.5 * fn
     return best

@@ -69,8 +69,14 @@ def make_plan(cfg: PrepareConfig, paths: Paths, chunk_ids: list[int], docs: dict
             n = 0
         ranges[-1][1] = i + 1
         n += docs[cid]
-    plan = {"chunks": chunk_ids, "partitions": partitions, "bands": bands, "band_rows": band_rows, "ranges": ranges,
-            "enabled": d.exact or d.near}
+    plan = {
+        "chunks": chunk_ids,
+        "partitions": partitions,
+        "bands": bands,
+        "band_rows": band_rows,
+        "ranges": ranges,
+        "enabled": d.exact or d.near,
+    }
     write_json_atomic(paths.dedup_plan, plan)
     return plan
 
@@ -88,18 +94,28 @@ def progress_units(cfg: PrepareConfig, chunk_ids: list[int]) -> int:
     return len(chunk_ids) * (1 + int(cfg.dedup.exact) + int(cfg.dedup.near))
 
 
-def run_dedup(cfg: PrepareConfig, paths: Paths, chunk_ids: list[int], docs: dict[int, int], map_fn: MapFn,
-              progress: Any = None) -> dict[str, Any]:
+def run_dedup(
+    cfg: PrepareConfig, paths: Paths, chunk_ids: list[int], docs: dict[int, int], map_fn: MapFn, progress: Any = None
+) -> dict[str, Any]:
     """Run (or resume) the job; returns per-language duplicates, kept bytes per chunk and
     language, the merged split draws and the job's counts."""
     plan = make_plan(cfg, paths, chunk_ids, docs)
     out, gib, n = str(paths.out), cfg.memory_gib, plan["partitions"]
+
     def tick(marker: dict | None = None) -> None:  # by chunks done, per step over chunks
         if progress:
             progress.advance("dedup", marker["chunks"] if marker else 1)
 
-    stats: dict[str, Any] = {"partitions": n, "ranges": len(plan["ranges"]), "bands": plan["bands"],
-                             "rows_per_band": plan["band_rows"], "exact": 0, "candidates": 0, "confirmed": 0, "rounds": 0}
+    stats: dict[str, Any] = {
+        "partitions": n,
+        "ranges": len(plan["ranges"]),
+        "bands": plan["bands"],
+        "rows_per_band": plan["band_rows"],
+        "exact": 0,
+        "candidates": 0,
+        "confirmed": 0,
+        "rounds": 0,
+    }
     ranges = list(range(len(plan["ranges"])))
     label_rows = [0] * len(ranges)
     edges, sources = [0] * n, []
@@ -120,8 +136,13 @@ def run_dedup(cfg: PrepareConfig, paths: Paths, chunk_ids: list[int], docs: dict
         one_task = Budget(gib).rows(EDGE_ROW_BYTES, ROWS_PER_TASK)
         stars, stats["rounds"] = run_stars(map_fn, out, edges, gib, sources, one_task)
         facts = [{"exact": "exact-facts", "pairs": "facts"}[s] for s in sources]
-        label_rows = _sum_rows(map_fn(partial(label_nodes, out=out, stars=[str(f) for f in stars], memory_gib=gib,
-                                              facts=facts), list(enumerate(edges))), len(plan["ranges"]))
+        label_rows = _sum_rows(
+            map_fn(
+                partial(label_nodes, out=out, stars=[str(f) for f in stars], memory_gib=gib, facts=facts),
+                list(enumerate(edges)),
+            ),
+            len(plan["ranges"]),
+        )
     duplicates: dict[str, dict[str, int]] = {}
     kept_bytes: dict[tuple[int, str], int] = {}
     draws: dict[str, SplitDraws] = {}
@@ -136,4 +157,3 @@ def run_dedup(cfg: PrepareConfig, paths: Paths, chunk_ids: list[int], docs: dict
                 draws.setdefault(lang, SplitDraws()).merge(SplitDraws(**k["draws"]), cfg.pack.valid_min_docs)
             tick()
     return {"duplicates": duplicates, "kept_bytes": kept_bytes, "draws": draws, "stats": stats}
-

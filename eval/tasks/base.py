@@ -64,8 +64,18 @@ class Row:
 
     def to_dict(self, task: str) -> dict[str, Any]:
         family = languages.get(self.lang).group if self.scope == "language" else self.lang
-        return {"task": task, "scope": self.scope, "lang": self.lang, "family": family, "weighting": self.weighting,
-                "metric": self.metric, "value": self.value, "stderr": self.stderr, "n": self.n, "note": self.note}
+        return {
+            "task": task,
+            "scope": self.scope,
+            "lang": self.lang,
+            "family": family,
+            "weighting": self.weighting,
+            "metric": self.metric,
+            "value": self.value,
+            "stderr": self.stderr,
+            "n": self.n,
+            "note": self.note,
+        }
 
 
 def skipped(lang: str, why: str) -> Row:
@@ -97,7 +107,9 @@ def with_means(rows: list[Row]) -> list[Row]:
     metrics = sorted({r.metric for r in rows if r.scope == "language" and r.metric != "skipped"})
     for m in metrics:
         vals = [r for r in rows if r.scope == "language" and r.metric == m and r.value is not None]
-        sets = [("group", g, [r for r in vals if languages.get(r.lang).group == g]) for g in GROUPS] + [("overall", "all", vals)]
+        sets = [("group", g, [r for r in vals if languages.get(r.lang).group == g]) for g in GROUPS] + [
+            ("overall", "all", vals)
+        ]
         for scope, name, rs in sets:
             if rs:
                 out.append(Row(name, m, sum(r.value for r in rs) / len(rs), n=len(rs), scope=scope, weighting="mean"))

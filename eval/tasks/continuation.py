@@ -62,11 +62,13 @@ def items(docs: list[np.ndarray], n: int) -> list[tuple[np.ndarray, list[np.ndar
     windows = [(d, p) for d, doc in enumerate(docs) for p in range(0, len(doc) - width + 1, width)]
     out = []
     for i, (d, p) in enumerate(windows[:n]):
-        context, true = docs[d][p:p + CONTEXT], docs[d][p + CONTEXT:p + width]
+        context, true = docs[d][p : p + CONTEXT], docs[d][p + CONTEXT : p + width]
         same_place = [docs[(d + k) % len(docs)] for k in range(1, len(docs))]
-        candidates = [x[p + CONTEXT:p + width] for x in same_place if len(x) >= p + width]
-        candidates += [docs[e][q + CONTEXT:q + width] for e, q in (windows[(i + k) % len(windows)]
-                                                                   for k in range(1, len(windows)))]
+        candidates = [x[p + CONTEXT : p + width] for x in same_place if len(x) >= p + width]
+        candidates += [
+            docs[e][q + CONTEXT : q + width]
+            for e, q in (windows[(i + k) % len(windows)] for k in range(1, len(windows)))
+        ]
         others: list[np.ndarray] = []
         for cand in candidates:
             if not np.array_equal(cand, true) and not any(np.array_equal(cand, o) for o in others):
@@ -94,20 +96,21 @@ def loglikelihoods(model, context: np.ndarray, endings: list[np.ndarray]) -> lis
 def batch_loglikelihoods(model, batch: list[tuple[np.ndarray, list[np.ndarray]]]) -> list[list[float]]:
     """:func:`loglikelihoods` of several items (contexts of one length, endings of one length) in one pass."""
     c = len(batch[0][0])
-    ids = torch.tensor(np.stack([np.concatenate([context, e]) for context, endings in batch for e in endings]),
-                       dtype=torch.long)
-    logits = model(ids)[..., :model.cfg.vocab_size].float()
-    logp = F.log_softmax(logits[:, c - 1:-1], dim=-1)  # the predictions of the endings' tokens
+    ids = torch.tensor(
+        np.stack([np.concatenate([context, e]) for context, endings in batch for e in endings]), dtype=torch.long
+    )
+    logits = model(ids)[..., : model.cfg.vocab_size].float()
+    logp = F.log_softmax(logits[:, c - 1 : -1], dim=-1)  # the predictions of the endings' tokens
     ll = logp.gather(-1, ids[:, c:, None])[..., 0].sum(-1).tolist()
     k = len(batch[0][1])
-    return [ll[i * k:(i + 1) * k] for i in range(len(batch))]
+    return [ll[i * k : (i + 1) * k] for i in range(len(batch))]
 
 
 def score(model, token_bytes: np.ndarray, its: list[tuple[np.ndarray, list[np.ndarray], int]]) -> tuple[int, int]:
     """(items right by log-likelihood, items right by log-likelihood per byte)."""
     right = right_bytes = 0
     for i in range(0, len(its), BATCH):
-        chunk = its[i:i + BATCH]
+        chunk = its[i : i + BATCH]
         for (_, endings, answer), ll in zip(chunk, batch_loglikelihoods(model, [(c, e) for c, e, _ in chunk])):
             per_byte = [v / max(int(token_bytes[e].sum()), 1) for v, e in zip(ll, endings)]
             right += int(np.argmax(ll)) == answer
@@ -126,8 +129,11 @@ class Continuation(Task):
             # (a few documents more than items, for the distractors of the last ones)
             its = items(documents(ctx, lang, CONTEXT + LENGTH, n + CHOICES), n)
             if len(its) < 1:
-                rows.append(skipped(lang, f"fewer than {CHOICES} windows of {CONTEXT + LENGTH} tokens in its "
-                                          f"validation documents"))
+                rows.append(
+                    skipped(
+                        lang, f"fewer than {CHOICES} windows of {CONTEXT + LENGTH} tokens in its validation documents"
+                    )
+                )
                 continue
             right, right_bytes = score(ctx.model, ctx.token_bytes, its)
             for metric, k in (("acc", right), ("acc_bytes", right_bytes)):

@@ -35,8 +35,10 @@ def pairs(path: Path, lang: str, limit: int) -> list[tuple[str, str]]:
             break
         bad = [k for k in ("en", lang) if not isinstance(rec.get(k), str) or not rec[k].strip()]
         if bad:
-            raise DataError(f"{path}:{no}: the record needs the texts {' and '.join(repr(k) for k in bad)} "
-                            f"(flores records are {{\"en\": ..., \"{lang}\": ...}})")
+            raise DataError(
+                f"{path}:{no}: the record needs the texts {' and '.join(repr(k) for k in bad)} "
+                f'(flores records are {{"en": ..., "{lang}": ...}})'
+            )
         out.append((rec["en"].strip(), rec[lang].strip()))
     return out
 
@@ -58,9 +60,11 @@ class Flores(Task):
 
         chrf = CHRF(word_order=2)  # chrF++
         data = Path(ctx.spec.data)
-        files = {p.name[:-len(".jsonl")]: p for p in sorted(data.glob("*.jsonl")) if p.name != "en.jsonl"}
+        files = {p.name[: -len(".jsonl")]: p for p in sorted(data.glob("*.jsonl")) if p.name != "en.jsonl"}
         rows: list[Row] = []
-        for lang in sorted({*files, *(l for l in ctx.index.languages if languages.get(l).kind == "natural" and l != "en")}):
+        for lang in sorted(
+            {*files, *(l for l in ctx.index.languages if languages.get(l).kind == "natural" and l != "en")}
+        ):
             if ctx.spec.langs is not None and lang not in ctx.spec.langs:
                 continue
             if lang not in files:
@@ -77,8 +81,10 @@ class Flores(Task):
             if not got:
                 rows.append(skipped(lang, f"{files[lang]} holds no pairs"))
                 continue
-            for metric, src, tgt, refs in (("chrf_from_en", "en", lang, [t for _, t in got]),
-                                           ("chrf_to_en", lang, "en", [e for e, _ in got])):
+            for metric, src, tgt, refs in (
+                ("chrf_from_en", "en", lang, [t for _, t in got]),
+                ("chrf_to_en", lang, "en", [e for e, _ in got]),
+            ):
                 hyps = [translate(ctx, s, src, tgt) for s in (e if src == "en" else t for e, t in got)]
                 rows.append(Row(lang, metric, float(chrf.corpus_score(hyps, [refs]).score), None, len(got)))
             ctx.progress(f"flores {lang}: chrF++ {rows[-2].value:.1f} from English, {rows[-1].value:.1f} to English")

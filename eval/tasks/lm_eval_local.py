@@ -73,15 +73,17 @@ class LocalLmEvalTask(Task):
 
     def data_files(self, data: str | Path) -> dict[str, Path]:
         """``<lang>.jsonl`` files of the folder, by language."""
-        return {p.name[:-len(".jsonl")]: p for p in sorted(Path(data).glob("*.jsonl"))}
+        return {p.name[: -len(".jsonl")]: p for p in sorted(Path(data).glob("*.jsonl"))}
 
     def records(self, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         """(line number, record) of a data file; a DataError naming ``path:line`` for a malformed one."""
         for no, rec in task_records(path):
             missing = [k for k in self.fields if k not in rec]
             if missing:
-                raise DataError(f"{path}:{no}: the record lacks {', '.join(missing)} ({self.name} records have "
-                                f"{', '.join(self.fields)})")
+                raise DataError(
+                    f"{path}:{no}: the record lacks {', '.join(missing)} ({self.name} records have "
+                    f"{', '.join(self.fields)})"
+                )
             empty = [k for k in self.fields if isinstance(rec[k], str) and not rec[k].strip()]
             if empty:
                 raise DataError(f"{path}:{no}: empty {', '.join(empty)}")
@@ -102,8 +104,12 @@ class LocalLmEvalTask(Task):
             if lang not in files:
                 rows.append(skipped(lang, f"no {Path(data) / (lang + '.jsonl')}"))
             elif lang not in self.subtasks:
-                rows.append(skipped(lang, f"lm-eval has no {self.family} prompt for '{lang}' (it has "
-                                          f"{', '.join(sorted(self.subtasks))})"))
+                rows.append(
+                    skipped(
+                        lang,
+                        f"lm-eval has no {self.family} prompt for '{lang}' (it has {', '.join(sorted(self.subtasks))})",
+                    )
+                )
             else:
                 try:
                     n = sum(1 for _ in self.records(files[lang]))
@@ -123,12 +129,21 @@ class LocalLmEvalTask(Task):
         names = {}
         for lang, path in files.items():
             name = f"bloomline_{self.subtasks[lang]}"
-            conf = {"include": str(lm_eval_yaml(self.family, self.subtasks[lang])), "task": name,
-                    "dataset_path": "json", "dataset_name": None,
-                    "dataset_kwargs": {"data_files": {"test": str(Path(path).resolve())}},
-                    "training_split": None, "validation_split": None, "fewshot_split": None, "test_split": "test",
-                    "metric_list": [{"metric": m, "aggregation": "mean", "higher_is_better": True} for m in METRICS]}
-            (folder / f"{name}.yaml").write_text(json.dumps(conf, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+            conf = {
+                "include": str(lm_eval_yaml(self.family, self.subtasks[lang])),
+                "task": name,
+                "dataset_path": "json",
+                "dataset_name": None,
+                "dataset_kwargs": {"data_files": {"test": str(Path(path).resolve())}},
+                "training_split": None,
+                "validation_split": None,
+                "fewshot_split": None,
+                "test_split": "test",
+                "metric_list": [{"metric": m, "aggregation": "mean", "higher_is_better": True} for m in METRICS],
+            }
+            (folder / f"{name}.yaml").write_text(
+                json.dumps(conf, ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
+            )
             names[lang] = name
         return names
 
@@ -141,8 +156,9 @@ class LocalLmEvalTask(Task):
         with tempfile.TemporaryDirectory(prefix="bloomline-tasks-") as work:
             names = self.write(files, work)
             tok = ctx.index.manifest["tokenizer"]
-            lm = in_memory_lm(hf_model(ctx.model, tok), hf_tokenizer(ctx.tokenizer_file), ctx.model.cfg.seq_len,
-                              int(tok["eos_id"]))
+            lm = in_memory_lm(
+                hf_model(ctx.model, tok), hf_tokenizer(ctx.tokenizer_file), ctx.model.cfg.seq_len, int(tok["eos_id"])
+            )
             try:
                 res = run_lm_eval(lm, list(names.values()), work, ctx.spec.limit)
             except Exception as e:  # lm-eval's own code on a record it cannot take: this task only
@@ -170,8 +186,15 @@ def in_memory_lm(model: Any, tokenizer: Any, max_length: int, eos_id: int) -> An
     pretrained=EXPORT,max_length=L,prefix_token_id=EOS`` builds from an export."""
     from lm_eval.models.huggingface import HFLM
 
-    return HFLM(pretrained=model, tokenizer=tokenizer, backend="causal", max_length=max_length, batch_size=BATCH,
-                prefix_token_id=eos_id, device="cpu")
+    return HFLM(
+        pretrained=model,
+        tokenizer=tokenizer,
+        backend="causal",
+        max_length=max_length,
+        batch_size=BATCH,
+        prefix_token_id=eos_id,
+        device="cpu",
+    )
 
 
 def export_lm_args(hf_dir: str | Path, max_length: int, eos_id: int) -> str:
@@ -179,8 +202,14 @@ def export_lm_args(hf_dir: str | Path, max_length: int, eos_id: int) -> str:
     return f"pretrained={hf_dir},max_length={max_length},dtype=float32,prefix_token_id={eos_id}"
 
 
-def run_lm_eval(model: Any, tasks: list[str], folder: str | Path, limit: Optional[int],
-                model_args: Optional[str] = None, log_samples: bool = False) -> dict[str, Any]:
+def run_lm_eval(
+    model: Any,
+    tasks: list[str],
+    folder: str | Path,
+    limit: Optional[int],
+    model_args: Optional[str] = None,
+    log_samples: bool = False,
+) -> dict[str, Any]:
     """``lm_eval.simple_evaluate`` of ``tasks`` written in ``folder``, offline: ``model`` an HFLM, or
     ``"hf"`` with ``model_args`` (lm-eval's own run on an export). The process's environment is as it
     was afterwards."""
@@ -188,9 +217,16 @@ def run_lm_eval(model: Any, tasks: list[str], folder: str | Path, limit: Optiona
         import lm_eval
         from lm_eval.tasks import TaskManager
 
-        return lm_eval.simple_evaluate(model=model, model_args=model_args, tasks=tasks, limit=limit,
-                                       task_manager=TaskManager(include_path=str(folder), include_defaults=False),
-                                       batch_size=BATCH, device="cpu", log_samples=log_samples)
+        return lm_eval.simple_evaluate(
+            model=model,
+            model_args=model_args,
+            tasks=tasks,
+            limit=limit,
+            task_manager=TaskManager(include_path=str(folder), include_defaults=False),
+            batch_size=BATCH,
+            device="cpu",
+            log_samples=log_samples,
+        )
 
 
 @contextmanager

@@ -45,8 +45,14 @@ def language_samples(index: ShardIndex, lang: str, cap: Optional[int]) -> list[t
 
 
 @torch.no_grad()
-def evaluate_model(model: Bloom, index: ShardIndex, cfg: EvalConfig, token_bytes_: np.ndarray, eos_id: int,
-                   progress: Callable[[str], None] = lambda msg: None) -> dict[str, LangTotals]:
+def evaluate_model(
+    model: Bloom,
+    index: ShardIndex,
+    cfg: EvalConfig,
+    token_bytes_: np.ndarray,
+    eos_id: int,
+    progress: Callable[[str], None] = lambda msg: None,
+) -> dict[str, LangTotals]:
     """Σ NLL, tokens, bytes and documents per language of ``index``'s split."""
     nbytes = torch.from_numpy(token_bytes_)
     out: dict[str, LangTotals] = {}
@@ -55,13 +61,14 @@ def evaluate_model(model: Bloom, index: ShardIndex, cfg: EvalConfig, token_bytes
         for bucket, refs in language_samples(index, lang, cfg.max_tokens_per_lang):
             m = max(1, cfg.batch_tokens // bucket)
             for i in range(0, len(refs), m):
-                b = collate(index, refs[i:i + m], bucket, index.pad_id)
+                b = collate(index, refs[i : i + m], bucket, index.pad_id)
                 logits = model(b["input_ids"], b["segment_ids"])
                 mask = b["labels"] != IGNORE_INDEX
                 # per-token NLL in fp32, as the training loss computes it (a bf16 log-softmax over the
                 # vocabulary is too coarse), then the predicted positions
-                nll = F.cross_entropy(logits.float().flatten(0, 1), torch.where(mask, b["labels"], 0).flatten(),
-                                      reduction="none")[mask.flatten()]
+                nll = F.cross_entropy(
+                    logits.float().flatten(0, 1), torch.where(mask, b["labels"], 0).flatten(), reduction="none"
+                )[mask.flatten()]
                 labels = b["labels"][mask]
                 text = nbytes[labels] > 0
                 t.nll += float(nll.sum())
@@ -74,12 +81,21 @@ def evaluate_model(model: Bloom, index: ShardIndex, cfg: EvalConfig, token_bytes
     return out
 
 
-
 class Validation(Task):
     name = VALIDATION
 
     def run(self, ctx: Context) -> list[Row]:
         per_lang = evaluate_model(ctx.model, ctx.index, ctx.settings, ctx.token_bytes, ctx.eos_id, ctx.progress)
         self.tokens = sum(t.tokens for t in per_lang.values())
-        return [Row(r["lang"], m, None if r[m] is None else float(r[m]), n=r["tokens"], scope=r["scope"],
-                    weighting=r["weighting"]) for r in metric_rows(per_lang, {}) for m in VALIDATION_METRICS]
+        return [
+            Row(
+                r["lang"],
+                m,
+                None if r[m] is None else float(r[m]),
+                n=r["tokens"],
+                scope=r["scope"],
+                weighting=r["weighting"],
+            )
+            for r in metric_rows(per_lang, {})
+            for m in VALIDATION_METRICS
+        ]

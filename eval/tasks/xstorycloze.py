@@ -7,8 +7,17 @@ from eval.tasks.lm_eval_local import LocalLmEvalTask
 class XStoryCloze(LocalLmEvalTask):
     name = "xstorycloze"
     family = "xstorycloze"
-    subtasks = {l: f"xstorycloze_{l}" for l in ("ar", "en", "es", "eu", "hi", "id", "sw", "te")} | {"zh-Hans": "xstorycloze_zh"}
-    fields = ("input_sentence_1", "input_sentence_2", "input_sentence_3", "input_sentence_4",
-              "sentence_quiz1", "sentence_quiz2", "answer_right_ending")
+    subtasks = {l: f"xstorycloze_{l}" for l in ("ar", "en", "es", "eu", "hi", "id", "sw", "te")} | {
+        "zh-Hans": "xstorycloze_zh"
+    }
+    fields = (
+        "input_sentence_1",
+        "input_sentence_2",
+        "input_sentence_3",
+        "input_sentence_4",
+        "sentence_quiz1",
+        "sentence_quiz2",
+        "answer_right_ending",
+    )
     text_fields = ("input_sentence_1", "input_sentence_2", "input_sentence_3", "input_sentence_4")
     chance = {"acc": 1 / 2, "acc_norm": 1 / 2, "acc_bytes": 1 / 2}

@@ -18,8 +18,11 @@ from bench.datatrove_baseline import spm_to_tokenizers  # noqa: E402
 def texts():
     from data_prep.normalize import normalize_text
 
-    return [normalize_text(json.loads(l)["text"]) for f in sorted((REPO / "data_prep/sample_corpus").rglob("*.jsonl"))
-            for l in f.read_text(encoding="utf-8").splitlines()]
+    return [
+        normalize_text(json.loads(l)["text"])
+        for f in sorted((REPO / "data_prep/sample_corpus").rglob("*.jsonl"))
+        for l in f.read_text(encoding="utf-8").splitlines()
+    ]
 
 
 def test_tokenizers_form_gives_sentencepiece_ids(demo_data, tmp_path):

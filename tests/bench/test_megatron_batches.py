@@ -51,7 +51,7 @@ def test_samples_are_full_windows_of_the_concatenated_documents(index):
     r = MegatronBatches(index, samples_per_rank=4, dp_size=2, seq_len=512, seed=3)
     docs = np.concatenate([r._doc(k) for k in range(400)])
     assert len(docs) > len(flat)
-    assert np.array_equal(flat, docs[:len(flat)])
+    assert np.array_equal(flat, docs[: len(flat)])
 
 
 def test_resume_is_exact(index):

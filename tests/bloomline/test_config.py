@@ -31,7 +31,9 @@ def test_wrong_type_and_range_name_the_key():
 def test_overrides_are_yaml_and_validated(tmp_path):
     f = tmp_path / "c.yaml"
     f.write_text("pack:\n  buckets: [64, 128]\n")
-    cfg = load_config(PrepareConfig, f, ["pack.buckets=[32,64,128]", "dedup.near=false", "tokenizer.model=null", "seed=7"])
+    cfg = load_config(
+        PrepareConfig, f, ["pack.buckets=[32,64,128]", "dedup.near=false", "tokenizer.model=null", "seed=7"]
+    )
     assert cfg.pack.buckets == [32, 64, 128] and cfg.dedup.near is False and cfg.seed == 7
     with pytest.raises(ConfigError, match="seed.*integer"):
         load_config(PrepareConfig, f, ["seed=abc"])

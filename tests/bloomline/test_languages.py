@@ -8,8 +8,9 @@ def test_bloom_language_counts():
     assert sum(l.group == "indic" for l in L.LANGUAGES) == 13
     others = {l.code for l in L.natural() if l.group == "other"}
     assert others == {"ar", "eu", "ca", "zh-Hans", "zh-Hant", "en", "fr", "id", "pt", "es", "vi"}
-    assert {l.code for l in L.code()} == {f"code-{n}" for n in
-            "c cpp csharp go java javascript lua php python ruby rust scala typescript".split()}
+    assert {l.code for l in L.code()} == {
+        f"code-{n}" for n in "c cpp csharp go java javascript lua php python ruby rust scala typescript".split()
+    }
 
 
 def test_aliases_and_unknowns():

@@ -14,14 +14,25 @@ def test_url_passwords_and_query_tokens_are_masked():
 
 def test_values_of_secret_environment_variables_are_masked_wherever_they_appear():
     env = {"HF_TOKEN": "hf_abcdef123456", "WANDB_API_KEY": "0123456789", "NCCL_DEBUG": "INFO", "MY_PASSWORD": "1"}
-    assert mask_text("cmd --token hf_abcdef123456 key=0123456789 level INFO 1", env=env) == \
-        f"cmd --token {MASK} key={MASK} level INFO 1"  # too short a value ("1") is left: it would mask words
+    assert (
+        mask_text("cmd --token hf_abcdef123456 key=0123456789 level INFO 1", env=env)
+        == f"cmd --token {MASK} key={MASK} level INFO 1"
+    )  # too short a value ("1") is left: it would mask words
 
 
 def test_trees_mask_secret_named_keys_and_strings():
-    tree = {"dask": {"address": "tls://u:pw123@h:1"}, "api_key": "k-123", "sources": [{"path": "/data/x.jsonl"}], "n": 3}
-    assert mask_tree(tree, env={}) == {"dask": {"address": f"tls://u:{MASK}@h:1"}, "api_key": MASK,
-                                       "sources": [{"path": "/data/x.jsonl"}], "n": 3}
+    tree = {
+        "dask": {"address": "tls://u:pw123@h:1"},
+        "api_key": "k-123",
+        "sources": [{"path": "/data/x.jsonl"}],
+        "n": 3,
+    }
+    assert mask_tree(tree, env={}) == {
+        "dask": {"address": f"tls://u:{MASK}@h:1"},
+        "api_key": MASK,
+        "sources": [{"path": "/data/x.jsonl"}],
+        "n": 3,
+    }
 
 
 def test_log_records_are_masked_before_handlers_see_them(caplog):

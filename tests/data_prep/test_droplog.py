@@ -22,15 +22,18 @@ from data_prep.shards import load_manifest
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "data_prep" / "sample_corpus"
 
-GOOD = ("Every morning the baker opens her shop before sunrise. She kneads the dough, lights the oven and "
-        "arranges fresh loaves on wooden shelves while the street slowly wakes up around her.")
+GOOD = (
+    "Every morning the baker opens her shop before sunrise. She kneads the dough, lights the oven and "
+    "arranges fresh loaves on wooden shelves while the street slowly wakes up around her."
+)
 
 
 def junk_records():
     """(id, text, lang) of documents each dropped for one reason (under the run's overrides)."""
     rng = random.Random(0)
-    long_text = " ".join("".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9)))
-                         for _ in range(450))
+    long_text = " ".join(
+        "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9))) for _ in range(450)
+    )
     en = json.loads((SAMPLE / "text" / "en.jsonl").read_text().splitlines()[0])
     fr = json.loads((SAMPLE / "text" / "fr.jsonl").read_text().splitlines()[0])["text"]
     near = en["text"].replace("the", "a", 1)
@@ -39,8 +42,11 @@ def junk_records():
         ("j-many", long_text, "en"),
         ("j-char", "buy now " * 40, "en"),
         ("j-word", GOOD + " " + " ".join(["the market opens at dawn on monday and closes late"] * 4), "en"),
-        ("j-special", GOOD + " $$$ ### @@@ %%% &&& *** ((( ))) 1234567890 1234567890 1234567890 1234567890 !!! ??? ;;; :::",
-         "en"),
+        (
+            "j-special",
+            GOOD + " $$$ ### @@@ %%% &&& *** ((( ))) 1234567890 1234567890 1234567890 1234567890 !!! ??? ;;; :::",
+            "en",
+        ),
         ("j-flagged", GOOD + " viagra viagra porn", "en"),
         ("j-short", "x = 1\n", "code-python"),
         ("j-lines", "y = [" + "1, " * 700 + "]\n" + "z = 2\n" * 30, "code-python"),
@@ -55,9 +61,16 @@ def run(tmp_path, bad_inputs, name="out", overrides=()):
     junk.parent.mkdir(parents=True, exist_ok=True)
     junk.write_text("".join(json.dumps({"id": i, "text": t, "lang": lg}) + "\n" for i, t, lg in junk_records()))
     bad_inputs(tmp_path / "inputs" / "bad.jsonl")
-    cfg = load_config(PrepareConfig, REPO / "configs/data/demo.yaml",
-                      ["filters.languages.en.max_words=400", "filters.languages.en.max_char_rep=0.2",
-                       "dropped_text_chars=120", *overrides])
+    cfg = load_config(
+        PrepareConfig,
+        REPO / "configs/data/demo.yaml",
+        [
+            "filters.languages.en.max_words=400",
+            "filters.languages.en.max_char_rep=0.2",
+            "dropped_text_chars=120",
+            *overrides,
+        ],
+    )
     cfg.sources += [SourceConfig(path=str(junk)), SourceConfig(path=str(tmp_path / "inputs" / "bad.jsonl"))]
     out = tmp_path / name
     run_all(cfg, out)
@@ -85,10 +98,20 @@ def test_every_drop_has_a_row_that_matches_the_ledger(prepared):
     got = dropped_counts(out)
     assert m["dropped"]["rows"] == sum(n for o in got.values() for r in o.values() for n in r.values())
     reasons = {(o, r) for lg in got.values() for o, rs in lg.items() for r in rs}
-    for want in [("filtered", r) for r in ("too_few_words", "too_many_words", "char_repetition", "word_repetition",
-                                           "special_characters", "flagged_words", "too_short", "long_lines",
-                                           "lang_mismatch")] + [("duplicates", "exact"), ("duplicates", "near"),
-                                                                ("errors", "malformed_json"), ("errors", "invalid_unicode")]:
+    for want in [
+        ("filtered", r)
+        for r in (
+            "too_few_words",
+            "too_many_words",
+            "char_repetition",
+            "word_repetition",
+            "special_characters",
+            "flagged_words",
+            "too_short",
+            "long_lines",
+            "lang_mismatch",
+        )
+    ] + [("duplicates", "exact"), ("duplicates", "near"), ("errors", "malformed_json"), ("errors", "invalid_unicode")]:
         assert want in reasons, want
     rows = {r["id"]: r for r in all_rows(out / "dropped") if r["id"]}
     assert rows["j-char"]["reason"] == "char_repetition" and rows["j-char"]["stage"] == "quality"
@@ -101,7 +124,11 @@ def test_every_drop_has_a_row_that_matches_the_ledger(prepared):
     assert rows["j-near"]["duplicate_of"] == "en-sample-0001" and rows["j-near"]["score"] >= 0.8
     # a record that could not be read: its place and reason, and the first characters of its raw line
     errors = [r for r in all_rows(out / "dropped") if r["reason"] == "malformed_json"]
-    assert errors and errors[0]["source"].endswith("bad.jsonl:2") and errors[0]["text"] == '{"id": "x", "text": "unterminated'
+    assert (
+        errors
+        and errors[0]["source"].endswith("bad.jsonl:2")
+        and errors[0]["text"] == '{"id": "x", "text": "unterminated'
+    )
     assert errors[0]["id"] is None
     # a damaged drop log is caught
     bad = out.parent / "damaged"
@@ -165,13 +192,29 @@ def test_what_if_agrees_exactly_with_a_rerun(prepared, tmp_path, bad_inputs):
     assert table["fr"]["lost"] >= 1 and table["code-python"]["gained"] == 1
     assert table["en"]["dropped_by_reason"]["word_repetition"] == 2  # j-word and j-char
     tok = str(out / "tokenizer" / "tokenizer.model")
-    _, again = run(tmp_path, bad_inputs, "again", ["filters.languages.en.max_char_rep=0.3",
-                                                   "filters.languages.fr.max_special=0.2", "filters.code.min_chars=5",
-                                                   f"tokenizer.model={tok}"])
+    _, again = run(
+        tmp_path,
+        bad_inputs,
+        "again",
+        [
+            "filters.languages.en.max_char_rep=0.3",
+            "filters.languages.fr.max_special=0.2",
+            "filters.code.min_chars=5",
+            f"tokenizer.model={tok}",
+        ],
+    )
     ledger = load_manifest(again)["languages"]
     before = load_manifest(out)["languages"]
-    quality = {"too_few_words", "too_many_words", "char_repetition", "word_repetition", "special_characters",
-               "flagged_words", "too_short", "long_lines"}
+    quality = {
+        "too_few_words",
+        "too_many_words",
+        "char_repetition",
+        "word_repetition",
+        "special_characters",
+        "flagged_words",
+        "too_short",
+        "long_lines",
+    }
     for lang, e in ledger.items():
         rerun = {k: v for k, v in e["filtered"].items() if k in quality}
         if lang in table:
@@ -204,8 +247,19 @@ def test_filters_command(prepared):
     import sys
 
     _, out = prepared
-    cmd = [sys.executable, "-m", "flows.cli", "filters", str(out), "--reason", "char_repetition", "--examples", "1",
-           "--set", "en.max_char_rep=0.3"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "flows.cli",
+        "filters",
+        str(out),
+        "--reason",
+        "char_repetition",
+        "--examples",
+        "1",
+        "--set",
+        "en.max_char_rep=0.3",
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert res.returncode == 0, res.stderr
     assert "**filtered:char_repetition**" in res.stdout and "too_few_words" not in res.stdout.split("## Kept")[0]

@@ -40,13 +40,17 @@ def test_the_derivation_rule():
     """A check that separates junk goes midway between the clean tail and the junk; one that does
     not goes 1.5 x the clean tail, never below the recipe's value."""
     clean = [{"char_rep": x / 100, "word_rep": x / 200, "special": 0.2, "keyboard": 0.0} for x in range(101)]
-    junk = {"repeats": [{"char_rep": 0.05, "word_rep": 0.9, "special": 0.1, "keyboard": 0.0}] * 3,
-            "mash": [{"char_rep": 0.0, "word_rep": 0.0, "special": 0.3, "keyboard": 0.8}]}
+    junk = {
+        "repeats": [{"char_rep": 0.05, "word_rep": 0.9, "special": 0.1, "keyboard": 0.0}] * 3,
+        "mash": [{"char_rep": 0.0, "word_rep": 0.0, "special": 0.3, "keyboard": 0.8}],
+    }
     got = derive(clean, junk, QualityThresholds(max_char_rep=0.5, max_special=0.4))
-    assert got == {"max_word_rep": round((0.495 + 0.9) / 2, 3),  # tail 0.495 (99th percentile), junk 0.9
-                   "max_keyboard": 0.4,  # tail 0, mashing 0.8
-                   "max_char_rep": round(0.99 * 1.5, 3),  # no junk left to it: 1.5 x the tail
-                   "max_special": 0.4}  # 1.5 x 0.2 = 0.3 is below the recipe's 0.4
+    assert got == {
+        "max_word_rep": round((0.495 + 0.9) / 2, 3),  # tail 0.495 (99th percentile), junk 0.9
+        "max_keyboard": 0.4,  # tail 0, mashing 0.8
+        "max_char_rep": round(0.99 * 1.5, 3),  # no junk left to it: 1.5 x the tail
+        "max_special": 0.4,
+    }  # 1.5 x 0.2 = 0.3 is below the recipe's 0.4
 
 
 def test_held_out_half_loses_at_most_one_percent_per_language(cfg, shared_corpus):

@@ -12,8 +12,10 @@ from data_prep.filters import (
     words,
 )
 
-GOOD = ("Every morning the baker opens her shop before sunrise. She kneads the dough, lights the oven and "
-        "arranges fresh loaves on wooden shelves while the street slowly wakes up around her.")
+GOOD = (
+    "Every morning the baker opens her shop before sunrise. She kneads the dough, lights the oven and "
+    "arranges fresh loaves on wooden shelves while the street slowly wakes up around her."
+)
 
 
 def quality_reason(text, t, han_chars=False):
@@ -33,12 +35,18 @@ def test_definitions_match_roots():
     assert special_ratio("a1 !") == 0.75
 
 
-@pytest.mark.parametrize("text,reason", [
-    ("too short here", "too_few_words"),
-    ("buy now " * 40, "char_repetition"),
-    (GOOD + " $$$ ### @@@ %%% &&& *** ((( ))) 1234567890 1234567890 1234567890 1234567890 !!! ??? ;;; ::: ---", "special_characters"),
-    (GOOD + " porn porn xxx porn", "flagged_words"),
-])
+@pytest.mark.parametrize(
+    "text,reason",
+    [
+        ("too short here", "too_few_words"),
+        ("buy now " * 40, "char_repetition"),
+        (
+            GOOD + " $$$ ### @@@ %%% &&& *** ((( ))) 1234567890 1234567890 1234567890 1234567890 !!! ??? ;;; ::: ---",
+            "special_characters",
+        ),
+        (GOOD + " porn porn xxx porn", "flagged_words"),
+    ],
+)
 def test_each_reason(text, reason):
     t = QualityThresholds(flagged_words=["porn", "xxx"], max_flagged=0.05, max_char_rep=0.2)
     assert quality_reason(GOOD, t) is None
@@ -55,9 +63,13 @@ def test_per_language_thresholds_and_code_checks():
     cfg = FilterConfig(languages={"en": {"min_words": 50}})
     ledger = Ledger()
     step = QualityFilter(cfg, ledger)
-    docs = [Document(GOOD, "en", "1", "f:1"), Document(GOOD, "fr", "2", "f:2"),
-            Document("x = 1\n", "code-python", "3", "f:3"), Document("y" * 2000 + "\n" + "z = 2\n" * 30, "code-c", "4", "f:4"),
-            Document("def f(x):\n    return x + 1\n\n" * 10, "code-python", "5", "f:5")]
+    docs = [
+        Document(GOOD, "en", "1", "f:1"),
+        Document(GOOD, "fr", "2", "f:2"),
+        Document("x = 1\n", "code-python", "3", "f:3"),
+        Document("y" * 2000 + "\n" + "z = 2\n" * 30, "code-c", "4", "f:4"),
+        Document("def f(x):\n    return x + 1\n\n" * 10, "code-python", "5", "f:5"),
+    ]
     out = [d.id for d in step.run(docs)]
     assert out == ["2", "5"]
     led = ledger.to_dict()

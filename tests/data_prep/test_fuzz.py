@@ -25,8 +25,13 @@ CLEAN = REPO / "data_prep/sample_corpus/text/en.jsonl"
 
 def ci(examples: int) -> settings:
     """Deterministic (derandomized), few examples, no example database: the same inputs every CI run."""
-    return settings(max_examples=examples, derandomize=True, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
+    return settings(
+        max_examples=examples,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+    )
 
 
 def config(*sources: Path) -> PrepareConfig:
@@ -48,8 +53,13 @@ def chunk_stage(cfg: PrepareConfig, out: Path) -> tuple[list[dict], dict]:
 
 
 def booked_as_dropped(ledger) -> dict:
-    return {(lang, k, r): n for lang, e in ledger.to_dict().items() for k in ("filtered", "errors")
-            for r, n in e[k].items() if n}
+    return {
+        (lang, k, r): n
+        for lang, e in ledger.to_dict().items()
+        for k in ("filtered", "errors")
+        for r, n in e[k].items()
+        if n
+    }
 
 
 def kept_texts(out: Path, summaries: list[dict], path: Path) -> list[tuple[str, str]]:
@@ -57,8 +67,11 @@ def kept_texts(out: Path, summaries: list[dict], path: Path) -> list[tuple[str, 
     rows = []
     for s in summaries:
         t = chunk_table(Paths(out), s["id"], ["id", "loc", "text"])
-        rows += [(i, x) for i, loc, x in zip(*(t.column(c).to_pylist() for c in ("id", "loc", "text")))
-                 if loc.startswith(f"{path}:")]
+        rows += [
+            (i, x)
+            for i, loc, x in zip(*(t.column(c).to_pylist() for c in ("id", "loc", "text")))
+            if loc.startswith(f"{path}:")
+        ]
     return rows
 
 

@@ -2,8 +2,10 @@ from data_prep.config import LangIdConfig
 from data_prep.document import Document, Ledger
 from data_prep.langid import LanguageIdFilter, predict
 
-EN = ("The weather was cold this morning, so the children wore their warm coats and walked "
-      "quickly to school while their parents went to the market to buy bread and vegetables.")
+EN = (
+    "The weather was cold this morning, so the children wore their warm coats and walked "
+    "quickly to school while their parents went to the market to buy bread and vegetables."
+)
 
 
 def run(docs):
@@ -25,8 +27,13 @@ def test_confident_mismatch_is_filtered():
 
 def test_unverifiable_languages_keep_their_label_and_are_reported():
     # English text labelled Zulu: lid.176 cannot verify Zulu, so the label is trusted.
-    out, _, rep = run([Document(EN, "zu", "1", "f:1"), Document("print('x')\n" * 20, "code-python", "2", "f:2"),
-                       Document("short", "en", "3", "f:3")])
+    out, _, rep = run(
+        [
+            Document(EN, "zu", "1", "f:1"),
+            Document("print('x')\n" * 20, "code-python", "2", "f:2"),
+            Document("short", "en", "3", "f:3"),
+        ]
+    )
     assert len(out) == 3
     assert rep["trusted_label"] == 1 and rep["trusted_languages"] == ["zu"]
     assert rep["code_skipped"] == 1 and rep["too_short_to_check"] == 1

@@ -13,8 +13,11 @@ def test_nfc_and_controls():
 
 def test_errors_are_booked_not_raised():
     ledger = Ledger()
-    docs = [Document("ok text", "en", "1", "f:1"), Document("bad \ud800", "en", "2", "f:2"),
-            Document("\x00\x01", "en", "3", "f:3")]
+    docs = [
+        Document("ok text", "en", "1", "f:1"),
+        Document("bad \ud800", "en", "2", "f:2"),
+        Document("\x00\x01", "en", "3", "f:3"),
+    ]
     for d in docs:
         ledger.record_in(d.lang)
     step = Normalizer(ledger)

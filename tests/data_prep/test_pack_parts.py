@@ -47,7 +47,9 @@ def marked(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pack_parts, "redact", redact)
     monkeypatch.setattr(pack_parts, "processor", lambda *a: Tokenizer(real_processor(*a)))
-    cfg = load_config(PrepareConfig, REPO / "configs/data/demo.yaml", ["langid.enabled=false", "tokenizer.vocab_size=1000"])
+    cfg = load_config(
+        PrepareConfig, REPO / "configs/data/demo.yaml", ["langid.enabled=false", "tokenizer.vocab_size=1000"]
+    )
     cfg.sources = [SourceConfig(path=str(src))]
     return cfg, docs
 

@@ -70,7 +70,9 @@ def test_best_fit_choice():
 def test_deterministic():
     _, a = pack([50, 70, 300, 20] * 50, [64, 128, 256])
     _, b = pack([50, 70, 300, 20] * 50, [64, 128, 256])
-    assert [(s.bucket, s.ids.tobytes(), s.doc_offsets) for s in a] == [(s.bucket, s.ids.tobytes(), s.doc_offsets) for s in b]
+    assert [(s.bucket, s.ids.tobytes(), s.doc_offsets) for s in a] == [
+        (s.bucket, s.ids.tobytes(), s.doc_offsets) for s in b
+    ]
 
 
 def test_flush_pads_only_the_last_sample():

@@ -23,10 +23,11 @@ def demo_cfg(*overrides) -> PrepareConfig:
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name != "run_stats.json" and ".work" not in p.parts}
-
-
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != "run_stats.json" and ".work" not in p.parts
+    }
 
 
 def run_demo(tmp_path, bad_inputs, *overrides):
@@ -46,7 +47,9 @@ def test_ledger_balances_and_contract_holds(tmp_path, bad_inputs, shard_table):
     for lang, e in langs.items():
         total = e["docs_kept"] + sum(e["filtered"].values()) + sum(e["duplicates"].values()) + sum(e["errors"].values())
         assert total == e["docs_in"], lang
-    sample_records = sum(1 for f in (REPO / "data_prep/sample_corpus").rglob("*.jsonl") for l in f.read_text().splitlines() if l.strip())
+    sample_records = sum(
+        1 for f in (REPO / "data_prep/sample_corpus").rglob("*.jsonl") for l in f.read_text().splitlines() if l.strip()
+    )
     assert m["totals"]["input_records"] == sample_records + 12
     assert m["totals"]["errors"] >= 10
     # every sample-corpus language is present, with training and validation data
@@ -66,6 +69,7 @@ def test_ledger_balances_and_contract_holds(tmp_path, bad_inputs, shard_table):
             assert all(ids[o - 1] == eos for o in offs[1:])
     # tokenizer recorded with checksum
     from bloomline.io import sha256_file
+
     assert sha256_file(out / m["tokenizer"]["path"]) == m["tokenizer"]["sha256"]
     assert m["stages"]["langid"]["verified"] > 0
     assert not (out / ".work").exists()
@@ -115,25 +119,36 @@ def test_explicit_blend_weights(tmp_path, bad_inputs):
 
 
 # An original English paragraph, long enough for near-duplicate shingles to be meaningful.
-ESSAY = ("The river that runs past the old mill has changed its course three times in living memory. "
-         "Each flood carried away a little of the western bank, and each spring the farmers rebuilt their "
-         "fences a few steps further from the water. The miller kept a notebook in which he wrote the height "
-         "of every flood, the date it began, and the names of the families who came to help. When his "
-         "grandson found the notebook in a drawer, he counted forty years of entries and drew a map of the "
-         "river for each decade. The maps show a slow bend moving north, a new island forming where the "
-         "current slows, and a shallow ford that children now cross in summer without wetting their knees. "
-         "Nobody planned any of this; the river simply followed the softest ground, as rivers always do.")
+ESSAY = (
+    "The river that runs past the old mill has changed its course three times in living memory. "
+    "Each flood carried away a little of the western bank, and each spring the farmers rebuilt their "
+    "fences a few steps further from the water. The miller kept a notebook in which he wrote the height "
+    "of every flood, the date it began, and the names of the families who came to help. When his "
+    "grandson found the notebook in a drawer, he counted forty years of entries and drew a map of the "
+    "river for each decade. The maps show a slow bend moving north, a new island forming where the "
+    "current slows, and a shallow ford that children now cross in summer without wetting their knees. "
+    "Nobody planned any of this; the river simply followed the softest ground, as rivers always do."
+)
 
 
 def test_exact_and_near_duplicates_are_dropped_and_the_first_is_kept(tmp_path):
     """Three copies of one document in input order: the original, an exact duplicate (other id,
     other case and punctuation) and a near duplicate (one word changed): the last two go."""
     near = ESSAY.replace("forty years", "fifty years")
-    docs = [{"id": "first", "text": ESSAY, "lang": "en"},
-            {"id": "exact", "text": ESSAY.upper().replace(",", ""), "lang": "en"},
-            {"id": "near", "text": near, "lang": "en"},
-            {"id": "other", "text": ESSAY.replace("river", "canal").replace("mill", "lock").replace("flood", "storm")
-             .replace("farmers", "bargemen").replace("notebook", "ledger"), "lang": "en"}]
+    docs = [
+        {"id": "first", "text": ESSAY, "lang": "en"},
+        {"id": "exact", "text": ESSAY.upper().replace(",", ""), "lang": "en"},
+        {"id": "near", "text": near, "lang": "en"},
+        {
+            "id": "other",
+            "text": ESSAY.replace("river", "canal")
+            .replace("mill", "lock")
+            .replace("flood", "storm")
+            .replace("farmers", "bargemen")
+            .replace("notebook", "ledger"),
+            "lang": "en",
+        },
+    ]
     src = tmp_path / "dups.jsonl"
     src.write_text("".join(json.dumps(d) + "\n" for d in docs))
     cfg = demo_cfg("keep_work=true", "pack.valid_min_docs=0", "pack.valid_fraction=0.0", "tokenizer.vocab_size=300")
@@ -145,7 +160,10 @@ def test_exact_and_near_duplicates_are_dropped_and_the_first_is_kept(tmp_path):
     drops = json.loads(next((tmp_path / "out" / ".work" / "dedup").glob("c*.json")).read_text())["drops"]
     assert sorted(kind for _, kind in drops) == ["exact", "near"] and 0 not in [pos for pos, _ in drops]
     log = pq.read_table(tmp_path / "out" / "dropped" / "dedup-c000000.parquet").to_pylist()
-    assert [(r["id"], r["reason"], r["duplicate_of"]) for r in log] == [("exact", "exact", "first"), ("near", "near", "first")]
+    assert [(r["id"], r["reason"], r["duplicate_of"]) for r in log] == [
+        ("exact", "exact", "first"),
+        ("near", "near", "first"),
+    ]
     assert log[0]["score"] == 1.0 and 0.8 <= log[1]["score"] < 1.0
 
 
@@ -154,8 +172,10 @@ def test_pii_is_counted_end_to_end_and_redacted_in_the_shards(tmp_path, shard_ta
     and stages.pii count them, and the token ids of the shards hold the placeholders, not them."""
     import sentencepiece as spm
 
-    text = (ESSAY + " Write to the archive at mill.records@example.org or archive-desk@example.net, call "
-            "+44 20 7946 0958, or reach the scanner at 192.168.10.254 for copies of the maps.")
+    text = (
+        ESSAY + " Write to the archive at mill.records@example.org or archive-desk@example.net, call "
+        "+44 20 7946 0958, or reach the scanner at 192.168.10.254 for copies of the maps."
+    )
     src = tmp_path / "pii.jsonl"
     src.write_text(json.dumps({"id": "p1", "text": text, "lang": "en"}) + "\n")
     cfg = demo_cfg("pack.valid_min_docs=0", "pack.valid_fraction=0.0", "tokenizer.vocab_size=300")
@@ -165,7 +185,11 @@ def test_pii_is_counted_end_to_end_and_redacted_in_the_shards(tmp_path, shard_ta
     want = {"email": 2, "ip_address": 1, "phone": 1}
     assert m["languages"]["en"]["pii"] == want and m["stages"]["pii"] == want
     sp = spm.SentencePieceProcessor(model_file=str(out / m["tokenizer"]["path"]))
-    decoded = "".join(sp.decode(ids) for s in m["shards"] if s["split"] == "train"
-                      for ids in shard_table(out, s).column("input_ids").to_pylist())
+    decoded = "".join(
+        sp.decode(ids)
+        for s in m["shards"]
+        if s["split"] == "train"
+        for ids in shard_table(out, s).column("input_ids").to_pylist()
+    )
     assert decoded.count("<EMAIL>") == 2 and "<IP_ADDRESS>" in decoded and "<PHONE>" in decoded
     assert "example.org" not in decoded and "192.168" not in decoded and "7946" not in decoded

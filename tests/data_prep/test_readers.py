@@ -102,7 +102,9 @@ def test_missing_input_is_a_clear_error(tmp_path):
         plan_chunks([SourceConfig(path=str(tmp_path / "empty"))], ReadConfig())
 
 
-GOOD = [{"id": f"g{i}", "text": f"a perfectly ordinary sentence number {i} of this test", "lang": "en"} for i in range(4)]
+GOOD = [
+    {"id": f"g{i}", "text": f"a perfectly ordinary sentence number {i} of this test", "lang": "en"} for i in range(4)
+]
 
 
 def jsonl(*lines: str) -> bytes:
@@ -139,10 +141,13 @@ def test_a_truncated_gzip_keeps_what_came_before_and_books_the_break(tmp_path):
     from data_prep.gzipped import gzip_text_size
     from data_prep.readers import chunk_bytes
 
-    recs = [{"id": f"r{i}", "text": f"line {i} of a long gzip file, with some words in it", "lang": "en"} for i in range(300)]
+    recs = [
+        {"id": f"r{i}", "text": f"line {i} of a long gzip file, with some words in it", "lang": "en"}
+        for i in range(300)
+    ]
     whole = gzip.compress(jsonl(*map(json.dumps, recs)))
     f = tmp_path / "cut.jsonl.gz"
-    f.write_bytes(whole[:len(whole) // 2])
+    f.write_bytes(whole[: len(whole) // 2])
     size = gzip_text_size(f)
     assert size.truncated and not size.exact and 0 < size.text_bytes < len(jsonl(*map(json.dumps, recs)))
     assert chunk_bytes(f, "jsonl.gz", ReadConfig()) == (size.text_bytes, "decompressed up to where it breaks")
@@ -151,8 +156,13 @@ def test_a_truncated_gzip_keeps_what_came_before_and_books_the_break(tmp_path):
     assert 50 < len(docs) < 300 and [d.id for d in docs] == [f"r{i}" for i in range(len(docs))]
     led = ledger.to_dict()[UNKNOWN_LANG]
     assert led["errors"] == {"truncated_gzip": 1}
-    assert led["error_examples"]["truncated_gzip"].startswith(f"{f}: at byte ") and "EOFError" in led["error_examples"]["truncated_gzip"]
-    with pytest.raises(StrictModeError, match=r"cut.jsonl.gz: at byte [\d,]+ of its text, after line [\d,]+ \(EOFError"):
+    assert (
+        led["error_examples"]["truncated_gzip"].startswith(f"{f}: at byte ")
+        and "EOFError" in led["error_examples"]["truncated_gzip"]
+    )
+    with pytest.raises(
+        StrictModeError, match=r"cut.jsonl.gz: at byte [\d,]+ of its text, after line [\d,]+ \(EOFError"
+    ):
         read_all(f, strict=True)
 
 
@@ -186,7 +196,7 @@ def test_a_broken_parquet_row_group_is_one_error_and_the_others_read(tmp_path):
     pq.write_table(pa.Table.from_pylist(recs), f, row_group_size=10, compression="none")
     col = pq.ParquetFile(f).metadata.row_group(1).column(1)  # the text column of the middle group
     raw = bytearray(f.read_bytes())
-    raw[col.data_page_offset:col.data_page_offset + 16] = b"\xff" * 16
+    raw[col.data_page_offset : col.data_page_offset + 16] = b"\xff" * 16
     f.write_bytes(bytes(raw))
     docs, ledger = read_all(f)
     assert [d.id for d in docs] == [f"p{i}" for i in [*range(10), *range(20, 30)]]

@@ -53,11 +53,15 @@ def test_the_reader_checks_format_version_schema_and_rows(tmp_path):
     with pytest.raises(CorruptShardError, match=r"x\.arrow: 2500 rows, the manifest says 2499"):
         read_shard(path, 2499)
     table = pa.Table.from_batches(read_shard(path, 2500))
-    for meta, columns, match in (({b"bloomline.format_version": b"0"}, table.columns, "written with shard format 0"),
-                                 ({}, table.columns, "written with shard format unknown"),
-                                 ({b"bloomline.format_version": b"1"}, [c.cast(pa.list_(pa.int64())) if i in (0, 2) else c
-                                                                       for i, c in enumerate(table.columns)],
-                                  "its columns are not contract 1's")):
+    for meta, columns, match in (
+        ({b"bloomline.format_version": b"0"}, table.columns, "written with shard format 0"),
+        ({}, table.columns, "written with shard format unknown"),
+        (
+            {b"bloomline.format_version": b"1"},
+            [c.cast(pa.list_(pa.int64())) if i in (0, 2) else c for i, c in enumerate(table.columns)],
+            "its columns are not contract 1's",
+        ),
+    ):
         other = tmp_path / "other.arrow"
         t = pa.table(columns, names=SCHEMA.names).replace_schema_metadata(meta)
         with pa.OSFile(str(other), "wb") as sink, pa.ipc.new_stream(sink, t.schema) as w:
@@ -80,7 +84,8 @@ def test_manifest_checks(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"format_version": 1}))
     with pytest.raises(DataError, match="missing keys"):
         load_manifest(tmp_path)
-    (tmp_path / "manifest.json").write_text(json.dumps({"format_version": 99, "tokenizer": {}, "buckets": [],
-                                                        "shards": [], "blend": {}, "languages": {}}))
+    (tmp_path / "manifest.json").write_text(
+        json.dumps({"format_version": 99, "tokenizer": {}, "buckets": [], "shards": [], "blend": {}, "languages": {}})
+    )
     with pytest.raises(DataError, match="format_version 99"):
         load_manifest(tmp_path)

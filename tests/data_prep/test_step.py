@@ -19,8 +19,10 @@ class Fussy(PipelineStep):
 
 
 def docs():
-    return [Document(text=t, lang="en", id=f"d{i}", loc=f"f.jsonl:{i + 1}")
-            for i, t in enumerate(["plain", "evil \u202e text", "plain again"])]
+    return [
+        Document(text=t, lang="en", id=f"d{i}", loc=f"f.jsonl:{i + 1}")
+        for i, t in enumerate(["plain", "evil \u202e text", "plain again"])
+    ]
 
 
 def test_a_step_that_fails_on_a_document_books_it_and_goes_on():
@@ -34,13 +36,19 @@ def test_a_step_that_fails_on_a_document_books_it_and_goes_on():
         ledger.keep("en", len(d.text), 1)
     assert ledger.to_dict()["en"]["errors"] == {"langid.ValueError": 1}
     assert ledger.to_dict()["en"]["error_examples"] == {"langid.ValueError": "f.jsonl:2"}
-    row, = ledger.log.rows
-    assert (row["stage"], row["reason"], row["source"], row["text"]) == ("langid", "langid.ValueError", "f.jsonl:2",
-                                                                        "evil \u202e text")
+    (row,) = ledger.log.rows
+    assert (row["stage"], row["reason"], row["source"], row["text"]) == (
+        "langid",
+        "langid.ValueError",
+        "f.jsonl:2",
+        "evil \u202e text",
+    )
     assert step.report() == {"docs_in": 3, "docs_out": 2, "dropped": {"langid.ValueError": 1}}
     assert not ledger.check_balance()
 
 
 def test_strict_stops_at_the_document_with_one_line():
-    with pytest.raises(StrictModeError, match=r"^f.jsonl:2: langid.ValueError \(--strict stops at the first bad record\)$"):
+    with pytest.raises(
+        StrictModeError, match=r"^f.jsonl:2: langid.ValueError \(--strict stops at the first bad record\)$"
+    ):
         list(Fussy(Ledger(), strict=True).run(docs()))

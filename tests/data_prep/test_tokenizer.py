@@ -22,7 +22,9 @@ def test_trains_bpe_with_byte_fallback_and_bloom_ids(tmp_path):
     import sentencepiece as spm
 
     f = tmp_path / "s.txt"
-    f.write_text("\n".join(f"line {i} with some words and <EMAIL> tokens, plus code: def f(x): return x" for i in range(300)))
+    f.write_text(
+        "\n".join(f"line {i} with some words and <EMAIL> tokens, plus code: def f(x): return x" for i in range(300))
+    )
     model = train([f], tmp_path / "m", 350, 0.9995, 1, 0)
     sp = spm.SentencePieceProcessor(model_file=str(model))
     assert (sp.unk_id(), sp.bos_id(), sp.eos_id(), sp.pad_id()) == (0, 1, 2, 3)

@@ -44,33 +44,77 @@ def task_rows(step: int, langs: list[str], note: str = "fewer than 4 windows of 
     return [r.to_dict("continuation") for r in with_means(rows) + [skipped("yo", note)]]
 
 
-def make_run(run: Path, demo: Path, gens: list[tuple[str, str]] = (("Habari za", "asubuhi"),), tasks: bool = False,
-             note: str = "fewer than 4 windows of 48 tokens") -> None:
+def make_run(
+    run: Path,
+    demo: Path,
+    gens: list[tuple[str, str]] = (("Habari za", "asubuhi"),),
+    tasks: bool = False,
+    note: str = "fewer than 4 windows of 48 tokens",
+) -> None:
     """Three evaluated checkpoints of a run (swahili regresses at the last), its metrics, swahili
     generations (``gens``: prompt, completion) and a bloomline.json that points at the prepared
     data ``demo`` (whose ledger and drop log the dashboard shows)."""
     manifest = json.loads((demo / "manifest.json").read_text())
     langs = sorted(l for l in manifest["languages"] if l != "_unknown")  # every language the data has
     for step in (100, 200, 300):
-        per = {l: LangTotals(nll=1000.0 * (1 - step / 1000), tokens=400, text_nll=900.0 * (1 - step / 1000)
-                             * (1.3 if (l == "sw" and step == 300) else 1.0), bytes=1200, docs=3) for l in langs}
-        ident = {"run": run.name, "step": step, "checkpoint": str(run / f"checkpoints/step_{step}"), "precision": "fp32",
-                 "layout": "tp=1 pp=1 dp=1 zero_stage=1", "data_manifest_sha256": "a" * 64,
-                 "evaluated_at": datetime.now(timezone.utc)}
-        rows = [{"run": run.name, "step": step, "lang": "sw", "k": k, "prompt": p, "completion": f"{c} {step}",
-                 "precision": "fp32", "evaluated_at": ident["evaluated_at"]} for k, (p, c) in enumerate(gens)]
+        per = {
+            l: LangTotals(
+                nll=1000.0 * (1 - step / 1000),
+                tokens=400,
+                text_nll=900.0 * (1 - step / 1000) * (1.3 if (l == "sw" and step == 300) else 1.0),
+                bytes=1200,
+                docs=3,
+            )
+            for l in langs
+        }
+        ident = {
+            "run": run.name,
+            "step": step,
+            "checkpoint": str(run / f"checkpoints/step_{step}"),
+            "precision": "fp32",
+            "layout": "tp=1 pp=1 dp=1 zero_stage=1",
+            "data_manifest_sha256": "a" * 64,
+            "evaluated_at": datetime.now(timezone.utc),
+        }
+        rows = [
+            {
+                "run": run.name,
+                "step": step,
+                "lang": "sw",
+                "k": k,
+                "prompt": p,
+                "completion": f"{c} {step}",
+                "precision": "fp32",
+                "evaluated_at": ident["evaluated_at"],
+            }
+            for k, (p, c) in enumerate(gens)
+        ]
         extra = [{**ident, **r, "tokens_seen": 0} for r in task_rows(step, langs, note)] if tasks else []
-        write_results(run, step, long_rows([{**ident, **r} for r in metric_rows(per, {l: 10 * step for l in langs})]) + extra,
-                      rows)
-    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 8 - s / 100, "lr": 1e-4 * min(1, s / 50)}) + "\n"
-                                               for s in range(1, 301)))
+        write_results(
+            run,
+            step,
+            long_rows([{**ident, **r} for r in metric_rows(per, {l: 10 * step for l in langs})]) + extra,
+            rows,
+        )
+    (run / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "loss": 8 - s / 100, "lr": 1e-4 * min(1, s / 50)}) + "\n" for s in range(1, 301))
+    )
     r = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml")
     step = run / "checkpoints" / "step_300"
     step.mkdir(parents=True)
     sampler = {"version": 2, "seed": 1, "step": 300, "consumed_tokens": 0, "tokens_by_lang": {}, "streams": {}}
-    (step / "bloomline.json").write_text(json.dumps(make_meta(300, r, demo, sha256_file(demo / "manifest.json"), sampler,
-                                                              {"skipped": 0, "fp16_overflows": 0, "skipped_in_a_row": 0,
-                                                               "loss_ema": None})))
+    (step / "bloomline.json").write_text(
+        json.dumps(
+            make_meta(
+                300,
+                r,
+                demo,
+                sha256_file(demo / "manifest.json"),
+                sampler,
+                {"skipped": 0, "fp16_overflows": 0, "skipped_in_a_row": 0, "loss_ema": None},
+            )
+        )
+    )
     (run / "checkpoints" / "latest").write_text("step_300")
 
 
@@ -78,7 +122,9 @@ def test_dashboard_renders_offline_in_chromium(demo, tmp_path):
     run = tmp_path / "run"
     make_run(run, demo)
     regs = all_regressions(validation_rows(read_results(run)), regression_threshold(run))
-    assert [(g["lang"], g["step"]) for g in regs] == [("sw", 300)] and math.isclose(regs[0]["change"], 0.7 * 1.3 / 0.8 - 1, rel_tol=1e-9)
+    assert [(g["lang"], g["step"]) for g in regs] == [("sw", 300)] and math.isclose(
+        regs[0]["change"], 0.7 * 1.3 / 0.8 - 1, rel_tol=1e-9
+    )
     # the run's own regression_threshold rules the dashboard too (its recipe.json)
     recipe = json.loads((run / "recipe.json").read_text()) if (run / "recipe.json").exists() else None
     assert regression_threshold(run) == (recipe["evaluation"]["settings"]["regression_threshold"] if recipe else 0.02)
@@ -102,8 +148,12 @@ def test_dashboard_renders_offline_in_chromium(demo, tmp_path):
     url = page.resolve().as_uri()
     base = [chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=15000"]
     dom = subprocess.run([*base, "--dump-dom", url], capture_output=True, text=True, timeout=180).stdout
-    log = subprocess.run([*base, "--enable-logging=stderr", "--v=0", "--window-size=1400,5000", f"--screenshot={shot}", url],
-                         capture_output=True, text=True, timeout=180).stderr
+    log = subprocess.run(
+        [*base, "--enable-logging=stderr", "--v=0", "--window-size=1400,5000", f"--screenshot={shot}", url],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    ).stderr
     charts = len(re.findall(r'id="chart-\d+"', html))
     assert charts == 8
     assert len(re.findall(r'class="main-svg"', dom)) >= charts  # every chart drew its SVG
@@ -116,7 +166,9 @@ def test_dashboard_renders_offline_in_chromium(demo, tmp_path):
     # the data page: the data's filter report, linked from the main page, renders offline too
     assert 'href="data.html"' in html
     data = page.parent / "data.html"
-    ddom = subprocess.run([*base, "--dump-dom", data.resolve().as_uri()], capture_output=True, text=True, timeout=180).stdout
+    ddom = subprocess.run(
+        [*base, "--dump-dom", data.resolve().as_uri()], capture_output=True, text=True, timeout=180
+    ).stdout
     assert "<h1>Filter report</h1>" in ddom and "Drops by language and reason" in ddom and "<table>" in ddom
 
 
@@ -127,19 +179,31 @@ def test_mixture_page_renders_weights_tokens_and_changes_in_chromium(demo, tmp_p
     langs = sorted({r["lang"] for r in read_results(run).to_pylist() if r["scope"] == "language"})
     start = {l: 1 / len(langs) for l in langs}
     moved = {l: (2 if l == "sw" else 1) / (len(langs) + 1) for l in langs}
-    log = [{"step": 0, "weights": start, "cause": {"rule": "start"}, "inputs": None},
-           {"step": 150, "weights": moved, "cause": {"rule": "evaluation", "checkpoint": 100}, "inputs": {"checkpoint": 100}}]
+    log = [
+        {"step": 0, "weights": start, "cause": {"rule": "start"}, "inputs": None},
+        {
+            "step": 150,
+            "weights": moved,
+            "cause": {"rule": "evaluation", "checkpoint": 100},
+            "inputs": {"checkpoint": 100},
+        },
+    ]
     (run / "mixture.jsonl").write_text("".join(json.dumps(e) + "\n" for e in log))
-    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 8 - s / 100, "lr": 1e-4,
-                                                           "lang_tokens": {l: 10 for l in langs}}) + "\n"
-                                               for s in range(1, 301)))
+    (run / "metrics.jsonl").write_text(
+        "".join(
+            json.dumps({"step": s, "loss": 8 - s / 100, "lr": 1e-4, "lang_tokens": {l: 10 for l in langs}}) + "\n"
+            for s in range(1, 301)
+        )
+    )
     build(run)
     assert 'href="mixture.html"' in (run / "dashboard" / "index.html").read_text()
     page = run / "dashboard" / "mixture.html"
     html = page.read_text()
     assert len(re.findall(r'id="mixture-\d+"', html)) == 3 and "(1 changes)" in html
     base = [chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=15000"]
-    dom = subprocess.run([*base, "--dump-dom", page.resolve().as_uri()], capture_output=True, text=True, timeout=180).stdout
+    dom = subprocess.run(
+        [*base, "--dump-dom", page.resolve().as_uri()], capture_output=True, text=True, timeout=180
+    ).stdout
     assert len(re.findall(r'class="main-svg"', dom)) >= 3 and "Tokens seen per language" in dom
 
 
@@ -147,14 +211,26 @@ def planted(tag: str) -> list[str]:
     """Script-running markup of every kind a crawl carries; each, if it ran, would rename the page
     ``pwned-<tag>-<kind>``."""
     js = lambda name: f"document.title='pwned-{tag}-{name}'"  # noqa: E731
-    return [f'<img src=x onerror="{js("img")}">', f"<script>{js('script')}</script>", f'<svg onload="{js("svg")}">',
-            f'</td></tr></table><img src=x onerror="{js("cell")}"> | x |', f"[link](javascript:{js('md')})"]
+    return [
+        f'<img src=x onerror="{js("img")}">',
+        f"<script>{js('script')}</script>",
+        f'<svg onload="{js("svg")}">',
+        f'</td></tr></table><img src=x onerror="{js("cell")}"> | x |',
+        f"[link](javascript:{js('md')})",
+    ]
 
 
 def open_page(page: Path) -> tuple[str, str]:
     """(DOM after the page's scripts ran, browser console) of ``page`` in headless Chromium."""
-    base = [chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=15000",
-            "--enable-logging=stderr", "--v=0"]
+    base = [
+        chromium(),
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--virtual-time-budget=15000",
+        "--enable-logging=stderr",
+        "--v=0",
+    ]
     res = subprocess.run([*base, "--dump-dom", page.resolve().as_uri()], capture_output=True, text=True, timeout=180)
     return res.stdout, "\n".join(l for l in res.stderr.splitlines() if "CONSOLE" in l)
 
@@ -184,8 +260,10 @@ def test_markup_in_documents_generations_and_the_run_name_never_runs(tmp_path):
     # prompts are the first tokens of kept validation documents, and generations echo training text:
     # the generations table carries the markup as a crawl's kept document would put it there
     make_run(run, data, gens=[(m, m) for m in planted("gen")], tasks=True, note=planted("note")[0])
-    log = [{"step": 0, "weights": {"en": 0.5, "sw": 0.5}, "cause": {"rule": "start"}, "inputs": None},
-           {"step": 150, "weights": {"en": 0.6, "sw": 0.4}, "cause": {"rule": "bandit"}, "inputs": None}]
+    log = [
+        {"step": 0, "weights": {"en": 0.5, "sw": 0.5}, "cause": {"rule": "start"}, "inputs": None},
+        {"step": 150, "weights": {"en": 0.6, "sw": 0.4}, "cause": {"rule": "bandit"}, "inputs": None},
+    ]
     (run / "mixture.jsonl").write_text("".join(json.dumps(e) + "\n" for e in log))
     build(run)
     pages = {p: run / "dashboard" / p for p in ("index.html", "data.html", "mixture.html", "task-continuation.html")}
@@ -193,7 +271,10 @@ def test_markup_in_documents_generations_and_the_run_name_never_runs(tmp_path):
         dom, console = open_page(path)
         assert "main-svg" in dom or name == "data.html", (name, dom[-2000:])  # the page drew
         assert re.search(r"<title>bloomline: ", dom), (name, re.findall(r"<title>[^<]*", dom))  # no planted script ran
-        assert not re.search(r"error|uncaught|refused", console, re.I), (name, console)  # nor did the policy need to stop one
+        assert not re.search(r"error|uncaught|refused", console, re.I), (
+            name,
+            console,
+        )  # nor did the policy need to stop one
         assert "bloomline: run&lt;img src=x onerror=" in dom  # the run's name, shown as text in the title
         if name == "data.html":  # every dropped document quoted, as text
             for t in texts:
@@ -209,7 +290,10 @@ def test_the_policy_stops_markup_that_escaping_missed(demo, tmp_path):
     make_run(run, demo)
     page = build(run)
     text = page.read_text()
-    assert text.count('http-equiv="Content-Security-Policy"') == 1 and "'unsafe-inline'" not in text.split("script-src")[1].split(";")[0]
+    assert (
+        text.count('http-equiv="Content-Security-Policy"') == 1
+        and "'unsafe-inline'" not in text.split("script-src")[1].split(";")[0]
+    )
     injected = "".join(planted("raw"))
     page.write_text(text.replace("<h1>", injected + "<h1>", 1))
     dom, console = open_page(page)

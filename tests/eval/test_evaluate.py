@@ -76,8 +76,9 @@ def test_bits_per_byte_of_a_uniform_model_is_log2_vocab_over_bytes_per_token(dem
                         n_bytes += len(sp.decode(seg[:1] + rest).encode()) - len(sp.decode(seg[:1]).encode())
                     else:
                         cut += 1  # a document piece cut inside a character (byte fallback): count its bytes one by one
-                        n_bytes += sum(1 if sp.is_byte(x) else len(sp.id_to_piece(x).replace("\u2581", " ").encode())
-                                       for x in rest)
+                        n_bytes += sum(
+                            1 if sp.is_byte(x) else len(sp.id_to_piece(x).replace("\u2581", " ").encode()) for x in rest
+                        )
         assert t.loss == pytest.approx(math.log(4000), rel=1e-6), lang
         assert t.bytes == n_bytes and t.docs == docs, lang
         assert t.bpb == pytest.approx(text_tokens * math.log2(4000) / n_bytes, rel=1e-6), lang
@@ -85,9 +86,9 @@ def test_bits_per_byte_of_a_uniform_model_is_log2_vocab_over_bytes_per_token(dem
 
 
 def test_aggregates_token_weighted_and_language_mean():
-    a = LangTotals(nll=100.0, tokens=50, text_nll=90.0, bytes=200, docs=2)   # sw: niger-congo
-    b = LangTotals(nll=30.0, tokens=10, text_nll=30.0, bytes=20, docs=1)     # yo: niger-congo
-    c = LangTotals(nll=20.0, tokens=10, text_nll=20.0, bytes=40, docs=1)     # en: other
+    a = LangTotals(nll=100.0, tokens=50, text_nll=90.0, bytes=200, docs=2)  # sw: niger-congo
+    b = LangTotals(nll=30.0, tokens=10, text_nll=30.0, bytes=20, docs=1)  # yo: niger-congo
+    c = LangTotals(nll=20.0, tokens=10, text_nll=20.0, bytes=40, docs=1)  # en: other
     rows = metric_rows({"sw": a, "yo": b, "en": c}, {"sw": 1000, "en": 5})
     by = {(r["scope"], r["lang"], r["weighting"]): r for r in rows}
     nc_tok, nc_mean = by[("group", "niger-congo", "tokens")], by[("group", "niger-congo", "mean")]
@@ -95,7 +96,10 @@ def test_aggregates_token_weighted_and_language_mean():
     assert nc_mean["bpb"] == pytest.approx((90 / (math.log(2) * 200) + 30 / (math.log(2) * 20)) / 2)
     assert nc_tok["tokens"] == 60 and nc_tok["docs"] == 3 and nc_tok["tokens_seen"] == 1000
     assert by[("overall", "all", "tokens")]["bytes"] == 260 and ("group", "code", "tokens") not in by
-    assert by[("language", "yo", "tokens")]["family"] == "niger-congo" and by[("language", "yo", "tokens")]["tokens_seen"] == 0
+    assert (
+        by[("language", "yo", "tokens")]["family"] == "niger-congo"
+        and by[("language", "yo", "tokens")]["tokens_seen"] == 0
+    )
 
 
 def test_greedy_generations_come_from_fixed_prompts(demo):
@@ -114,9 +118,21 @@ def test_greedy_generations_come_from_fixed_prompts(demo):
 def rows_for(step, bpb):
     from datetime import datetime, timezone
 
-    base = {"run": "r", "checkpoint": f"/r/checkpoints/step_{step}", "precision": "fp32", "layout": "tp=1 pp=1 dp=1 zero_stage=1",
-            "data_manifest_sha256": "a" * 64, "evaluated_at": datetime.now(timezone.utc), "step": step}
-    return long_rows([{**base, **r} for r in metric_rows({"en": LangTotals(nll=10, tokens=10, text_nll=bpb * math.log(2) * 10, bytes=10)}, {})])
+    base = {
+        "run": "r",
+        "checkpoint": f"/r/checkpoints/step_{step}",
+        "precision": "fp32",
+        "layout": "tp=1 pp=1 dp=1 zero_stage=1",
+        "data_manifest_sha256": "a" * 64,
+        "evaluated_at": datetime.now(timezone.utc),
+        "step": step,
+    }
+    return long_rows(
+        [
+            {**base, **r}
+            for r in metric_rows({"en": LangTotals(nll=10, tokens=10, text_nll=bpb * math.log(2) * 10, bytes=10)}, {})
+        ]
+    )
 
 
 def test_results_store_replaces_a_checkpoints_rows_and_refuses_foreign_files(tmp_path):
@@ -180,8 +196,15 @@ def test_hf_names_cover_blooms_parameters_and_the_tokenizer_is_exact(demo, tmp_p
     cfg = load_config(ModelConfig, REPO / "configs/model/bloom-tiny.yaml")
     ours = Bloom(cfg)
     tok = _json.loads((demo / "manifest.json").read_text())["tokenizer"]
-    hf = BloomForCausalLM(BloomConfig(**{k: v for k, v in hf_config(cfg, tok, "float32").items()
-                                         if k not in ("architectures", "model_type", "torch_dtype")}))
+    hf = BloomForCausalLM(
+        BloomConfig(
+            **{
+                k: v
+                for k, v in hf_config(cfg, tok, "float32").items()
+                if k not in ("architectures", "model_type", "torch_dtype")
+            }
+        )
+    )
     theirs = {n: p.shape for n, p in hf.named_parameters()}
     mapped = {hf_name(n): p.shape for n, p in ours.named_parameters()}
     assert set(mapped) == set(theirs)
@@ -191,8 +214,12 @@ def test_hf_names_cover_blooms_parameters_and_the_tokenizer_is_exact(demo, tmp_p
     save_tokenizer(model_file, tmp_path)
     t = AutoTokenizer.from_pretrained(str(tmp_path), local_files_only=True)
     sp = spm.SentencePieceProcessor(model_file=str(model_file))
-    docs = [_json.loads(l)["text"] for f in sorted((REPO / "data_prep/sample_corpus").rglob("*.jsonl"))
-            for l in f.read_text().splitlines() if l.strip()]
+    docs = [
+        _json.loads(l)["text"]
+        for f in sorted((REPO / "data_prep/sample_corpus").rglob("*.jsonl"))
+        for l in f.read_text().splitlines()
+        if l.strip()
+    ]
     assert len(docs) > 400
     assert all(t(d, add_special_tokens=False)["input_ids"] == sp.encode(d) for d in docs)
 
@@ -211,8 +238,10 @@ def test_a_resumed_run_withdraws_the_evaluations_of_the_future_it_redoes(tmp_pat
     record_skipped(tmp_path, 40, "deleted by checkpoint.keep")
     assert retract_after(tmp_path, 20) == [30, 40]
     assert evaluated_steps(tmp_path) == [10, 20] and skipped_steps(tmp_path) == {15: "its evaluation failed"}
-    assert sorted(p.name for p in (tmp_path / "eval" / "generations").iterdir()) == ["step_00000010.parquet",
-                                                                                       "step_00000020.parquet"]
+    assert sorted(p.name for p in (tmp_path / "eval" / "generations").iterdir()) == [
+        "step_00000010.parquet",
+        "step_00000020.parquet",
+    ]
     assert newest_feedback(RunDir(tmp_path)).name == "step_00000020.json"
     assert retract_after(tmp_path, 20) == []
 
@@ -230,7 +259,9 @@ def test_version_1_results_are_still_read_in_the_long_form(tmp_path):
     t = read_results(tmp_path)
     assert t.schema.equals(SCHEMA) and set(t.column("task").to_pylist()) == {"validation"}
     got = {(r["step"], r["scope"], r["lang"], r["weighting"]): r["bpb"] for r in validation_rows(t)}
-    assert got[(10, "language", "en", "tokens")] == pytest.approx(1.25) and got[(20, "language", "en", "tokens")] == pytest.approx(1.5)
+    assert got[(10, "language", "en", "tokens")] == pytest.approx(1.25) and got[
+        (20, "language", "en", "tokens")
+    ] == pytest.approx(1.5)
     assert len(got) == 2 * len(wide)
 
 

@@ -33,12 +33,14 @@ def trained_tiny(demo: Path, r: TrainRecipe, steps: int = 150) -> Bloom:
     torch.manual_seed(0)
     model = Bloom(r.model, seed=3).train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    seqs = [[sp.eos_id(), *sp.encode(d)][:64] for lang in ("sw", "en", "fr", "yo") for d in validation_documents(demo, lang)]
+    seqs = [
+        [sp.eos_id(), *sp.encode(d)][:64] for lang in ("sw", "en", "fr", "yo") for d in validation_documents(demo, lang)
+    ]
     for i in range(steps):
         batch = [seqs[(i * 4 + k) % len(seqs)] for k in range(4)]
         n = min(len(b) for b in batch)
         x = torch.tensor([b[:n] for b in batch])
-        logits = model(x)[:, :-1, :r.model.vocab_size].float()
+        logits = model(x)[:, :-1, : r.model.vocab_size].float()
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
         opt.zero_grad()
         loss.backward()
@@ -66,8 +68,14 @@ def test_lm_eval_bits_per_byte_on_an_export(demo, tmp_path):
     step.mkdir(parents=True)
     torch.save({"module": model.state_dict()}, step / "mp_rank_00_model_states.pt")
     sampler = {"version": 2, "seed": 1, "step": 1, "consumed_tokens": 0, "tokens_by_lang": {}, "streams": {}}
-    meta = make_meta(1, r, demo, sha256_file(demo / "manifest.json"), sampler,
-                     {"skipped": 0, "fp16_overflows": 0, "skipped_in_a_row": 0, "loss_ema": None})
+    meta = make_meta(
+        1,
+        r,
+        demo,
+        sha256_file(demo / "manifest.json"),
+        sampler,
+        {"skipped": 0, "fp16_overflows": 0, "skipped_in_a_row": 0, "loss_ema": None},
+    )
     (step / "bloomline.json").write_text(json.dumps(meta))
     hf = export(step, tmp_path / "hf")
     sp = spm.SentencePieceProcessor(model_file=str(demo / "tokenizer" / "tokenizer.model"))
@@ -78,20 +86,25 @@ def test_lm_eval_bits_per_byte_on_an_export(demo, tmp_path):
         with torch.no_grad():
             for d in docs:
                 ids = [first, *sp.encode(d)]
-                logp = torch.log_softmax(model(torch.tensor([ids]))[0, :-1, :r.model.vocab_size].float(), -1)
+                logp = torch.log_softmax(model(torch.tensor([ids]))[0, :-1, : r.model.vocab_size].float(), -1)
                 nll -= float(logp.gather(1, torch.tensor(ids[1:])[:, None]).sum())
                 n_bytes += len(d.encode("utf-8"))
         return nll / (math.log(2) * n_bytes)
 
-    rows = {x["lang"]: x for x in evaluate(step, demo, EvalConfig(prompts_per_lang=0), "run").validation()
-            if x["scope"] == "language"}
+    rows = {
+        x["lang"]: x
+        for x in evaluate(step, demo, EvalConfig(prompts_per_lang=0), "run").validation()
+        if x["scope"] == "language"
+    }
     for lang in ("sw", "en", "yo"):
         docs = validation_documents(demo, lang)
         got = lm_eval_bits_per_byte(hf, demo, lang, tmp_path / "lm-eval", max_length=512)
         after_eos, after_bos = rule(docs, sp.eos_id()), rule(docs, sp.bos_id())
         ours = rows[lang]
-        print(f"{lang}, {len(docs)} document(s): lm-eval {got['bits_per_byte']:.5f}, its rule after </s> "
-              f"{after_eos:.5f}, after <s> {after_bos:.5f}, bloomline bpb {ours['bpb']:.5f}")
+        print(
+            f"{lang}, {len(docs)} document(s): lm-eval {got['bits_per_byte']:.5f}, its rule after </s> "
+            f"{after_eos:.5f}, after <s> {after_bos:.5f}, bloomline bpb {ours['bpb']:.5f}"
+        )
         assert got["documents"] == len(docs) >= 1
         assert abs(after_eos - after_bos) > 1e-3 * after_eos  # the two contexts are told apart at this tolerance
         assert got["bits_per_byte"] == pytest.approx(after_eos, rel=1e-4)

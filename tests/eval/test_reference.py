@@ -36,9 +36,11 @@ def languages(run: Path) -> list[str]:
 def test_a_comparable_reference_gives_each_languages_bpb_at_its_tokens_seen(ref, demo_data):
     curve, checked = reference_curve(ref, demo_data, languages(ref))
     assert curve.run == "proxy" and checked["evaluations"] == 3 and checked["languages"] == len(languages(ref))
-    assert curve.points["sw"] == [(1000, pytest.approx(0.9 * 900 / (1200 * 0.6931471805599453), rel=1e-9)),
-                                  (2000, pytest.approx(0.8 * 900 / (1200 * 0.6931471805599453), rel=1e-9)),
-                                  (3000, pytest.approx(0.7 * 900 * 1.3 / (1200 * 0.6931471805599453), rel=1e-9))]
+    assert curve.points["sw"] == [
+        (1000, pytest.approx(0.9 * 900 / (1200 * 0.6931471805599453), rel=1e-9)),
+        (2000, pytest.approx(0.8 * 900 / (1200 * 0.6931471805599453), rel=1e-9)),
+        (3000, pytest.approx(0.7 * 900 * 1.3 / (1200 * 0.6931471805599453), rel=1e-9)),
+    ]
 
 
 def test_other_languages_another_tokenizer_or_other_validation_data_are_refused(ref, demo_data, tmp_path):

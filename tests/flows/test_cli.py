@@ -19,8 +19,15 @@ BLOOMLINE = [sys.executable, "-m", "flows.cli"]
 
 def cli(*args, timeout=600, **kw):
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    return subprocess.run([*BLOOMLINE, *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                          cwd=REPO, env={**env, **kw.pop("env", {})}, **kw)
+    return subprocess.run(
+        [*BLOOMLINE, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**env, **kw.pop("env", {})},
+        **kw,
+    )
 
 
 def one_line_error(res, pattern):
@@ -53,9 +60,12 @@ def test_a_budget_too_small_for_the_data_is_a_one_line_error(tmp_path):
     with gzip.open(big, "wt", compresslevel=1) as f:
         f.write(line * (80_000_000 // len(line)))
     res = cli("prepare", "--out", tmp_path / "o", big, "-o", "memory_gib=0.75", "-o", "tokenizer.sample_bytes=1000000")
-    one_line_error(res, f"input {big}, read as one chunk of about 76 MiB of records (its trailer, agreeing with a "
-                        f"decompressed prefix), needs about 0.60 GiB, "
-                        f"more than memory_gib=0.75 leaves a task")
+    one_line_error(
+        res,
+        f"input {big}, read as one chunk of about 76 MiB of records (its trailer, agreeing with a "
+        f"decompressed prefix), needs about 0.60 GiB, "
+        f"more than memory_gib=0.75 leaves a task",
+    )
     assert "split the file, or raise memory_gib" in res.stderr
     res = cli("prepare", "--out", tmp_path / "o", "-o", "memory_gib=0.75", "-o", "tokenizer.sample_bytes=200000000")
     one_line_error(res, "training the tokenizer on tokenizer.sample_bytes=200,000,000 needs about 0.84 GiB")
@@ -64,16 +74,28 @@ def test_a_budget_too_small_for_the_data_is_a_one_line_error(tmp_path):
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name not in ("run_stats.json", ".lock") and ".work" not in p.parts}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name not in ("run_stats.json", ".lock") and ".work" not in p.parts
+    }
 
 
 @pytest.mark.slow
 def test_prepare_end_to_end_and_resume_after_kill(tmp_path, bad_inputs):
     bad = tmp_path / "bad.jsonl"
     bad_inputs(bad)
-    args = ["prepare", "--out", None, REPO / "data_prep/sample_corpus", bad, "-o", "pack.part_bytes=4096",
-            "-o", "dask.n_workers=2"]
+    args = [
+        "prepare",
+        "--out",
+        None,
+        REPO / "data_prep/sample_corpus",
+        bad,
+        "-o",
+        "pack.part_bytes=4096",
+        "-o",
+        "dask.n_workers=2",
+    ]
 
     # 1. uninterrupted reference run through the real Prefect flow and Dask
     ref = tmp_path / "ref"
@@ -95,8 +117,12 @@ def test_prepare_end_to_end_and_resume_after_kill(tmp_path, bad_inputs):
     m = json.loads((ref / "manifest.json").read_text())
     # every input record is booked: counted here from the files themselves, not from the manifest
     # (JSONL records end at b"\n" only: the junk line holds other line-break bytes)
-    records = sum(1 for f in [*(REPO / "data_prep/sample_corpus").rglob("*.jsonl"), bad]
-                  for l in f.read_bytes().split(b"\n") if l.strip())
+    records = sum(
+        1
+        for f in [*(REPO / "data_prep/sample_corpus").rglob("*.jsonl"), bad]
+        for l in f.read_bytes().split(b"\n")
+        if l.strip()
+    )
     assert m["totals"]["input_records"] == m["totals"]["docs_in"] == records
     assert m["languages"]["_unknown"]["errors"]["malformed_json"] == 1
 
@@ -105,8 +131,9 @@ def test_prepare_end_to_end_and_resume_after_kill(tmp_path, bad_inputs):
     cmd = [*BLOOMLINE, *map(str, [a if a is not None else out for a in args])]
     for marker_glob in ("chunks/c*.json", "parts/*.json"):
         sems_before = set(Path("/dev/shm").glob("sem.mp-*"))
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
         deadline = time.time() + 300
         while time.time() < deadline and proc.poll() is None:
             if list((out / ".work").glob(marker_glob)):
@@ -146,7 +173,9 @@ def test_dedup_is_the_same_on_one_worker_or_two_and_after_a_kill_during_it(tmp_p
     sems_before = set(Path("/dev/shm").glob("sem.mp-*"))
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None and not list((out / ".work" / "dedup").glob("exact-keys/*.json")):
+    while (
+        time.time() < deadline and proc.poll() is None and not list((out / ".work" / "dedup").glob("exact-keys/*.json"))
+    ):
         time.sleep(0.01)
     assert proc.poll() is None, "the run finished before it could be killed"
     os.killpg(proc.pid, signal.SIGKILL)
@@ -154,7 +183,7 @@ def test_dedup_is_the_same_on_one_worker_or_two_and_after_a_kill_during_it(tmp_p
     for sem in set(Path("/dev/shm").glob("sem.mp-*")) - sems_before:
         sem.unlink(missing_ok=True)
     assert not (out / ".work" / "dedup.json").exists(), "killed too late: the dedup stage had finished"
-    res = cli(*cmd[len(BLOOMLINE):])
+    res = cli(*cmd[len(BLOOMLINE) :])
     assert res.returncode == 0, res.stderr[-3000:]
     assert tree_bytes(out) == tree_bytes(one)
 
@@ -169,25 +198,66 @@ def test_strict_fails_fast(tmp_path, bad_inputs):
 
 
 def test_train_refuses_bad_configuration_before_any_rank_starts(demo_data, tmp_path):
-    one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "model.vocab_size=5000"),
-                   "tokenized with a 4000-piece tokenizer")
-    one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "parallel.tp=3"),
-                   "num_heads=4 is not divisible by tp=3")
-    one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "parallel.pp=2",
-                       "-o", "parallel.zero_stage=3"), "cannot be combined with pipeline parallelism")
-    one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "model.seq_len=256"),
-                   "longer than the model's seq_len 256")
-    one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "train.precision=fp16"),
-                   "fp16 needs GPUs")
+    one_line_error(
+        cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "model.vocab_size=5000"),
+        "tokenized with a 4000-piece tokenizer",
+    )
+    one_line_error(
+        cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "parallel.tp=3"),
+        "num_heads=4 is not divisible by tp=3",
+    )
+    one_line_error(
+        cli(
+            "train", "--data", demo_data, "--out", tmp_path / "r", "-o", "parallel.pp=2", "-o", "parallel.zero_stage=3"
+        ),
+        "cannot be combined with pipeline parallelism",
+    )
+    one_line_error(
+        cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "model.seq_len=256"),
+        "longer than the model's seq_len 256",
+    )
+    one_line_error(
+        cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "train.precision=fp16"), "fp16 needs GPUs"
+    )
     online = ["-o", "batch.mixture=online"]
-    one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", *online, "-o", "batch.online.rule=doremi"),
-                   "batch.online.rule")
-    one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", *online, "-o", "batch.online.min_weight=0.05"),
-                   "'batch.online.min_weight': 59 languages × min_weight 0.05 = 2.95 > 1")
-    one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", *online, "-o", "batch.online.rule=evaluation",
-                       "-o", "evaluation.enabled=false"), "it needs evaluation.enabled=true")
-    one_line_error(cli("train", "--data", demo_data, "--out", tmp_path / "r", *online, "-o", "batch.online.rule=evaluation",
-                       "-o", f"batch.online.reference={tmp_path / 'nowhere'}"), "has no evaluation results")
+    one_line_error(
+        cli("train", "--data", demo_data, "--out", tmp_path / "r", *online, "-o", "batch.online.rule=doremi"),
+        "batch.online.rule",
+    )
+    one_line_error(
+        cli("train", "--data", demo_data, "--out", tmp_path / "r", *online, "-o", "batch.online.min_weight=0.05"),
+        "'batch.online.min_weight': 59 languages × min_weight 0.05 = 2.95 > 1",
+    )
+    one_line_error(
+        cli(
+            "train",
+            "--data",
+            demo_data,
+            "--out",
+            tmp_path / "r",
+            *online,
+            "-o",
+            "batch.online.rule=evaluation",
+            "-o",
+            "evaluation.enabled=false",
+        ),
+        "it needs evaluation.enabled=true",
+    )
+    one_line_error(
+        cli(
+            "train",
+            "--data",
+            demo_data,
+            "--out",
+            tmp_path / "r",
+            *online,
+            "-o",
+            "batch.online.rule=evaluation",
+            "-o",
+            f"batch.online.reference={tmp_path / 'nowhere'}",
+        ),
+        "has no evaluation results",
+    )
     assert not (tmp_path / "r").exists()  # no run folder: no rank, no launcher, no log was started
 
 
@@ -197,7 +267,10 @@ def test_train_flow_stops_at_once_on_a_user_error(demo_data, tmp_path):
     first attempt (no restart could help) and prints the ranks' message on one line."""
     data = tmp_path / "data"
     shutil.copytree(demo_data, data)
-    victim = data / [s for s in json.loads((data / "manifest.json").read_text())["shards"] if s["split"] == "train"][0]["path"]
+    victim = (
+        data
+        / [s for s in json.loads((data / "manifest.json").read_text())["shards"] if s["split"] == "train"][0]["path"]
+    )
     blob = bytearray(victim.read_bytes())
     blob[len(blob) // 2] ^= 0xFF
     victim.write_bytes(bytes(blob))
@@ -218,10 +291,25 @@ def test_train_flow_restarts_after_a_rank_is_killed(demo_data, tmp_path):
     out = tmp_path / "run"
     shm = lambda: set(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*"))  # noqa: E731
     shm_before = shm()
-    cmd = [*BLOOMLINE, "train", "--data", str(demo_data), "--out", str(out), "-o", "parallel.pp=2",
-           "-o", "train.steps=6", "-o", "checkpoint.interval=2", "-o", "optim.decay_steps=30"]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    cmd = [
+        *BLOOMLINE,
+        "train",
+        "--data",
+        str(demo_data),
+        "--out",
+        str(out),
+        "-o",
+        "parallel.pp=2",
+        "-o",
+        "train.steps=6",
+        "-o",
+        "checkpoint.interval=2",
+        "-o",
+        "optim.decay_steps=30",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     killed = False
     deadline = time.time() + 400
     while time.time() < deadline and proc.poll() is None and not killed:
@@ -261,26 +349,50 @@ def test_evaluate_publishes_results_tensorboard_and_artifacts_and_refuses_bad_ch
     run.mkdir()
     r = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", ["train.steps=4", "checkpoint.interval=2"])
     (run / "recipe.json").write_text(json.dumps(to_dict(r)))
-    rc = run_job(launch_command(run / "recipe.json", demo_data, run, 1), run / "train.log",
-                 {**os.environ, "DS_ACCELERATOR": "cpu"}, timeout=300, cwd=REPO)
+    rc = run_job(
+        launch_command(run / "recipe.json", demo_data, run, 1),
+        run / "train.log",
+        {**os.environ, "DS_ACCELERATOR": "cpu"},
+        timeout=300,
+        cwd=REPO,
+    )
     assert rc == 0, (run / "train.log").read_text()[-3000:]
     home = {"PREFECT_HOME": str(tmp_path / "prefect-home")}
     # a local task whose id file breaks at line 2: an error naming it, and every other task and language still run
     items = tmp_path / "xcopa"
     items.mkdir()
-    rec = {"premise": "Mtu alianguka chini.", "choice1": "Aliteleza", "choice2": "Alicheka", "question": "cause", "label": 0}
+    rec = {
+        "premise": "Mtu alianguka chini.",
+        "choice1": "Aliteleza",
+        "choice2": "Alicheka",
+        "question": "cause",
+        "label": 0,
+    }
     (items / "sw.jsonl").write_text((json.dumps(rec) + "\n") * 3)
     (items / "id.jsonl").write_text(json.dumps(rec) + "\n" + '{"premise": "x",\n')
     tasks = f"tasks=[{{name: continuation, limit: 4}}, {{name: xcopa, data: {items}}}]"
     for step, more in ((2, []), (4, []), (4, ["-o", tasks])):  # step 4 twice: its rows are replaced, not duplicated
-        res = cli("evaluate", "--checkpoint", run / "checkpoints" / f"step_{step}", "--data", demo_data,
-                  "-o", "max_tokens_per_lang=300", *more, env=home)
+        res = cli(
+            "evaluate",
+            "--checkpoint",
+            run / "checkpoints" / f"step_{step}",
+            "--data",
+            demo_data,
+            "-o",
+            "max_tokens_per_lang=300",
+            *more,
+            env=home,
+        )
         assert res.returncode == 0, res.stderr[-3000:]
         assert f"done: step {step}" in res.stdout + res.stderr
     assert f"error: xcopa id not evaluated, malformed record: {items / 'id.jsonl'}:2: not a JSON record" in res.stderr
     long = read_results(run).to_pylist()
     assert {(x["task"], x["metric"]) for x in long if x["step"] == 4 and x["lang"] == "sw"} >= {
-        ("validation", "bpb"), ("continuation", "acc"), ("xcopa", "acc"), ("xcopa", "acc_bytes")}
+        ("validation", "bpb"),
+        ("continuation", "acc"),
+        ("xcopa", "acc"),
+        ("xcopa", "acc_bytes"),
+    }
     assert [x["note"] for x in long if x["task"] == "xcopa" and x["lang"] == "id"][0].startswith("malformed record")
     t = validation_rows(read_results(run))
     langs = {x["lang"] for x in t if x["scope"] == "language"}
@@ -314,9 +426,23 @@ def test_every_checkpoint_is_evaluated_while_training_runs(demo_data, tmp_path):
     from training.online_mixture import read_feedback
 
     out = tmp_path / "run"
-    res = cli("train", "--data", demo_data, "--out", out, "-o", "train.steps=30", "-o", "checkpoint.interval=10",
-              "-o", "checkpoint.keep=1", "-o", "evaluation.settings.max_tokens_per_lang=200",
-              "-o", "evaluation.settings.prompts_per_lang=1")
+    res = cli(
+        "train",
+        "--data",
+        demo_data,
+        "--out",
+        out,
+        "-o",
+        "train.steps=30",
+        "-o",
+        "checkpoint.interval=10",
+        "-o",
+        "checkpoint.keep=1",
+        "-o",
+        "evaluation.settings.max_tokens_per_lang=200",
+        "-o",
+        "evaluation.settings.prompts_per_lang=1",
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert "evaluated checkpoints [10, 20, 30]" in res.stdout + res.stderr
     rows = validation_rows(read_results(out))
@@ -325,7 +451,9 @@ def test_every_checkpoint_is_evaluated_while_training_runs(demo_data, tmp_path):
     for step in (10, 20, 30):  # what an evaluation-driven mixture reads: the results table's numbers
         fb = read_feedback(RunDir(out).mixture_feedback / f"step_{step:08d}.json")
         mine = [r for r in rows if r["scope"] == "language" and r["step"] == step]
-        assert fb["bpb"] == {r["lang"]: r["bpb"] for r in mine} and fb["tokens_seen"] == {r["lang"]: r["tokens_seen"] for r in mine}
+        assert fb["bpb"] == {r["lang"]: r["bpb"] for r in mine} and fb["tokens_seen"] == {
+            r["lang"]: r["tokens_seen"] for r in mine
+        }
     assert sorted(p.name for p in (out / "checkpoints").glob("step_*")) == ["step_30"]  # keep=1, after evaluation
     metrics = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == list(range(1, 31)) and all(m["step_seconds"] > 0 for m in metrics)
@@ -336,7 +464,9 @@ def test_every_checkpoint_is_evaluated_while_training_runs(demo_data, tmp_path):
     assert (out / "dashboard" / "index.html").is_file()
     log = next(out.glob("logs/run-*/evaluation.log")).read_text()
     done = [int(x) for x in re.findall(r"evaluated step (\d+)", log)]
-    assert sorted(done) == sorted(evaluated_at) and len(set(done)) == len(done)  # each once, in whatever order they queued
+    assert sorted(done) == sorted(evaluated_at) and len(set(done)) == len(
+        done
+    )  # each once, in whatever order they queued
 
 
 @pytest.mark.slow
@@ -358,11 +488,37 @@ def test_a_held_back_evaluation_never_stalls_the_evaluation_driven_mixture(demo_
     make_run(ref, demo_data)
     verify_once(ShardIndex(demo_data, "valid"), RunDir(ref).eval_stamp)  # the validation data its evaluations checked
     out = tmp_path / "run"
-    cmd = [*BLOOMLINE, "train", "--data", str(demo_data), "--out", str(out), "-o", "train.steps=12",
-           "-o", "checkpoint.interval=2", "-o", "batch.mixture=online", "-o", "batch.online.rule=evaluation",
-           "-o", "batch.online.warmup_steps=0", "-o", "evaluation.drain_s=1", "-o", f"batch.online.reference={ref}"]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}, start_new_session=True)
+    cmd = [
+        *BLOOMLINE,
+        "train",
+        "--data",
+        str(demo_data),
+        "--out",
+        str(out),
+        "-o",
+        "train.steps=12",
+        "-o",
+        "checkpoint.interval=2",
+        "-o",
+        "batch.mixture=online",
+        "-o",
+        "batch.online.rule=evaluation",
+        "-o",
+        "batch.online.warmup_steps=0",
+        "-o",
+        "evaluation.drain_s=1",
+        "-o",
+        f"batch.online.reference={ref}",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"},
+        start_new_session=True,
+    )
     try:
         hold, deadline = RunDir(out).hold_file, time.time() + 300
         while not hold.exists() and time.time() < deadline and proc.poll() is None:
@@ -393,16 +549,50 @@ def test_two_nodes_on_loopback_train_checkpoint_and_resume_like_one_node(demo_da
 
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("node0 slots=2\nnode1 slots=2\n")
-    common = ["-o", "parallel.dp=4", "-o", "checkpoint.interval=2", "-o", "optim.decay_steps=30",
-              "-o", "evaluation.enabled=false"]
+    common = [
+        "-o",
+        "parallel.dp=4",
+        "-o",
+        "checkpoint.interval=2",
+        "-o",
+        "optim.decay_steps=30",
+        "-o",
+        "evaluation.enabled=false",
+    ]
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
 
     def two_nodes(out, steps):
         port = str(free_port())
-        base = [*BLOOMLINE, "train", "--data", str(demo_data), "--out", str(out), "--hostfile", str(hostfile), "--no-ssh",
-                "--master-addr", "127.0.0.1", "--master-port", port, *common, "-o", f"train.steps={steps}"]
-        procs = [subprocess.Popen([*base, "--node-rank", str(n)], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True, start_new_session=True) for n in (1, 0)]
+        base = [
+            *BLOOMLINE,
+            "train",
+            "--data",
+            str(demo_data),
+            "--out",
+            str(out),
+            "--hostfile",
+            str(hostfile),
+            "--no-ssh",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            port,
+            *common,
+            "-o",
+            f"train.steps={steps}",
+        ]
+        procs = [
+            subprocess.Popen(
+                [*base, "--node-rank", str(n)],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
+            for n in (1, 0)
+        ]
         try:
             outs = [p.communicate(timeout=600)[0] for p in procs]
         finally:
@@ -424,7 +614,10 @@ def test_two_nodes_on_loopback_train_checkpoint_and_resume_like_one_node(demo_da
     one = tmp_path / "one-node"
     res = cli("train", "--data", demo_data, "--out", one, *common, "-o", "train.steps=6")
     assert res.returncode == 0, res.stderr[-3000:]
-    loss = lambda run: [(r["step"], r["loss"]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]  # noqa: E731
+
+    def loss(run):
+        return [(r["step"], r["loss"]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
+
     split, whole = loss(two), loss(one)
     assert [s for s, _ in split] == [s for s, _ in whole] == [1, 2, 3, 4, 5, 6]
     for (s, a), (_, b) in zip(split, whole):
@@ -439,16 +632,49 @@ def test_prepare_on_an_existing_dask_cluster_is_byte_identical_to_the_local_run(
 
     dask = str(Path(sys.executable).parent / "dask")
     sched_file = tmp_path / "scheduler.json"
-    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                               "--scheduler-file", str(sched_file)], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)]
+    procs = [
+        subprocess.Popen(
+            [
+                dask,
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                str(sched_file),
+            ],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    ]
     try:
         deadline = time.time() + 120
         while not sched_file.exists() and time.time() < deadline:
             time.sleep(0.2)
-        procs += [subprocess.Popen([dask, "worker", "--scheduler-file", str(sched_file), "--nthreads", "1",
-                                    "--no-dashboard", "--host", "127.0.0.1"], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL, start_new_session=True) for _ in range(2)]
+        procs += [
+            subprocess.Popen(
+                [
+                    dask,
+                    "worker",
+                    "--scheduler-file",
+                    str(sched_file),
+                    "--nthreads",
+                    "1",
+                    "--no-dashboard",
+                    "--host",
+                    "127.0.0.1",
+                ],
+                cwd=tmp_path,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            for _ in range(2)
+        ]
         with Client(scheduler_file=str(sched_file), timeout=60) as client:
             client.wait_for_workers(2, timeout=120)
             address = client.scheduler.address
@@ -460,8 +686,18 @@ def test_prepare_on_an_existing_dask_cluster_is_byte_identical_to_the_local_run(
             # the chunks were processed by the cluster's workers, not a local cluster
             prefixes = client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.task_prefixes))
             # (a graph this small takes its components in one task, not in Large/Small-Star rounds)
-            for step in ("process_chunk", "exact_keys", "exact_groups", "band_keys", "find_pairs", "stars_in_one_task",
-                         "label_nodes", "decide_range", "sample_chunk", "pack_part"):
+            for step in (
+                "process_chunk",
+                "exact_keys",
+                "exact_groups",
+                "band_keys",
+                "find_pairs",
+                "stars_in_one_task",
+                "label_nodes",
+                "decide_range",
+                "sample_chunk",
+                "pack_part",
+            ):
                 assert any(step in p for p in prefixes), (step, prefixes)
     finally:
         for p in procs:  # SIGTERM first: Dask's processes then release their semaphores in /dev/shm

@@ -39,8 +39,9 @@ time.sleep(300)
 
 def start_driver(folder: Path | None = None) -> tuple[subprocess.Popen, dict]:
     env = {k: v for k, v in os.environ.items() if k != lifeline.JOB_ENV}
-    p = subprocess.Popen([sys.executable, "-c", DRIVER, str(folder or "")], stdout=subprocess.PIPE, text=True, cwd=REPO,
-                         env=env)
+    p = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(folder or "")], stdout=subprocess.PIPE, text=True, cwd=REPO, env=env
+    )
     return p, json.loads(p.stdout.readline())
 
 
@@ -84,18 +85,34 @@ def test_a_second_job_on_a_folder_in_use_is_refused_naming_the_holder(tmp_path):
     try:
         holder = json.loads((tmp_path / "run" / LOCK_FILE).read_text())
         assert holder["pid"] == driver.pid and holder["token"] == d["token"]
-        with pytest.raises(FolderInUse, match=rf"run is in use by pid {driver.pid} on {os.uname().nodename} \(test driver, since "):
+        with pytest.raises(
+            FolderInUse, match=rf"run is in use by pid {driver.pid} on {os.uname().nodename} \(test driver, since "
+        ):
             acquire(tmp_path / "run", "test")
         # the command line says the same on one line, exit status 2, before any server starts
-        res = subprocess.run([sys.executable, "-m", "flows.cli", "prepare", "--out", str(tmp_path / "run")],
-                             capture_output=True, text=True, cwd=REPO, timeout=120)
+        res = subprocess.run(
+            [sys.executable, "-m", "flows.cli", "prepare", "--out", str(tmp_path / "run")],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+        )
         assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
         assert f"is in use by pid {driver.pid} on {os.uname().nodename}" in " ".join(res.stderr.split())
         # within one job the lock is re-entrant: a nested flow, the watcher writing into its run
         env = {**os.environ, lifeline.JOB_ENV: d["token"]}
-        nested = subprocess.run([sys.executable, "-c", f"from flows.runlock import acquire; "
-                                 f"print(acquire({str(tmp_path / 'run')!r}, 'nested').nested)"],
-                                capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+        nested = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                f"from flows.runlock import acquire; print(acquire({str(tmp_path / 'run')!r}, 'nested').nested)",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=env,
+            timeout=60,
+        )
         assert nested.stdout.strip() == "True", nested.stderr
     finally:
         driver.kill()
@@ -115,8 +132,11 @@ def test_a_dead_holders_lock_is_taken_over_and_its_leftovers_ended(tmp_path):
     with acquire(tmp_path / "run", "test", say=said.append) as lock:
         assert not lock.nested
         assert not alive(d["child"]) and not alive(d["grandchild"])
-        assert len(said) == 1 and f"took over {tmp_path / 'run'} from pid {driver.pid}" in said[0] \
-            and "ended 2 of its processes" in said[0], said
+        assert (
+            len(said) == 1
+            and f"took over {tmp_path / 'run'} from pid {driver.pid}" in said[0]
+            and "ended 2 of its processes" in said[0]
+        ), said
         assert json.loads((tmp_path / "run" / LOCK_FILE).read_text())["pid"] == os.getpid()
     assert (tmp_path / "run" / LOCK_FILE).read_text() == ""  # released: nothing to take over next time
     with acquire(tmp_path / "run", "test", say=said.append):

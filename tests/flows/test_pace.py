@@ -23,8 +23,16 @@ class Clocks:
 
 def test_cpu_held_to_share_while_active_then_free():
     c, active = Clocks(), [True]
-    p = Pacer(0.25, active=lambda: active[0], burst_s=1.0, check_s=0.0, active_every_s=0.0,
-              clock=lambda: c.wall, cpu=lambda: c.cpu, sleep=c.sleep)
+    p = Pacer(
+        0.25,
+        active=lambda: active[0],
+        burst_s=1.0,
+        check_s=0.0,
+        active_every_s=0.0,
+        clock=lambda: c.wall,
+        cpu=lambda: c.cpu,
+        sleep=c.sleep,
+    )
     for _ in range(400):
         c.work(0.05)
         p.pace()
@@ -41,8 +49,16 @@ def test_cpu_held_to_share_while_active_then_free():
 
 def test_waiting_banks_at_most_the_burst():
     c = Clocks()
-    p = Pacer(0.1, active=lambda: True, burst_s=0.5, check_s=0.0, active_every_s=0.0,
-              clock=lambda: c.wall, cpu=lambda: c.cpu, sleep=c.sleep)
+    p = Pacer(
+        0.1,
+        active=lambda: True,
+        burst_s=0.5,
+        check_s=0.0,
+        active_every_s=0.0,
+        clock=lambda: c.wall,
+        cpu=lambda: c.cpu,
+        sleep=c.sleep,
+    )
     c.sleep(600)  # ten minutes waiting for a checkpoint
     p.pace()
     c.work(2.0)

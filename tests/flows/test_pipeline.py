@@ -25,17 +25,31 @@ def pipeline(out, *overrides, timeout=900, prefect_home=None):
     # a token in the environment, as on a real machine, exported to the ranks; and a secret-named
     # setting in the recipe, which reaches the ranks' environment: neither may reach any log,
     # artifact, file or database
-    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "HF_TOKEN": SECRET,
-           **({"PREFECT_HOME": str(prefect_home)} if prefect_home else {})}
+    env = {
+        **os.environ,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "HF_TOKEN": SECRET,
+        **({"PREFECT_HOME": str(prefect_home)} if prefect_home else {}),
+    }
     args = [a for o in [f"train.launch.nccl.NCCL_TEST_AUTH_TOKEN={RECIPE_SECRET}", *overrides] for a in ("-o", o)]
-    return subprocess.run([*BLOOMLINE, "pipeline", "--out", str(out), *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO, env=env)
+    return subprocess.run(
+        [*BLOOMLINE, "pipeline", "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env=env,
+    )
 
 
 def leaks(*roots: Path, text: str = "") -> list[str]:
     """Where either secret appears: the files under ``roots`` (databases included) and ``text``."""
-    found = [str(p) for root in roots for p in root.rglob("*") if p.is_file()
-             and any(x.encode() in p.read_bytes() for x in (SECRET, RECIPE_SECRET))]
+    found = [
+        str(p)
+        for root in roots
+        for p in root.rglob("*")
+        if p.is_file() and any(x.encode() in p.read_bytes() for x in (SECRET, RECIPE_SECRET))
+    ]
     return found + (["output"] if SECRET in text or RECIPE_SECRET in text else [])
 
 
@@ -71,16 +85,20 @@ def test_demo_pipeline_end_to_end_reuse_failure_and_rerun(demo_run):
     assert Path(o["dashboard"]).is_file() and Path(o["tensorboard"]).is_dir()
     assert (Path(o["checkpoints"]) / "latest").exists()
     # training showed its progress while it ran: step/steps, loss, tokens/s, ETA
-    assert any(l for l in res.stderr.splitlines() if "step " in l and "/30" in l and "tokens/s" in l and "ETA" in l), \
+    assert any(l for l in res.stderr.splitlines() if "step " in l and "/30" in l and "tokens/s" in l and "ETA" in l), (
         res.stderr[-3000:]
+    )
     # every kept checkpoint evaluated, per language
     evaluated = stages["evaluate"]["outputs"]["evaluated"]
     assert evaluated and evaluated[-1] == 30
     # the demo's continuation task: every language's accuracy at every evaluated checkpoint, and its dashboard page
     from eval.results import read_results
 
-    acc = {(r["step"], r["lang"]) for r in read_results(stages["train"]["folder"]).to_pylist()
-           if r["task"] == "continuation" and r["metric"] == "acc" and r["scope"] == "language"}
+    acc = {
+        (r["step"], r["lang"])
+        for r in read_results(stages["train"]["folder"]).to_pylist()
+        if r["task"] == "continuation" and r["metric"] == "acc" and r["scope"] == "language"
+    }
     assert {s for s, _ in acc} == set(evaluated) and len(acc) >= 50 * len(evaluated)
     assert (Path(o["dashboard"]).parent / "task-continuation.html").is_file()
     # the export loads in transformers, offline
@@ -123,7 +141,9 @@ def test_demo_pipeline_end_to_end_reuse_failure_and_rerun(demo_run):
     res = pipeline(out, "train.model.vocab_size=5000")
     assert res.returncode == 2
     errors = [l for l in res.stderr.splitlines() if l.startswith("error:")]
-    assert len(errors) == 1 and "stage 'train' failed" in errors[0] and "4000-piece tokenizer" in errors[0], res.stderr[-3000:]
+    assert len(errors) == 1 and "stage 'train' failed" in errors[0] and "4000-piece tokenizer" in errors[0], res.stderr[
+        -3000:
+    ]
     assert "Traceback" not in res.stderr, res.stderr[-3000:]
 
     # 5. one training value changed: data reused, training, evaluation and export rerun; the old run is kept
@@ -140,12 +160,22 @@ def test_a_password_in_the_dask_address_is_refused_without_showing_it(tmp_path):
     """Dask addresses take no credentials: one masked line, before any server starts (a Dask
     error quoting the address, scheme cut off, used to carry the password into the log)."""
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_HOME": str(tmp_path / "home")}
-    for how in (["--dask-address", f"tcp://bloomline:{SECRET}@127.0.0.1:9"],
-                ["-o", f"dask.address=tcp://bloomline:{SECRET}@127.0.0.1:9"]):
-        res = subprocess.run([*BLOOMLINE, "prepare", "--out", str(tmp_path / "o"), *how], capture_output=True,
-                             text=True, timeout=300, cwd=REPO, env=env)
+    for how in (
+        ["--dask-address", f"tcp://bloomline:{SECRET}@127.0.0.1:9"],
+        ["-o", f"dask.address=tcp://bloomline:{SECRET}@127.0.0.1:9"],
+    ):
+        res = subprocess.run(
+            [*BLOOMLINE, "prepare", "--out", str(tmp_path / "o"), *how],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=REPO,
+            env=env,
+        )
         lines = [l for l in res.stderr.splitlines() if l.strip()]
-        assert res.returncode == 2 and len(lines) == 1 and "dask.address" in lines[0] and "no user or password" in lines[0]
+        assert (
+            res.returncode == 2 and len(lines) == 1 and "dask.address" in lines[0] and "no user or password" in lines[0]
+        )
     assert not leaks(tmp_path, text=res.stdout + res.stderr) and not (tmp_path / "home").exists()
 
 
@@ -161,8 +191,9 @@ def test_secrets_seen_in_a_config_are_masked_in_any_form():
     m = masked(cfg)
     assert m == {"dask": {"address": "tcp://u:***@10.0.0.1:8786"}, "nccl": {"NCCL_AUTH_TOKEN": "***"}}
     assert real(m) == cfg and real({"other": 1}) == {"other": 1}
-    rec = logging.LogRecord("prefect", logging.ERROR, "", 0, "invalid address 'u:%s@10.0.0.1:8786', token %s",
-                            (SECRET, RECIPE_SECRET), None)
+    rec = logging.LogRecord(
+        "prefect", logging.ERROR, "", 0, "invalid address 'u:%s@10.0.0.1:8786', token %s", (SECRET, RECIPE_SECRET), None
+    )
     MaskingFilter().filter(rec)
     assert rec.getMessage() == "invalid address 'u:***@10.0.0.1:8786', token ***"
 
@@ -186,23 +217,32 @@ def test_stage_keys_hash_contents_not_paths(tmp_path):
     st = victim.stat()
     blob = bytearray(victim.read_bytes())
     i = blob.index(b"a")
-    blob[i:i + 1] = b"b"
+    blob[i : i + 1] = b"b"
     victim.write_bytes(bytes(blob))
     os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert prepare_key(cfg.data).key != key.key
     # a data value changed: another key, and the reason names it; where the work runs is not part of it
-    other = load_config(PipelineConfig, REPO / "configs/pipeline/demo.yaml",
-                        [f"data.sources=[{{path: {moved}}}]", "data.tokenizer.vocab_size=3000", "data.dask.n_workers=1"])
+    other = load_config(
+        PipelineConfig,
+        REPO / "configs/pipeline/demo.yaml",
+        [f"data.sources=[{{path: {moved}}}]", "data.tokenizer.vocab_size=3000", "data.dask.n_workers=1"],
+    )
     from flows.stages import why_rerun
 
     k2 = prepare_key(other.data)
     assert k2.key != key.key
-    assert why_rerun(k2, {"parts": key.parts, "config": key.config}) == "config changed (tokenizer.vocab_size: 4000 → 3000)"
+    assert (
+        why_rerun(k2, {"parts": key.parts, "config": key.config})
+        == "config changed (tokenizer.vocab_size: 4000 → 3000)"
+    )
     # a given tokenizer counts by its bytes: another file at the same path is another key, a copy elsewhere the same
     tok = tmp_path / "tok.model"
     tok.write_bytes(b"one model")
-    with_tok = lambda path: prepare_key(load_config(PipelineConfig, REPO / "configs/pipeline/demo.yaml",  # noqa: E731
-                                                    [f"data.sources=[{{path: {moved}}}]", f"data.tokenizer.model={path}"]).data)
+
+    def with_tok(path):
+        overrides = [f"data.sources=[{{path: {moved}}}]", f"data.tokenizer.model={path}"]
+        return prepare_key(load_config(PipelineConfig, REPO / "configs/pipeline/demo.yaml", overrides).data)
+
     k3 = with_tok(tok)
     shutil.copyfile(tok, tmp_path / "copy.model")
     assert with_tok(tmp_path / "copy.model").key == k3.key
@@ -266,8 +306,10 @@ def test_the_evaluate_key_covers_the_tasks_and_the_bytes_of_their_files(tmp_path
     items.mkdir()
     (items / "en.jsonl").write_text('{"input_sentence_1": "a"}\n')
     train = StageKey("train", {"x": "1"})
-    key = lambda *o: evaluate_key(load_config(PipelineConfig, REPO / "configs/pipeline/demo.yaml", list(o)).train,  # noqa: E731
-                                  train).key
+
+    def key(*o):
+        return evaluate_key(load_config(PipelineConfig, REPO / "configs/pipeline/demo.yaml", list(o)).train, train).key
+
     tasks = f"train.evaluation.settings.tasks=[{{name: continuation}}, {{name: xstorycloze, data: {items}}}]"
     base = key(tasks)
     assert key() != base and key(tasks) == base
@@ -302,11 +344,14 @@ def test_the_main_job_survives_its_driver_killed_anywhere(demo_run, tmp_path):
     seed = int(os.environ.get("BLOOMLINE_CHAOS_SEED") or random.SystemRandom().randrange(2**31))
     print(f"BLOOMLINE_CHAOS_SEED={seed}")
     plan = draw(random.Random(seed), 3, windows)
-    assert all(t in TARGETS for t, _ in plan) and [t for t, _ in plan] == sorted((t for t, _ in plan), key=TARGETS.index)
+    assert all(t in TARGETS for t, _ in plan) and [t for t, _ in plan] == sorted(
+        (t for t, _ in plan), key=TARGETS.index
+    )
     kills = chaos(tmp_path / "run", REPO / "configs/pipeline/demo.yaml", [], plan, say=print)
     hit = [k for k in kills if k.hit != "missed"]
     assert hit, f"seed {seed}: no kill landed"
     assert [k.leftovers for k in hit] == [[]] * len(hit), f"seed {seed}"
     assert [k.shm for k in hit] == [[]] * len(hit), f"seed {seed}"
-    assert differences(ref, tmp_path / "run") == {k: [] for k in ("shards", "losses", "evaluation", "generations",
-                                                                  "export")}, f"seed {seed}"
+    assert differences(ref, tmp_path / "run") == {
+        k: [] for k in ("shards", "losses", "evaluation", "generations", "export")
+    }, f"seed {seed}"

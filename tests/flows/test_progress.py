@@ -13,7 +13,10 @@ from flows.progress import TrainProgress
 def write(metrics, steps, t0, per_step=2.0, tail=""):
     with open(metrics, "a") as f:
         for s in steps:
-            f.write(json.dumps({"step": s, "loss": 9.0 - s / 10, "tokens_per_s": 1000.0 * s, "time": t0 + per_step * s}) + "\n")
+            f.write(
+                json.dumps({"step": s, "loss": 9.0 - s / 10, "tokens_per_s": 1000.0 * s, "time": t0 + per_step * s})
+                + "\n"
+            )
         f.write(tail)
 
 

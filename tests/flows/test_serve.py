@@ -18,20 +18,38 @@ def test_a_deployment_runs_on_a_real_prefect_server(tmp_path):
 
     port = free_port()
     url = f"http://127.0.0.1:{port}/api"
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "PREFECT_API_URL": url}
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(tmp_path / "prefect-home"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_API_URL": url,
+    }
     procs = []
     try:
-        procs.append(subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                                       "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL, start_new_session=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
         from flows.serve import wait_healthy
 
         wait_healthy(url)
         serve_log = tmp_path / "serve.log"
         with open(serve_log, "wb") as log:
-            procs.append(subprocess.Popen([sys.executable, "-m", "flows.cli", "serve", "--api-url", url], env=env, cwd=REPO,
-                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "flows.cli", "serve", "--api-url", url],
+                    env=env,
+                    cwd=REPO,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
         out = tmp_path / "prepared"
         script = f"""
 import asyncio, json, time
@@ -56,10 +74,17 @@ async def main():
 
 asyncio.run(main())
 """
-        res = subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
+        res = subprocess.run(
+            [sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True, text=True, timeout=900
+        )
         assert res.returncode == 0, res.stderr[-3000:] + serve_log.read_text(errors="replace")[-3000:]
         got = json.loads(res.stdout.strip().splitlines()[-1])
-        assert got["deployments"] == ["evaluate/bloomline", "pipeline/bloomline", "prepare/bloomline", "train/bloomline"]
+        assert got["deployments"] == [
+            "evaluate/bloomline",
+            "pipeline/bloomline",
+            "prepare/bloomline",
+            "train/bloomline",
+        ]
         assert got["state"] == "COMPLETED", serve_log.read_text(errors="replace")[-3000:]
         assert "prepare-summary" in got["artifacts"]
         assert (out / "manifest.json").is_file()

@@ -10,22 +10,36 @@ def run(tmp_path, statuses, attempts=3):
 
     def once(attempt, log_file):
         calls.append((attempt, log_file.name))
-        log_file.write_text("a line\nerror: data.sources: no such file\n" if statuses[attempt - 1] == EXIT_USER_ERROR
-                            else "a line\n")
+        log_file.write_text(
+            "a line\nerror: data.sources: no such file\n" if statuses[attempt - 1] == EXIT_USER_ERROR else "a line\n"
+        )
         return statuses[attempt - 1]
 
     try:
-        return restarted(once, attempts, tmp_path, lambda rc, f: failures.append((rc, f.name)), "gave up"), calls, failures
+        return (
+            restarted(once, attempts, tmp_path, lambda rc, f: failures.append((rc, f.name)), "gave up"),
+            calls,
+            failures,
+        )
     except BloomlineError as e:
         return str(e), calls, failures
 
+
 def test_a_crash_is_retried_and_the_attempts_counted(tmp_path):
-    assert run(tmp_path, [1, -9, EXIT_OK]) == (3, [(1, "attempt-1.log"), (2, "attempt-2.log"), (3, "attempt-3.log")],
-                                               [(1, "attempt-1.log"), (-9, "attempt-2.log")])
+    assert run(tmp_path, [1, -9, EXIT_OK]) == (
+        3,
+        [(1, "attempt-1.log"), (2, "attempt-2.log"), (3, "attempt-3.log")],
+        [(1, "attempt-1.log"), (-9, "attempt-2.log")],
+    )
+
 
 def test_a_user_error_stops_at_once_with_its_line(tmp_path):
-    assert run(tmp_path, [EXIT_USER_ERROR, EXIT_OK]) == ("training stopped: data.sources: no such file",
-                                                         [(1, "attempt-1.log")], [])
+    assert run(tmp_path, [EXIT_USER_ERROR, EXIT_OK]) == (
+        "training stopped: data.sources: no such file",
+        [(1, "attempt-1.log")],
+        [],
+    )
+
 
 def test_every_attempt_failing_gives_up_after_the_last(tmp_path):
     msg, calls, failures = run(tmp_path, [1, 1, 1])

@@ -28,8 +28,9 @@ def test_newest_first_none_skipped_silently(tmp_path):
     from bloomline.config import load_config
     from training.config import TrainRecipe
 
-    recipe = load_config(TrainRecipe, Path(__file__).resolve().parents[2] / "configs/train/bloom-tiny.yaml",
-                         ["checkpoint.keep=1"])
+    recipe = load_config(
+        TrainRecipe, Path(__file__).resolve().parents[2] / "configs/train/bloom-tiny.yaml", ["checkpoint.keep=1"]
+    )
     run = RunDir(tmp_path)
     complete(run, 10, 20, 30, 40)
     record_skipped(tmp_path, 40, "tested")
@@ -45,7 +46,10 @@ def test_newest_first_none_skipped_silently(tmp_path):
 
     assert watch(tmp_path, tmp_path, recipe, done=lambda: True, evaluate=evaluate) == [30, 10]
     assert order == [30, 20, 10] and evaluated_steps(tmp_path) == [10, 30]
-    assert skipped_steps(tmp_path) == {20: "its evaluation failed: RuntimeError: the checkpoint is damaged", 40: "tested"}
+    assert skipped_steps(tmp_path) == {
+        20: "its evaluation failed: RuntimeError: the checkpoint is damaged",
+        40: "tested",
+    }
     assert run.complete_steps() == [40]  # keep=1: the rest were deleted once settled
 
 
@@ -89,8 +93,10 @@ def test_a_watcher_killed_at_the_end_of_the_drain_leaves_no_hold(tmp_path):
     own hold: stopping it does, and records what it left as skipped."""
     run = RunDir(tmp_path)
     complete(run, 1, 2)
-    hang = (f"import os, time; from training.checkpoint import RunDir; "
-            f"RunDir({str(tmp_path)!r}).hold(os.getpid(), [], 4); time.sleep(120)")
+    hang = (
+        f"import os, time; from training.checkpoint import RunDir; "
+        f"RunDir({str(tmp_path)!r}).hold(os.getpid(), [], 4); time.sleep(120)"
+    )
     proc = subprocess.Popen([sys.executable, "-c", hang], cwd=REPO, start_new_session=True)
     deadline = time.monotonic() + 60
     while not run.hold_file.exists() and time.monotonic() < deadline:
@@ -100,7 +106,6 @@ def test_a_watcher_killed_at_the_end_of_the_drain_leaves_no_hold(tmp_path):
     assert proc.returncode == -9  # it was killed, not drained
     assert not run.hold_file.exists()
     assert set(out["skipped"]) == {1, 2} and "drain_s" in out["skipped"][2]
-
 
 
 def test_the_watcher_never_deletes_a_checkpoint_being_saved(tmp_path):

@@ -72,11 +72,26 @@ def main() -> int:
     loss_fn.set_step(gas=1, dp=1, step_tokens=n)  # loss = token mean, as Bloom.loss
     with torch.device("meta"):
         model = Bloom(CFG)
-    ds_config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "gradient_clipping": 0.0,
-                 "zero_optimization": {"stage": 0}, "zero_allow_untested_optimizer": True,
-                 "pipeline": {"pipe_partitioned": False, "grad_partitioned": False}, "steps_per_print": 10**9}
-    engine = parallelize(model, parallel, seed=SEED, dtype=torch.float32, activation_checkpointing=True,
-                         loss_fn=loss_fn, make_optimizer=RecordGrads, ds_config=ds_config, device=torch.device("cpu"))
+    ds_config = {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": 0.0,
+        "zero_optimization": {"stage": 0},
+        "zero_allow_untested_optimizer": True,
+        "pipeline": {"pipe_partitioned": False, "grad_partitioned": False},
+        "steps_per_print": 10**9,
+    }
+    engine = parallelize(
+        model,
+        parallel,
+        seed=SEED,
+        dtype=torch.float32,
+        activation_checkpointing=True,
+        loss_fn=loss_fn,
+        make_optimizer=RecordGrads,
+        ds_config=ds_config,
+        device=torch.device("cpu"),
+    )
     if args.pp > 1:
         loss = float(engine.train_batch(data_iter=iter([((ids, seg), labels)])))
     else:
@@ -93,9 +108,17 @@ def main() -> int:
         want = tp_slice(name, ref_grads[name], mesh.tp_rank, args.tp, rows)
         got = grads[id(p)]
         errors[local] = float((got - want).norm() / want.norm().clamp_min(1e-30))
-    Path(args.out, f"rank_{mesh.rank}.json").write_text(json.dumps(
-        {"loss": loss, "ref_loss": float(ref_loss), "grad_rel_errors": errors, "tp_rank": mesh.tp_rank,
-         "pp_rank": mesh.pp_rank}))
+    Path(args.out, f"rank_{mesh.rank}.json").write_text(
+        json.dumps(
+            {
+                "loss": loss,
+                "ref_loss": float(ref_loss),
+                "grad_rel_errors": errors,
+                "tp_rank": mesh.tp_rank,
+                "pp_rank": mesh.pp_rank,
+            }
+        )
+    )
     return 0
 
 

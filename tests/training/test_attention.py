@@ -21,7 +21,9 @@ def batch(T=256):
 
 def qkv(B, heads, T, D, dtype, grad=False):
     g = torch.Generator().manual_seed(0)
-    return [torch.randn(B, heads, T, D, generator=g, dtype=torch.float32).to(dtype).requires_grad_(grad) for _ in range(3)]
+    return [
+        torch.randn(B, heads, T, D, generator=g, dtype=torch.float32).to(dtype).requires_grad_(grad) for _ in range(3)
+    ]
 
 
 def reference(q, k, v, seg, slopes):
@@ -61,8 +63,9 @@ def test_cpu_training_with_flex_is_refused_with_the_reason():
     from flows.train import validate
     from training.config import TrainRecipe
 
-    recipe = load_config(TrainRecipe, Path(__file__).resolve().parents[2] / "configs/train/bloom-tiny.yaml",
-                         ["model.attention=flex"])
+    recipe = load_config(
+        TrainRecipe, Path(__file__).resolve().parents[2] / "configs/train/bloom-tiny.yaml", ["model.attention=flex"]
+    )
     with pytest.raises(ConfigError, match="model.attention.*no CPU backward"):
         validate(recipe, "/nonexistent")
 

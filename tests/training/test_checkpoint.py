@@ -41,14 +41,26 @@ def write_checkpoint(step_dir: Path, r: TrainRecipe, model: Bloom, step: int = 4
             torch.save({"module": sd}, step_dir / f"mp_rank_{rank:02d}_model_states.pt")
             continue
         for i, prefix in enumerate(pipeline_prefixes(L)[:-1]):
-            layer = {k[len(prefix) + 1:]: v for k, v in sd.items() if k.startswith(prefix + ".")}
+            layer = {k[len(prefix) + 1 :]: v for k, v in sd.items() if k.startswith(prefix + ".")}
             torch.save(layer, step_dir / f"layer_{i:02d}-model_{rank:02d}-model_states.pt")
     for mp in range(tp * pp if pp > 1 else 0):
         torch.save({"module": None}, step_dir / f"mp_rank_{mp:02d}_model_states.pt")
-    sampler = {"version": 2, "seed": r.train.seed, "step": step, "consumed_tokens": 0, "tokens_by_lang": {},
-               "streams": {}}
-    meta = make_meta(step, r, step_dir.parent, "a" * 64, sampler, {"skipped": 0, "fp16_overflows": 0, "skipped_in_a_row": 0,
-                                                   "loss_ema": None})
+    sampler = {
+        "version": 2,
+        "seed": r.train.seed,
+        "step": step,
+        "consumed_tokens": 0,
+        "tokens_by_lang": {},
+        "streams": {},
+    }
+    meta = make_meta(
+        step,
+        r,
+        step_dir.parent,
+        "a" * 64,
+        sampler,
+        {"skipped": 0, "fp16_overflows": 0, "skipped_in_a_row": 0, "loss_ema": None},
+    )
     (step_dir / "bloomline.json").write_text(json.dumps(meta))
     return meta
 

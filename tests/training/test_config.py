@@ -23,9 +23,18 @@ def test_parallel_validation_messages():
 
 
 def test_overrides_reach_the_named_model_recipe():
-    r = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml",
-                    ["model.hidden_size=128", "parallel.tp=2", "parallel.pp=2", "parallel.dp=2", "train.steps=7",
-                     "checkpoint.interval=3"])
+    r = load_config(
+        TrainRecipe,
+        REPO / "configs/train/bloom-tiny.yaml",
+        [
+            "model.hidden_size=128",
+            "parallel.tp=2",
+            "parallel.pp=2",
+            "parallel.dp=2",
+            "train.steps=7",
+            "checkpoint.interval=3",
+        ],
+    )
     assert r.model.hidden_size == 128 and r.model.num_layers == 4
     assert (r.parallel.tp, r.parallel.pp, r.parallel.dp, r.train.steps, r.checkpoint.interval) == (2, 2, 2, 7, 3)
     with pytest.raises(ConfigError, match="model.hidden_size.*num_heads=5"):
@@ -82,17 +91,23 @@ def test_step_loss_scaling_and_bad_batch_poisoning():
 
 def test_validation_holes_are_refused_under_the_right_key():
     base = REPO / "configs/train/bloom-tiny.yaml"
-    for override, key in [("batch.rampup_increment_tokens=0", "batch.rampup_increment_tokens"),
-                          ("optim.lr=0", "optim.lr"), ("optim.min_lr=1.0", "optim.min_lr"),
-                          ("optim.decay_steps=3", "optim.decay_steps"),  # not after the 5 warm-up steps
-                          ("optim.beta1=1.5", "optim.beta1"), ("train.log_interval=0", "train.log_interval"),
-                          ("model.pad_vocab_to=100", "model.pad_vocab_to")]:
+    for override, key in [
+        ("batch.rampup_increment_tokens=0", "batch.rampup_increment_tokens"),
+        ("optim.lr=0", "optim.lr"),
+        ("optim.min_lr=1.0", "optim.min_lr"),
+        ("optim.decay_steps=3", "optim.decay_steps"),  # not after the 5 warm-up steps
+        ("optim.beta1=1.5", "optim.beta1"),
+        ("train.log_interval=0", "train.log_interval"),
+        ("model.pad_vocab_to=100", "model.pad_vocab_to"),
+    ]:
         with pytest.raises(ConfigError, match=f"config key '{key}'"):
             load_config(TrainRecipe, base, [override])
     # a BLOOM-560m recipe moved to another tokenizer: its fixed 250,880-row table is refused
     with pytest.raises(ConfigError, match="config key 'model.pad_vocab_to': 250880 rows for a 8000-piece tokenizer"):
         load_config(TrainRecipe, REPO / "configs/train/bloom-560m.yaml", ["model.vocab_size=8000"])
-    load_config(TrainRecipe, REPO / "configs/train/bloom-560m.yaml", ["model.vocab_size=8000", "model.pad_vocab_to=null"])
+    load_config(
+        TrainRecipe, REPO / "configs/train/bloom-560m.yaml", ["model.vocab_size=8000", "model.pad_vocab_to=null"]
+    )
     with pytest.raises(ConfigError, match="model.pad_vocab_to.*do not split over tp=3"):
         ParallelConfig(tp=3).check_model(ModelConfig(vocab_size=100, pad_vocab_to=128, hidden_size=48, num_heads=3))
 
@@ -118,14 +133,20 @@ def test_a_resume_that_changes_the_lr_schedule_says_so():
 
     base = REPO / "configs/train/bloom-tiny.yaml"
     before = load_config(TrainRecipe, base, ["train.steps=30", "optim.warmup_steps=5"])
-    assert schedule_change(before, load_config(TrainRecipe, base, ["train.steps=30", "optim.warmup_steps=5",
-                                                                     "parallel.dp=2"]), 20) is None
+    assert (
+        schedule_change(
+            before, load_config(TrainRecipe, base, ["train.steps=30", "optim.warmup_steps=5", "parallel.dp=2"]), 20
+        )
+        is None
+    )
     after = load_config(TrainRecipe, base, ["train.steps=60", "optim.warmup_steps=5"])
     msg = schedule_change(before, after, 20)
     a, b = lr_at(21, before), lr_at(21, after)
     assert b > a  # a longer run: the cosine is stretched and the LR jumps back up
-    assert msg == (f"resuming at step 20 with another LR schedule (train.steps 30 → 60): the LR of step 21 is "
-                   f"{a:.4g} → {b:.4g} ({(b - a) / a:+.1%})")
+    assert msg == (
+        f"resuming at step 20 with another LR schedule (train.steps 30 → 60): the LR of step 21 is "
+        f"{a:.4g} → {b:.4g} ({(b - a) / a:+.1%})"
+    )
 
 
 def test_recipe_rules_and_what_they_need_of_the_machine():

@@ -38,7 +38,7 @@ def brute_tiles(seg, block=128):
     total = 0
     for i in range(0, T, block):
         for j in range(0, T, block):
-            tile = a[:, i:i + block, j:j + block]
+            tile = a[:, i : i + block, j : j + block]
             total += int(tile.flatten(1).any(1).sum()) * tile.shape[1] * tile.shape[2]
     return total
 
@@ -56,7 +56,7 @@ def test_flex_pairs_are_the_tiles_its_mask_computes(T):
         assert got < 4 * T * T
     # the admitted pairs (the sampler's model) are what the mask allows within the real tokens
     for b, (off, n) in enumerate(zip(offsets, lengths)):
-        assert document_pairs(np.array(off), n) == int(allowed(seg[b:b + 1])[0, :n, :n].sum())
+        assert document_pairs(np.array(off), n) == int(allowed(seg[b : b + 1])[0, :n, :n].sum())
 
 
 def test_step_flops_split_linear_and_attention():
@@ -75,8 +75,7 @@ def test_model_counts_match_the_built_model():
 
 def test_balance_over_dp_compares_ranks_of_one_position():
     # (dp, tp, pp, value): TP2 x DP2; position tp=1 is worse; a middle stage measuring 0 is ignored
-    rows = np.array([[0, 0, 0, 10.0], [1, 0, 0, 10.0], [0, 1, 0, 9.0], [1, 1, 0, 11.0],
-                     [0, 0, 1, 0.0], [1, 0, 1, 0.0]])
+    rows = np.array([[0, 0, 0, 10.0], [1, 0, 0, 10.0], [0, 1, 0, 9.0], [1, 1, 0, 11.0], [0, 0, 1, 0.0], [1, 0, 1, 0.0]])
     assert balance_over_dp(rows) == pytest.approx(1.1)
     assert balance_over_dp(rows[4:]) is None
 

@@ -53,7 +53,9 @@ def test_a_job_past_its_timeout_is_killed_with_its_children(tmp_path):
 
 
 def test_a_job_that_exits_returns_its_status(tmp_path):
-    assert run_job([sys.executable, "-c", "print('hi'); raise SystemExit(3)"], tmp_path / "log.txt", dict(os.environ)) == 3
+    assert (
+        run_job([sys.executable, "-c", "print('hi'); raise SystemExit(3)"], tmp_path / "log.txt", dict(os.environ)) == 3
+    )
     assert (tmp_path / "log.txt").read_text().strip() == "hi"
 
 
@@ -87,8 +89,16 @@ def generated(tmp_path, launcher: str, hosts: dict[str, int], **launch_values):
     launch.validate()
     log = tmp_path / f"{launcher}.jsonl"
     cmd = launch_command(tmp_path / "recipe.json", tmp_path / "data", tmp_path / "run", sum(hosts.values()), launch)
-    env = launch_env(launch, {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "DS_ACCELERATOR": "cpu",
-                              "BLOOMLINE_FAKE_LOG": str(log)}, tmp_path / "launch.env")
+    env = launch_env(
+        launch,
+        {
+            **os.environ,
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "DS_ACCELERATOR": "cpu",
+            "BLOOMLINE_FAKE_LOG": str(log),
+        },
+        tmp_path / "launch.env",
+    )
     import subprocess
 
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
@@ -107,8 +117,7 @@ def world_info(argv):
 def user_args(argv, tmp_path):
     main = str(Path(__file__).resolve().parents[2] / "training" / "main.py")
     i = argv.index(main)
-    return argv[i + 1:]
-
+    return argv[i + 1 :]
 
 
 def test_pdsh_command_for_two_nodes_carries_ranks_rendezvous_and_nccl_settings(tmp_path):
@@ -119,22 +128,40 @@ def test_pdsh_command_for_two_nodes_carries_ranks_rendezvous_and_nccl_settings(t
     assert "export MASTER_ADDR=10.0.0.1;" in line and "export MASTER_PORT=29511;" in line
     assert "--node_rank=%n" in argv and "--master_addr=10.0.0.1" in argv and "--master_port=29511" in argv
     assert world_info(argv) == {"node-a": [0, 1], "node-b": [0, 1]}
-    assert user_args(argv, tmp_path) == ["--recipe", str(tmp_path / "recipe.json"), "--data", str(tmp_path / "data"),
-                                         "--out", str(tmp_path / "run")]
+    assert user_args(argv, tmp_path) == [
+        "--recipe",
+        str(tmp_path / "recipe.json"),
+        "--data",
+        str(tmp_path / "data"),
+        "--out",
+        str(tmp_path / "run"),
+    ]
     assert launch.nccl == {"NCCL_ASYNC_ERROR_HANDLING": "1"}
 
 
 def test_openmpi_and_slurm_commands_start_every_rank_with_the_settings(tmp_path):
-    argv, _ = generated(tmp_path, "openmpi", {"node-a": 2, "node-b": 2}, master_addr="10.0.0.1",
-                        nccl={"NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_IB_TIMEOUT": "22"})
+    argv, _ = generated(
+        tmp_path,
+        "openmpi",
+        {"node-a": 2, "node-b": 2},
+        master_addr="10.0.0.1",
+        nccl={"NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_IB_TIMEOUT": "22"},
+    )
     assert argv[0] == "mpirun" and argv[argv.index("-n") + 1] == "4"
     exported = [argv[i + 1] for i, a in enumerate(argv) if a == "-x"]
-    assert {"NCCL_ASYNC_ERROR_HANDLING=1", "NCCL_IB_TIMEOUT=22", "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500"} <= set(exported)
-    argv, _ = generated(tmp_path, "slurm", {"node-a": 8, "node-b": 8}, master_addr="node-a",
-                        launcher_args="--partition=gpu")
+    assert {"NCCL_ASYNC_ERROR_HANDLING=1", "NCCL_IB_TIMEOUT=22", "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500"} <= set(
+        exported
+    )
+    argv, _ = generated(
+        tmp_path, "slurm", {"node-a": 8, "node-b": 8}, master_addr="node-a", launcher_args="--partition=gpu"
+    )
     assert argv[:3] == ["srun", "-n", "16"] and "--partition=gpu" in argv
     export = next(a for a in argv if a.startswith("--export="))
-    assert export.startswith("--export=ALL,") and "NCCL_ASYNC_ERROR_HANDLING=1" in export and "MASTER_ADDR=node-a" in export
+    assert (
+        export.startswith("--export=ALL,")
+        and "NCCL_ASYNC_ERROR_HANDLING=1" in export
+        and "MASTER_ADDR=node-a" in export
+    )
     # srun starts main.py itself: each rank takes RANK / WORLD_SIZE / LOCAL_RANK from srun's variables
     from training.distributed import rank_env_from_launcher
 
@@ -152,8 +179,11 @@ def test_bloom_176b_launches_on_48_nodes(tmp_path):
     argv, launch = generated(tmp_path, "pdsh", hosts, master_addr="gpu-00")
     info = world_info(argv)
     assert len(info) == 48 and sum(len(v) for v in info.values()) == 384
-    recipe = load_config(TrainRecipe, Path(__file__).resolve().parents[2] / "configs/train/bloom-176b.yaml",
-                         [f"launch.hostfile={launch.hostfile}"])
+    recipe = load_config(
+        TrainRecipe,
+        Path(__file__).resolve().parents[2] / "configs/train/bloom-176b.yaml",
+        [f"launch.hostfile={launch.hostfile}"],
+    )
     check_hostfile(recipe.launch, recipe.parallel.world_size)  # 384 slots = TP 4 × PP 12 × DP 8
     recipe.launch.hostfile = str(tmp_path / "short")
     (tmp_path / "short").write_text("gpu-00 slots=8\n")

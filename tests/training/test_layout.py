@@ -28,9 +28,13 @@ def test_names_round_trip(names, pp):
 def test_pipeline_names_are_those_deepspeed_registers():
     """PipelineModule registers layer i of Bloom.layers() as str(i) and the tied embedding under
     tied_modules.embed (names seen in a real TP=2 x PP=2 run of a 4-layer model)."""
-    seen = {"embedding.word_embeddings.weight": "tied_modules.embed.word_embeddings.weight",
-            "embed_ln.weight": "1.weight", "blocks.0.attn.qkv.weight": "2.attn.qkv.weight",
-            "blocks.3.mlp.fc2.bias": "5.mlp.fc2.bias", "final_ln.bias": "6.bias"}
+    seen = {
+        "embedding.word_embeddings.weight": "tied_modules.embed.word_embeddings.weight",
+        "embed_ln.weight": "1.weight",
+        "blocks.0.attn.qkv.weight": "2.attn.qkv.weight",
+        "blocks.3.mlp.fc2.bias": "5.mlp.fc2.bias",
+        "final_ln.bias": "6.bias",
+    }
     for ours, theirs in seen.items():
         assert pipeline_name(ours, 4) == theirs and bloom_name(theirs, 4) == ours
     with pytest.raises(KeyError):
@@ -39,8 +43,13 @@ def test_pipeline_names_are_those_deepspeed_registers():
 
 def test_every_parameter_has_one_cut(names):
     for n in names:
-        want = (None if re.search(r"(_ln|ln1|ln2)\.|(dense|fc2)\.bias$", n)
-                else 1 if n.endswith(("dense.weight", "fc2.weight")) else 0)
+        want = (
+            None
+            if re.search(r"(_ln|ln1|ln2)\.|(dense|fc2)\.bias$", n)
+            else 1
+            if n.endswith(("dense.weight", "fc2.weight"))
+            else 0
+        )
         assert tp_dim(n) == want, n
     with pytest.raises(KeyError):
         tp_dim("blocks.0.attn.rotary.weight")
@@ -53,7 +62,8 @@ def test_slices_merge_back(names, size):
     for n, p in model.named_parameters():
         parts = [tp_slice(n, p.detach(), r, size, rows) for r in range(size)]
         if tp_dim(n) is not None and size > 1:
-            assert all(q.shape[tp_dim(n)] * size == (rows if n.startswith("embedding") else p.shape[tp_dim(n)])
-                       for q in parts)
+            assert all(
+                q.shape[tp_dim(n)] * size == (rows if n.startswith("embedding") else p.shape[tp_dim(n)]) for q in parts
+            )
         assert torch.equal(tp_merge(n, parts, tp_dim(n), CFG.padded_vocab(1)), p.detach()), n
         assert first_mismatch(parts) is None or tp_dim(n) is not None

@@ -15,8 +15,13 @@ def test_each_step_once_the_last_record_counting(tmp_path):
     text += "".join(json.dumps(r) + "\n" for r in [{"step": 3, "loss": 7.5}, {"step": 4, "loss": 6.5}])
     f.write_text(text + '{"step": 5, "loss"')  # being written
     got, offset = read_metrics(f)
-    assert got == [{"step": 1, "loss": 9.0}, {"step": 2, "loss": 8.0}, {"step": 3, "loss": 7.5}, {"step": 4, "loss": 6.5}]
+    assert got == [
+        {"step": 1, "loss": 9.0},
+        {"step": 2, "loss": 8.0},
+        {"step": 3, "loss": 7.5},
+        {"step": 4, "loss": 6.5},
+    ]
     assert offset == len(text.encode())
     with open(f, "a") as out:
-        out.write(': 5.5}\n')
+        out.write(": 5.5}\n")
     assert read_metrics(f, offset) == ([{"step": 5, "loss": 5.5}], f.stat().st_size)

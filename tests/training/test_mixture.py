@@ -87,8 +87,9 @@ def test_excess_over_a_reference_at_equal_tokens_seen():
 
 
 def test_without_a_reference_each_language_is_steered_by_its_progress():
-    assert progress(np.array([2.0, 3.0]), np.array([1.5, 2.9]), np.array([1000, 1000]), np.array([4000, 2000])) \
-        == pytest.approx([0.25, 0.1])  # drop per doubling: .5 / 2, .1 / 1
+    assert progress(
+        np.array([2.0, 3.0]), np.array([1.5, 2.9]), np.array([1000, 1000]), np.array([4000, 2000])
+    ) == pytest.approx([0.25, 0.1])  # drop per doubling: .5 / 2, .1 / 1
     c = MixtureController(cfg(rule="evaluation", smoothing=1.0), ["a", "b"], np.array([0.5, 0.5]))
     first = c.observe_results(10, 10, {"a": 2.0, "b": 3.0}, {"a": 1000, "b": 1000})
     assert first.weights is None and "needs a second" in first.cause["held"]  # taken in, no change: needs two
@@ -131,8 +132,12 @@ def test_feedback_and_reference_files_round_trip(tmp_path):
     for step in (20, 100, 40):  # evaluations land in any order: the newest checkpoint's is the one to read
         write_feedback(tmp_path, step, {"a": 1.0 / step, "b": 2.0}, {"a": step * 10, "b": 5})
     assert newest_feedback(run).name == "step_00000100.json"
-    assert read_feedback(newest_feedback(run)) == {"version": 1, "step": 100, "bpb": {"a": 0.01, "b": 2.0},
-                                                   "tokens_seen": {"a": 1000, "b": 5}}
+    assert read_feedback(newest_feedback(run)) == {
+        "version": 1,
+        "step": 100,
+        "bpb": {"a": 0.01, "b": 2.0},
+        "tokens_seen": {"a": 1000, "b": 5},
+    }
     curve = ReferenceCurve("proxy", {"a": [(100, 2.0), (10_000, 1.0)]})
     write_reference(tmp_path, curve, {"languages": 1})
     assert read_reference(run) == curve

@@ -9,8 +9,9 @@ from training.model import Bloom, alibi_slopes, attention_bias, segment_ids_from
 
 
 def tiny(**kw) -> ModelConfig:
-    return ModelConfig(**{"vocab_size": 100, "hidden_size": 32, "num_layers": 2, "num_heads": 4, "seq_len": 64,
-                          "init_std": 0.02, **kw})
+    return ModelConfig(
+        **{"vocab_size": 100, "hidden_size": 32, "num_layers": 2, "num_heads": 4, "seq_len": 64, "init_std": 0.02, **kw}
+    )
 
 
 def tiny_model(seed: int = 0, **kw) -> Bloom:
@@ -21,8 +22,10 @@ def tiny_model(seed: int = 0, **kw) -> Bloom:
 def reference_slopes(n: int) -> list[float]:
     """BLOOM paper / Press et al.: 2^(-8i/n) for a power of two n, else the closest power of two's
     slopes plus every other slope of twice that many heads."""
+
     def power_of_2(m):
         return [2 ** (-8 * i / m) for i in range(1, m + 1)]
+
     c = 2 ** int(math.log2(n))
     return power_of_2(c) + power_of_2(2 * c)[0::2][: n - c]
 
@@ -98,7 +101,9 @@ def test_tied_embeddings():
     # the only [V, H] matrix is the embedding: no separate output layer
     assert [n for n, p in model.named_parameters() if p.shape == W.shape] == ["embedding.word_embeddings.weight"]
 
-    ids = torch.randint(0, 50, (2, 10), generator=torch.Generator().manual_seed(3))  # ids < 50: rows 50.. unused on input
+    ids = torch.randint(
+        0, 50, (2, 10), generator=torch.Generator().manual_seed(3)
+    )  # ids < 50: rows 50.. unused on input
     x = (ids, torch.ones_like(ids))
     for _, layer in model.layers():
         x = layer(x)
@@ -202,9 +207,9 @@ def test_attention_splits_into_whole_heads_by_qkv_rows():
         parts = []
         for r in range(2):
             shard = copy.deepcopy(attn)
-            shard.qkv.weight.data = attn.qkv.weight[r * 48:(r + 1) * 48].clone()
-            shard.qkv.bias.data = attn.qkv.bias[r * 48:(r + 1) * 48].clone()
-            shard.dense.weight.data = attn.dense.weight[:, r * 16:(r + 1) * 16].clone()
+            shard.qkv.weight.data = attn.qkv.weight[r * 48 : (r + 1) * 48].clone()
+            shard.qkv.bias.data = attn.qkv.bias[r * 48 : (r + 1) * 48].clone()
+            shard.dense.weight.data = attn.dense.weight[:, r * 16 : (r + 1) * 16].clone()
             shard.dense.bias.data = attn.dense.bias / 2  # the row-parallel bias is added once, after the sum
             shard.first_head = 2 * r
             assert shard.num_heads == 2

@@ -19,14 +19,23 @@ from test_trainer_multiproc import launch, metrics, ok  # noqa: E402  (the launc
 
 pytestmark = pytest.mark.slow
 
-BANDIT = ["batch.mixture=online", "batch.online.rule=bandit", "batch.online.every=1", "batch.online.warmup_steps=1",
-          "batch.online.eta=4", "batch.online.smoothing=1", "batch.online.max_weight=0.9"]
+BANDIT = [
+    "batch.mixture=online",
+    "batch.online.rule=bandit",
+    "batch.online.every=1",
+    "batch.online.warmup_steps=1",
+    "batch.online.eta=4",
+    "batch.online.smoothing=1",
+    "batch.online.max_weight=0.9",
+]
 
 
 def drawn(out: Path) -> list[tuple]:
     """What each step drew and what it measured (batches: bucket, tokens per language; losses)."""
-    return [(m["step"], m["bucket"], m["lang_tokens"], m["loss"], m["lang_loss"], m.get("mixture_weights"))
-            for m in metrics(out)]
+    return [
+        (m["step"], m["bucket"], m["lang_tokens"], m["loss"], m["lang_loss"], m.get("mixture_weights"))
+        for m in metrics(out)
+    ]
 
 
 def test_bandit_weights_move_alike_on_every_dp_rank_and_a_resume_replays_them(demo_data, tmp_path):
@@ -63,8 +72,15 @@ def test_pp2_takes_the_language_losses_from_the_last_stage(demo_data, tmp_path):
     assert len({json.dumps(e["weights"]) for e in log}) == 4
 
 
-EVALUATION = ["batch.mixture=online", "batch.online.rule=evaluation", "batch.online.warmup_steps=0",
-              "batch.online.smoothing=1", "batch.online.eta=20", "train.steps=6", "checkpoint.keep=5"]
+EVALUATION = [
+    "batch.mixture=online",
+    "batch.online.rule=evaluation",
+    "batch.online.warmup_steps=0",
+    "batch.online.smoothing=1",
+    "batch.online.eta=20",
+    "train.steps=6",
+    "checkpoint.keep=5",
+]
 
 
 @pytest.fixture(scope="module")

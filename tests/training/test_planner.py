@@ -116,16 +116,30 @@ def test_small_recipes_fit_where_they_are_meant_to_run():
 
 
 def test_cli_json_and_exit_status(tmp_path):
-    cmd = [sys.executable, "-m", "flows.cli", "plan", "--config", str(REPO / "configs/train/bloom-176b.yaml"),
-           "--iteration-seconds", "104.7", "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "flows.cli",
+        "plan",
+        "--config",
+        str(REPO / "configs/train/bloom-176b.yaml"),
+        "--iteration-seconds",
+        "104.7",
+        "--json",
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=120)
     assert res.returncode == 0, res.stderr
     p = json.loads(res.stdout)
     assert p["fits"] is True and p["reason"] and p["bubble"] > 0 and p["flops_per_iteration"] > 0
     assert all("memory_gib" in s and "parts_gib" in s for s in p["stages"]) and "tflops_per_gpu" in p
     # a layout that does not fit: exit status 1, and the reason
-    res = subprocess.run([*cmd[:-3], "-o", "parallel.tp=1", "-o", "parallel.pp=1", "-o", "parallel.dp=384"],
-                         capture_output=True, text=True, cwd=REPO, timeout=120)
+    res = subprocess.run(
+        [*cmd[:-3], "-o", "parallel.tp=1", "-o", "parallel.pp=1", "-o", "parallel.dp=384"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert res.returncode == 1 and "does not fit" in res.stderr
     # --nodes rescales DP; a node count the layout cannot use is refused with the reason
     res = subprocess.run([*cmd[:-3], "--nodes", "24", "--json"], capture_output=True, text=True, cwd=REPO, timeout=120)
@@ -146,11 +160,25 @@ def test_the_overhead_against_a_published_figure_it_was_not_fitted_on():
     from training.planner import Device
 
     observed_gib = (22892 + 1113) / 1024
-    r = load_config(TrainRecipe, REPO / "configs/train/bloom-176b.yaml",
-                    ["model.num_layers=64", "model.hidden_size=8192", "model.num_heads=32", "model.vocab_size=50257",
-                     "model.seq_len=1024", "parallel.tp=4", "parallel.pp=16", "parallel.dp=1", "parallel.zero_stage=0",
-                     "train.precision=fp16", "batch.micro_batch_tokens=4096", "batch.tokens_per_step=1048576",
-                     "batch.rampup_tokens=0"])
+    r = load_config(
+        TrainRecipe,
+        REPO / "configs/train/bloom-176b.yaml",
+        [
+            "model.num_layers=64",
+            "model.hidden_size=8192",
+            "model.num_heads=32",
+            "model.vocab_size=50257",
+            "model.seq_len=1024",
+            "parallel.tp=4",
+            "parallel.pp=16",
+            "parallel.dp=1",
+            "parallel.zero_stage=0",
+            "train.precision=fp16",
+            "batch.micro_batch_tokens=4096",
+            "batch.tokens_per_step=1048576",
+            "batch.rampup_tokens=0",
+        ],
+    )
     v100 = Device("Tesla V100-SXM2-32GB", 32.0, 125.0, 16.0)
     p = plan(r, v100, nodes=8)
     assert p["layout"]["world"] == 64 and p["micro_batches"] == 256 and p["stages"][0]["blocks"] == 4

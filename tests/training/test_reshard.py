@@ -21,8 +21,13 @@ def test_merge_patterns_name_each_parameter_by_its_cut(tp, pp):
     repl, row = info["tp_replicated_parameter_patterns"], info["parameter_with_row_parallelism_patterns"]
     for n in full_shapes(CFG):
         name = layout_name(n, layout, CFG.num_layers)
-        kind = ("replicated" if any(re.match(p, name) for p in repl) else
-                "row" if any(re.match(p, name) for p in row) else "dim0")
+        kind = (
+            "replicated"
+            if any(re.match(p, name) for p in repl)
+            else "row"
+            if any(re.match(p, name) for p in row)
+            else "dim0"
+        )
         assert kind == {None: "replicated", 1: "row", 0: "dim0"}[tp_dim(n)], (name, kind)
     assert info["original_vocab_size"] == CFG.padded_vocab(tp)
 
@@ -31,8 +36,12 @@ def test_unconvertible_checkpoints_are_refused_with_the_reason(tmp_path):
     z1 = {"tp": 1, "pp": 1, "dp": 2, "zero_stage": 1}
     meta = lambda layout, **kw: {"layout": layout, "step": 4, "trainer": {"skipped": 1, **kw}}  # noqa: E731
     check_convertible(tmp_path, meta(z1), {**z1, "dp": 1, "zero_stage": 2})  # 1 and 2 convert freely
-    for src, dst in [({**z1, "zero_stage": 3}, z1), (z1, {**z1, "zero_stage": 3}), ({**z1, "zero_stage": 0}, z1),
-                     (z1, {**z1, "zero_stage": 0})]:
+    for src, dst in [
+        ({**z1, "zero_stage": 3}, z1),
+        (z1, {**z1, "zero_stage": 3}),
+        ({**z1, "zero_stage": 0}, z1),
+        (z1, {**z1, "zero_stage": 0}),
+    ]:
         with pytest.raises(ValueError, match="layout changes work between ZeRO stages 1 and 2"):
             check_convertible(tmp_path, meta(src), dst)
     with pytest.raises(ValueError, match="every step so far was skipped"):

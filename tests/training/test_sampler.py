@@ -59,13 +59,26 @@ def write_prepared(root, rows=ROWS, blend=BLEND, seed=0, vocab=VOCAB):
                     w.add(make_sample(rng, bucket, int(ln)))
                 shards.append({"path": rel, "split": "train", "bucket": bucket, "lang": lang, **w.close()})
             prev = bucket
-    manifest = {"format_version": 1,
-                "tokenizer": {"path": "tokenizer/tokenizer.model", "vocab_size": vocab, "sha256": "0" * 64, "trained": True,
-                              "eos_id": EOS, "pad_id": PAD, "bos_id": 1, "unk_id": 0},
-                "buckets": BUCKETS, "seq_len": BUCKETS[-1], "shards": sorted(shards, key=lambda s: s["path"]),
-                "blend": blend,
-                "languages": {lg: {"train_tokens": sum(s["tokens"] for s in shards if s["lang"] == lg), "name": lg}
-                              for lg in rows}}
+    manifest = {
+        "format_version": 1,
+        "tokenizer": {
+            "path": "tokenizer/tokenizer.model",
+            "vocab_size": vocab,
+            "sha256": "0" * 64,
+            "trained": True,
+            "eos_id": EOS,
+            "pad_id": PAD,
+            "bos_id": 1,
+            "unk_id": 0,
+        },
+        "buckets": BUCKETS,
+        "seq_len": BUCKETS[-1],
+        "shards": sorted(shards, key=lambda s: s["path"]),
+        "blend": blend,
+        "languages": {
+            lg: {"train_tokens": sum(s["tokens"] for s in shards if s["lang"] == lg), "name": lg} for lg in rows
+        },
+    }
     (root / "manifest.json").write_text(json.dumps(manifest))
     return root
 
@@ -202,8 +215,14 @@ def test_resume_refuses_another_seed(index):
 
 @pytest.mark.parametrize("scaling", ["linear", "sqrt", "none"])
 def test_rampup_budget_and_lr_scale(index, scaling):
-    batch = BatchConfig(tokens_per_step=16384, micro_batch_tokens=2048, rampup_start_tokens=4096,
-                        rampup_increment_tokens=2048, rampup_tokens=60_000, lr_scaling=scaling)
+    batch = BatchConfig(
+        tokens_per_step=16384,
+        micro_batch_tokens=2048,
+        rampup_start_tokens=4096,
+        rampup_increment_tokens=2048,
+        rampup_tokens=60_000,
+        lr_scaling=scaling,
+    )
     # 6 increments of 2048 from 4096 to 16384, one per 10,000 tokens consumed
     plans = run(sampler(index, dp=2, batch=batch), 40)
     consumed = 0
@@ -309,8 +328,10 @@ def test_corrupt_shard_is_refused_once_per_run_and_rehashed_when_it_changes(tmp_
         t.start()
     for t in threads:
         t.join(60)
-    assert all(isinstance(results[r], CorruptShardError) and "aa-b00256-p00000.arrow is corrupt" in str(results[r])
-               for r in range(world)), results
+    assert all(
+        isinstance(results[r], CorruptShardError) and "aa-b00256-p00000.arrow is corrupt" in str(results[r])
+        for r in range(world)
+    ), results
     assert not (tmp_path / "other-run.json").exists()
 
 

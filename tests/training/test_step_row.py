@@ -9,9 +9,22 @@ from training.step_row import StepRow
 
 def test_fields_read_back_by_name_from_gathered_rows():
     layout = StepRow(langs=2, feedback=3)
-    rows = np.array([layout.pack(dp_rank=dp, tp_rank=0, pp_rank=0, flops=10.0 * (dp + 1), forward_s=0.5, weights=7,
-                                 lang_loss=[1.0 + dp, 2.0], lang_tokens=[3, 4], feedback=[dp, 8, 9])
-                     for dp in range(2)])
+    rows = np.array(
+        [
+            layout.pack(
+                dp_rank=dp,
+                tp_rank=0,
+                pp_rank=0,
+                flops=10.0 * (dp + 1),
+                forward_s=0.5,
+                weights=7,
+                lang_loss=[1.0 + dp, 2.0],
+                lang_tokens=[3, 4],
+                feedback=[dp, 8, 9],
+            )
+            for dp in range(2)
+        ]
+    )
     assert rows.shape == (2, layout.width) == (2, 6 + 2 * 2 + 3)
     assert layout.get(rows, "flops").tolist() == [10.0, 20.0]
     assert layout.get(rows, "lang_loss").sum(axis=0).tolist() == [3.0, 4.0]
@@ -22,8 +35,17 @@ def test_fields_read_back_by_name_from_gathered_rows():
 
 def test_a_missing_field_or_a_wrong_length_is_refused():
     layout = StepRow(langs=2)
-    full = dict(dp_rank=0, tp_rank=0, pp_rank=0, flops=1, forward_s=1, weights=0, lang_loss=[1, 2],
-                lang_tokens=[1, 2], feedback=[])
+    full = dict(
+        dp_rank=0,
+        tp_rank=0,
+        pp_rank=0,
+        flops=1,
+        forward_s=1,
+        weights=0,
+        lang_loss=[1, 2],
+        lang_tokens=[1, 2],
+        feedback=[],
+    )
     assert len(layout.pack(**full)) == layout.width
     with pytest.raises(ValueError, match="weights"):
         layout.pack(**{k: v for k, v in full.items() if k != "weights"})

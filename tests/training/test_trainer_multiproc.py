@@ -86,7 +86,7 @@ def logits_of(step_dir: Path):
     assert sorted(saved_names(step_dir)) == sorted(model.state_dict())  # the files hold exactly Bloom's names
     ids = torch.randint(0, model.cfg.vocab_size, (2, 48), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        return model(ids)[..., :model.cfg.vocab_size], meta
+        return model(ids)[..., : model.cfg.vocab_size], meta
 
 
 def test_resume_is_exact_on_one_rank(data, reference, tmp_path):
@@ -95,7 +95,9 @@ def test_resume_is_exact_on_one_rank(data, reference, tmp_path):
     res = launch(data, tmp_path, [])
     ok(res)
     # train.steps went from 2 to 4, but the cosine runs to optim.decay_steps=30 either way
-    assert "resuming at step 2 with another LR schedule (train.steps 2 → 4): the LR of step 3 is unchanged" in res.stdout
+    assert (
+        "resuming at step 2 with another LR schedule (train.steps 2 → 4): the LR of step 3 is unchanged" in res.stdout
+    )
     assert "step 4/4 | loss " in res.stdout  # the progress line (train.log_interval=1)
     assert "model.attention=auto: sdpa (FlexAttention has no CPU backward)" in res.stdout
     got = metrics(tmp_path)
@@ -103,16 +105,31 @@ def test_resume_is_exact_on_one_rank(data, reference, tmp_path):
     assert [(m["loss"], m["grad_norm"]) for m in got] == [(m["loss"], m["grad_norm"]) for m in reference]
     # bloomline.json: the checked contract (training/CHECKPOINT.md)
     meta = read_meta(tmp_path / "checkpoints" / "step_4")
-    assert meta["format_version"] == 2 and meta["mixture"] is None and meta["layout"] == {"tp": 1, "pp": 1, "dp": 1, "zero_stage": 1}
+    assert (
+        meta["format_version"] == 2
+        and meta["mixture"] is None
+        and meta["layout"] == {"tp": 1, "pp": 1, "dp": 1, "zero_stage": 1}
+    )
     assert meta["model"]["hidden_size"] == 64 and len(meta["data_manifest_sha256"]) == 64
     assert meta["sampler"]["step"] == 4 and sum(meta["sampler"]["tokens_by_lang"].values()) == sum(
-        m["global_batch_tokens"] for m in got)
+        m["global_batch_tokens"] for m in got
+    )
     assert meta["tp_rules"]["blocks.0.attn.dense.weight"] == 1 and meta["tp_rules"]["final_ln.weight"] is None
     assert RunDir(tmp_path).complete_steps() == [2, 4]  # checkpoint.keep=2
     # every metrics line has the required fields, and TensorBoard got the scalars
     for m in got:
-        for k in ("step", "loss", "lr", "global_batch_tokens", "padding_fraction", "dp_balance", "dp_time_balance",
-                  "tokens_per_s", "grad_norm", "flops"):
+        for k in (
+            "step",
+            "loss",
+            "lr",
+            "global_batch_tokens",
+            "padding_fraction",
+            "dp_balance",
+            "dp_time_balance",
+            "tokens_per_s",
+            "grad_norm",
+            "flops",
+        ):
             assert m[k] is not None, k
         # sdpa computes the dense square: 6N + 12·L·H·T per padded position, T the step's bucket
         assert m["flops"] == pytest.approx(m["padded_tokens"] * FLOPS_PER_TOKEN(m["bucket"]), rel=1e-9)
@@ -132,7 +149,9 @@ def test_3d_layout_trains_resumes_and_loads_as_the_single_device_model(data, tmp
     a, b = metrics(one), metrics(three_d)
     assert [m["step"] for m in b] == [1, 2, 3, 4]
     for x, y in zip(a, b):
-        assert y["loss"] == pytest.approx(x["loss"], rel=1e-5) and y["grad_norm"] == pytest.approx(x["grad_norm"], rel=1e-3)
+        assert y["loss"] == pytest.approx(x["loss"], rel=1e-5) and y["grad_norm"] == pytest.approx(
+            x["grad_norm"], rel=1e-3
+        )
     # dense sdpa on equal shapes: both DP ranks compute the same FLOPs, so their balance is 1 by
     # construction (tests/training/test_flops.py checks balance_over_dp on unequal work); the
     # measured forward times are two real clock readings, never exactly equal: a constant, or one
@@ -185,7 +204,8 @@ def test_resume_on_another_layout_through_a_universal_checkpoint(data, reference
     assert "python -m training.reshard" in res.stderr and "--dp 2 --zero-stage 2" in res.stderr
     recipe = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", [*BASE, *new])
     assert reshard_if_needed(tmp_path, recipe, data, tmp_path / "reshard.log") == (
-        "step_2: tp=2 pp=2 dp=1 zero_stage=1 -> tp=1 pp=1 dp=2 zero_stage=2")
+        "step_2: tp=2 pp=2 dp=1 zero_stage=1 -> tp=1 pp=1 dp=2 zero_stage=2"
+    )
     assert reshard_if_needed(tmp_path, recipe, data, tmp_path / "reshard.log") is None  # done once
     res = launch(data, tmp_path, new)
     ok(res)
@@ -265,7 +285,10 @@ def test_kill_switch_saves_mid_run_and_exits_cleanly(data, tmp_path):
 def test_corrupt_shard_stops_every_rank_before_the_first_step_with_a_user_error(data, tmp_path):
     bad = tmp_path / "data"
     shutil.copytree(data, bad)
-    victim = bad / [s for s in json.loads((bad / "manifest.json").read_text())["shards"] if s["split"] == "train"][-1]["path"]
+    victim = (
+        bad
+        / [s for s in json.loads((bad / "manifest.json").read_text())["shards"] if s["split"] == "train"][-1]["path"]
+    )
     blob = bytearray(victim.read_bytes())
     blob[len(blob) // 2] ^= 0xFF  # inside the data: the file still parses, only its checksum tells
     victim.write_bytes(bytes(blob))
@@ -278,9 +301,20 @@ def test_corrupt_shard_stops_every_rank_before_the_first_step_with_a_user_error(
 def test_one_optimizer_step_per_step_when_micro_batch_count_varies(data, tmp_path):
     """During batch-size ramp-up the number of micro-batches grows from step to step: DeepSpeed
     must still step the optimizer exactly once, at the end of each step."""
-    ok(launch(data, tmp_path, ["train.steps=6", "batch.micro_batch_tokens=1024", "batch.tokens_per_step=12288",
-                               "batch.rampup_start_tokens=4096", "batch.rampup_increment_tokens=4096",
-                               "batch.rampup_tokens=16000"]))
+    ok(
+        launch(
+            data,
+            tmp_path,
+            [
+                "train.steps=6",
+                "batch.micro_batch_tokens=1024",
+                "batch.tokens_per_step=12288",
+                "batch.rampup_start_tokens=4096",
+                "batch.rampup_increment_tokens=4096",
+                "batch.rampup_tokens=16000",
+            ],
+        )
+    )
     got = metrics(tmp_path)
     assert len({m["micro_batches"] for m in got}) > 1, "the test needs steps with different micro-batch counts"
     assert [m["optimizer_steps"] for m in got] == [m["step"] for m in got]
@@ -289,8 +323,13 @@ def test_one_optimizer_step_per_step_when_micro_batch_count_varies(data, tmp_pat
 # fp16 on this CPU runs on torch's reference half kernels (train.cpu_fp16): DeepSpeed's real fp16
 # optimizer and dynamic loss scaler. 2**22 is too large a scale for bloom-tiny's first gradients
 # (measured: they overflow up to 2**21), so the scaler has to calibrate itself.
-FP16 = ["train.precision=fp16", "train.cpu_fp16=true", "train.fp16_initial_scale_power=22", "train.fp16_hysteresis=1",
-        "batch.tokens_per_step=2048"]
+FP16 = [
+    "train.precision=fp16",
+    "train.cpu_fp16=true",
+    "train.fp16_initial_scale_power=22",
+    "train.fp16_hysteresis=1",
+    "batch.tokens_per_step=2048",
+]
 
 
 def test_fp16_dynamic_loss_scaling_calibrates_resumes_and_runs_in_3d(data, tmp_path):

@@ -65,8 +65,9 @@ def test_partitioned_steps_equal_union_find(tmp_path, n, one_task):
         m = write_routed(paths.dedup_file("pairs", w), EDGE_SCHEMA, {"u": a, "v": b}, route(a, n), n)
         rows = [x + y for x, y in zip(rows, m["rows"])]
     serial = lambda f, items: (f(x) for x in items)  # noqa: E731
-    files, rounds = run_stars(serial, str(tmp_path), rows, memory_gib=2, sources=["pairs"],
-                              one_task_rows=sum(rows) if one_task else 0)
+    files, rounds = run_stars(
+        serial, str(tmp_path), rows, memory_gib=2, sources=["pairs"], one_task_rows=sum(rows) if one_task else 0
+    )
     got = {}
     for q in range(n):
         e = read_routed(files, q, EDGE_SCHEMA)

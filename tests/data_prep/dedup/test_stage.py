@@ -24,8 +24,11 @@ def demo_cfg(*overrides) -> PrepareConfig:
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name != "run_stats.json" and ".work" not in p.parts}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != "run_stats.json" and ".work" not in p.parts
+    }
 
 
 def words(n: int, tag: str) -> list[str]:
@@ -50,16 +53,27 @@ def test_a_cluster_is_a_component_and_its_first_document_is_kept(tmp_path):
     docs = [("A", a), ("other", " ".join(words(300, "other"))), ("B", b), ("C", c), ("D", c.upper() + "!")]
     src = tmp_path / "chain.jsonl"
     src.write_text("".join(json.dumps({"id": i, "text": t, "lang": "en"}) + "\n" for i, t in docs))
-    pcfg = demo_cfg("dedup.num_perm=256", "pack.valid_min_docs=0", "pack.valid_fraction=0.0", "tokenizer.vocab_size=300",
-                    "filters.enabled=false", "langid.enabled=false")
+    pcfg = demo_cfg(
+        "dedup.num_perm=256",
+        "pack.valid_min_docs=0",
+        "pack.valid_fraction=0.0",
+        "tokenizer.vocab_size=300",
+        "filters.enabled=false",
+        "langid.enabled=false",
+    )
     pcfg.sources = [SourceConfig(path=str(src))]
     m = run_all(pcfg, tmp_path / "out")
     assert m["languages"]["en"]["duplicates"] == {"exact": 1, "near": 2} and m["languages"]["en"]["docs_kept"] == 2
     log = pq.read_table(tmp_path / "out" / "dropped" / "dedup-c000000.parquet").to_pylist()
-    assert [(r["id"], r["reason"], r["duplicate_of"]) for r in log] == [("B", "near", "A"), ("C", "near", "A"),
-                                                                           ("D", "exact", "A")]
+    assert [(r["id"], r["reason"], r["duplicate_of"]) for r in log] == [
+        ("B", "near", "A"),
+        ("C", "near", "A"),
+        ("D", "exact", "A"),
+    ]
     # the score is the strongest confirmed similarity that joined the document to its cluster
-    assert log[0]["score"] == max(estimated(a, b, cfg), estimated(b, c, cfg)) and log[1]["score"] == estimated(b, c, cfg)
+    assert log[0]["score"] == max(estimated(a, b, cfg), estimated(b, c, cfg)) and log[1]["score"] == estimated(
+        b, c, cfg
+    )
     assert log[2]["score"] == 1.0 and [r["threshold"] for r in log] == [0.8, 0.8, 1.0]
     assert not check_dropped(tmp_path / "out", m["languages"])
 
@@ -92,8 +106,18 @@ class Crash(Exception):
     pass
 
 
-@pytest.mark.parametrize("task,after", [("exact_keys", 3), ("exact_groups", 4), ("band_keys", 4), ("find_pairs", 5),
-                                        ("star_step", 9), ("label_nodes", 2), ("decide_range", 4)])
+@pytest.mark.parametrize(
+    "task,after",
+    [
+        ("exact_keys", 3),
+        ("exact_groups", 4),
+        ("band_keys", 4),
+        ("find_pairs", 5),
+        ("star_step", 9),
+        ("label_nodes", 2),
+        ("decide_range", 4),
+    ],
+)
 def test_an_interrupted_dedup_resumes_to_the_same_bytes(dups, tmp_path, monkeypatch, task, after):
     """The job dies after ``after`` tasks of one step (the rest of that step never ran); the rerun
     finishes from the files on disk to the uninterrupted output."""

@@ -75,8 +75,16 @@ def test_every_language_of_the_data_gets_its_rows(demo_data):
     model_file = demo_data / "tokenizer" / "tokenizer.model"
     sp = spm.SentencePieceProcessor(model_file=str(model_file))
     spec = TaskSpec(name="continuation", limit=5)
-    ctx = Context(model=Bloom(cfg, seed=1).eval(), tokenizer=sp, index=index, token_bytes=token_bytes(model_file),
-                  tokenizer_file=model_file, eos_id=sp.eos_id(), settings=EvalConfig(), spec=spec)
+    ctx = Context(
+        model=Bloom(cfg, seed=1).eval(),
+        tokenizer=sp,
+        index=index,
+        token_bytes=token_bytes(model_file),
+        tokenizer_file=model_file,
+        eos_id=sp.eos_id(),
+        settings=EvalConfig(),
+        spec=spec,
+    )
     rows = make(spec).run(ctx)
     langs = {r.lang for r in rows if r.scope == "language"}
     assert langs == set(index.languages) and any(l.startswith("code-") for l in langs)

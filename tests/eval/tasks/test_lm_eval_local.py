@@ -18,8 +18,13 @@ from training.model import Bloom
 REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.slow
 
-LANGS = {"xstorycloze": ("en", "sw", "zh-Hans"), "xcopa": ("id", "sw", "zh-Hans"), "xnli": ("en", "sw", "zh-Hans"),
-         "xwinograd": ("en", "fr", "zh-Hans"), "belebele": ("en", "sw", "zh-Hans")}
+LANGS = {
+    "xstorycloze": ("en", "sw", "zh-Hans"),
+    "xcopa": ("id", "sw", "zh-Hans"),
+    "xnli": ("en", "sw", "zh-Hans"),
+    "xwinograd": ("en", "fr", "zh-Hans"),
+    "belebele": ("en", "sw", "zh-Hans"),
+}
 
 
 def pieces(demo: Path, lang: str, n: int = 40) -> list[str]:
@@ -29,30 +34,46 @@ def pieces(demo: Path, lang: str, n: int = 40) -> list[str]:
     text = " ".join(validation_documents(demo, lang))
     if lang.startswith("zh"):
         text = "".join(text.split())
-        return [text[i * 8 % len(text):][:8] for i in range(n)]
+        return [text[i * 8 % len(text) :][:8] for i in range(n)]
     words = text.split() * 2
-    return [" ".join(words[i * 5 % (len(words) // 2):][:5]) for i in range(n)]
+    return [" ".join(words[i * 5 % (len(words) // 2) :][:5]) for i in range(n)]
 
 
 def record(task: str, p: list[str], k: int) -> dict:
     """Item ``k`` of ``task`` in the schema of the dataset lm-eval's task reads."""
-    q = p[k * 6:(k + 1) * 6]
+    q = p[k * 6 : (k + 1) * 6]
     if task == "xstorycloze":
-        return {**{f"input_sentence_{i + 1}": q[i] for i in range(4)}, "sentence_quiz1": q[4], "sentence_quiz2": q[5],
-                "answer_right_ending": 1 + k % 2}
+        return {
+            **{f"input_sentence_{i + 1}": q[i] for i in range(4)},
+            "sentence_quiz1": q[4],
+            "sentence_quiz2": q[5],
+            "answer_right_ending": 1 + k % 2,
+        }
     if task == "xcopa":
-        return {"premise": q[0] + ".", "choice1": q[1], "choice2": q[2], "question": ("cause", "effect")[k % 2], "label": k % 2}
+        return {
+            "premise": q[0] + ".",
+            "choice1": q[1],
+            "choice2": q[2],
+            "question": ("cause", "effect")[k % 2],
+            "label": k % 2,
+        }
     if task == "xnli":
         return {"premise": q[0] + " " + q[1], "hypothesis": q[2], "label": k % 3}
     if task == "xwinograd":
         return {"sentence": f"{q[0]} _ {q[1]}", "option1": q[2], "option2": q[3], "answer": "12"[k % 2]}
-    return {"flores_passage": " ".join(q[:3]), "question": q[3], **{f"mc_answer{i}": p[k * 6 + i + 2] for i in range(1, 5)},
-            "correct_answer_num": "1234"[k % 4]}
+    return {
+        "flores_passage": " ".join(q[:3]),
+        "question": q[3],
+        **{f"mc_answer{i}": p[k * 6 + i + 2] for i in range(1, 5)},
+        "correct_answer_num": "1234"[k % 4],
+    }
 
 
 def write(folder: Path, lang: str, recs: list[dict]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{lang}.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs), encoding="utf-8")
+    (folder / f"{lang}.jsonl").write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs), encoding="utf-8"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +87,14 @@ def exported(demo_data, tmp_path_factory):
     step.mkdir(parents=True)
     torch.save({"module": model.state_dict()}, step / "mp_rank_00_model_states.pt")
     sampler = {"version": 2, "seed": 1, "step": 1, "consumed_tokens": 0, "tokens_by_lang": {}, "streams": {}}
-    meta = make_meta(1, r, demo_data, sha256_file(demo_data / "manifest.json"), sampler,
-                     {"skipped": 0, "fp16_overflows": 0, "skipped_in_a_row": 0, "loss_ema": None})
+    meta = make_meta(
+        1,
+        r,
+        demo_data,
+        sha256_file(demo_data / "manifest.json"),
+        sampler,
+        {"skipped": 0, "fp16_overflows": 0, "skipped_in_a_row": 0, "loss_ema": None},
+    )
     (step / "bloomline.json").write_text(json.dumps(meta))
     return model, export(step, step.parent.parent / "hf")
 
@@ -81,8 +108,16 @@ def context(demo: Path, model: Bloom, spec: TaskSpec):
 
     model_file = demo / "tokenizer" / "tokenizer.model"
     sp = spm.SentencePieceProcessor(model_file=str(model_file))
-    return Context(model=model, tokenizer=sp, index=ShardIndex(demo, "valid"), token_bytes=token_bytes(model_file),
-                   tokenizer_file=model_file, eos_id=sp.eos_id(), settings=EvalConfig(), spec=spec)
+    return Context(
+        model=model,
+        tokenizer=sp,
+        index=ShardIndex(demo, "valid"),
+        token_bytes=token_bytes(model_file),
+        tokenizer_file=model_file,
+        eos_id=sp.eos_id(),
+        settings=EvalConfig(),
+        spec=spec,
+    )
 
 
 def test_every_family_equals_lm_evals_own_run_on_the_export_item_for_item(demo_data, exported, tmp_path):
@@ -100,15 +135,26 @@ def test_every_family_equals_lm_evals_own_run_on_the_export_item_for_item(demo_d
         rows = t.run(context(demo_data, model, spec))
         ours[task] = {(r.lang, r.metric): (r.value, r.stderr, r.n) for r in rows if r.scope == "language"}
         assert {l for l, m in ours[task] if m == "acc"} == set(langs), rows
-        names.update({(task, l): n for l, n in t.write({l: tmp_path / task / f"{l}.jsonl" for l in langs},
-                                                        tmp_path / "yaml").items()})
+        names.update(
+            {
+                (task, l): n
+                for l, n in t.write({l: tmp_path / task / f"{l}.jsonl" for l in langs}, tmp_path / "yaml").items()
+            }
+        )
     eos = json.loads((hf_dir / "config.json").read_text())["eos_token_id"]
     seq_len = model.cfg.seq_len
-    theirs = run_lm_eval("hf", list(names.values()), tmp_path / "yaml", None,
-                         model_args=export_lm_args(hf_dir, seq_len, eos), log_samples=True)
+    theirs = run_lm_eval(
+        "hf",
+        list(names.values()),
+        tmp_path / "yaml",
+        None,
+        model_args=export_lm_args(hf_dir, seq_len, eos),
+        log_samples=True,
+    )
     manifest = json.loads((demo_data / "manifest.json").read_text())
-    lm = in_memory_lm(hf_model(model, manifest["tokenizer"]), hf_tokenizer(demo_data / "tokenizer" / "tokenizer.model"),
-                      seq_len, eos)
+    lm = in_memory_lm(
+        hf_model(model, manifest["tokenizer"]), hf_tokenizer(demo_data / "tokenizer" / "tokenizer.model"), seq_len, eos
+    )
     mine = run_lm_eval(lm, list(names.values()), tmp_path / "yaml", None, log_samples=True)
     for (task, lang), name in names.items():
         res = theirs["results"][name]
@@ -119,7 +165,12 @@ def test_every_family_equals_lm_evals_own_run_on_the_export_item_for_item(demo_d
         assert len(a) == len(b) == 4
         for x, y in zip(a, b):  # the log-likelihood of every choice of every item, and the prompt it scored
             assert x["arguments"] == y["arguments"] and x["filtered_resps"] == y["filtered_resps"], (task, lang)
-    spread = {round(float(r[0] if isinstance(r, (list, tuple)) else r), 3) for s in theirs["samples"].values() for x in s for r in x["filtered_resps"]}
+    spread = {
+        round(float(r[0] if isinstance(r, (list, tuple)) else r), 3)
+        for s in theirs["samples"].values()
+        for x in s
+        for r in x["filtered_resps"]
+    }
     assert len(spread) > 20  # real, varied scores, not a constant
 
 
@@ -145,8 +196,8 @@ def test_hand_computed_story_endings_a_missing_language_and_a_malformed_record(d
             ll, per_byte = [], []
             for ending in (rec["sentence_quiz1"], rec["sentence_quiz2"]):
                 ctx_ids = sp.encode(story)  # lm-eval: the continuation is what the whole adds to the context
-                cont = sp.encode(story + " " + ending)[len(ctx_ids):]
-                logp = F.log_softmax(model(torch.tensor([ctx_ids + cont]))[0, :, :model.cfg.vocab_size].float(), -1)
+                cont = sp.encode(story + " " + ending)[len(ctx_ids) :]
+                logp = F.log_softmax(model(torch.tensor([ctx_ids + cont]))[0, :, : model.cfg.vocab_size].float(), -1)
                 ll.append(sum(float(logp[len(ctx_ids) + i - 1, t]) for i, t in enumerate(cont)))
                 per_byte.append(ll[-1] / len(ending.encode()))
             best = 0 if ll[0] > ll[1] else 1
