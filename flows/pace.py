@@ -12,15 +12,18 @@ drained by the process's CPU time; when it runs dry the process sleeps until it 
 cap defers is done once training has ended (``active()`` false), at full speed.
 
 :func:`install` calls :meth:`Pacer.pace` before every ``torch.nn.Module`` forward in the process
-(torch's global forward pre-hook): every task's model calls pass through there, bloomline's own
-model and transformers' alike, without any task knowing; the watcher also calls it between
-checkpoints, which settles the CPU spent outside forwards (loading, writing, the dashboard).
+(torch's global forward pre-hook), every parameter registered (models being built) and every
+import: every task's model calls pass through there, bloomline's own model and transformers'
+alike, without any task knowing, and so does the first evaluation's seconds of importing; the
+watcher also calls it after each checkpoint, which settles the CPU spent elsewhere (writing
+results, the dashboard).
 """
 
 from __future__ import annotations
 
+import sys
 import time
-from typing import Callable
+from typing import Any, Callable
 
 
 class Pacer:
@@ -67,8 +70,32 @@ class Pacer:
             self.wall, self.used, self.bucket = self.clock(), self.cpu(), 0.0
 
 
-def install(pacer: Pacer):
-    """Call ``pacer.pace()`` before every module forward in this process; returns the hook's handle."""
+class _PaceOnImport:
+    """A meta-path finder that finds nothing: it only paces before each import is looked up."""
+
+    def __init__(self, pacer: Pacer):
+        self.pacer = pacer
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> None:
+        self.pacer.pace()
+        return None
+
+
+def install(pacer: Pacer) -> Callable[[], None]:
+    """Call ``pacer.pace()`` before every module forward, every parameter a module registers (a
+    model being built) and every import in this process; returns what removes the hooks."""
     import torch
 
-    return torch.nn.modules.module.register_module_forward_pre_hook(lambda module, args: pacer.pace())
+    finder = _PaceOnImport(pacer)
+    sys.meta_path.insert(0, finder)  # the first evaluation imports lm-eval, transformers, plotly: seconds of CPU
+    hooks = [
+        torch.nn.modules.module.register_module_forward_pre_hook(lambda module, args: pacer.pace()),
+        torch.nn.modules.module.register_module_parameter_registration_hook(lambda module, name, param: pacer.pace()),
+    ]
+
+    def remove() -> None:
+        sys.meta_path.remove(finder)
+        for h in hooks:
+            h.remove()
+
+    return remove
