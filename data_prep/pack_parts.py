@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
@@ -31,121 +31,143 @@ def pack_part(part: dict[str, Any], cfg: PrepareConfig, out: str, tok_sha: str, 
     ``tokenize.<exception>``) in the ledger and ``dropped/pack-<lang>-pNNNNN.parquet``; the part
     goes on (``strict``: it stops there)."""
     paths = Paths(Path(out))
-    lang, k = part["lang"], part["k"]
-    done = paths.part_done(lang, k)
+    done = paths.part_done(part["lang"], part["k"])
     if done.exists():
         return read_json(done)
-    sp = processor(str(paths.tokenizer), tok_sha)
-    eos = sp.eos_id()
-    ledger = Ledger(DropLog(cfg.dropped_text_chars))
+    packing = PartPacking(part, cfg, paths, tok_sha, strict)
+    try:
+        batches: dict[str, list[Document]] = {"train": [], "valid": []}
+        for split, doc in packing.documents(part["slices"], part["split_rule"]):
+            batches[split].append(doc)
+            if len(batches[split]) >= cfg.pack.tokenize_batch:
+                packing.add(split, batches[split])
+                batches[split] = []
+        for split, batch in batches.items():
+            if batch:
+                packing.add(split, batch)
+        shards = packing.close()
+    except BaseException:
+        packing.abort()
+        raise
+    write_rows(
+        pack_dropped_path(paths.out, packing.lang, packing.k), packing.ledger.log.rows, DROP_SCHEMA
+    )  # before the marker
+    result = {
+        "lang": packing.lang,
+        "k": packing.k,
+        "shards": shards,
+        "ledger": packing.ledger.to_dict(),
+        "docs": packing.docs,
+        "pii": dict(sorted(packing.pii_counts.items())),
+        "seconds": packing.secs,
+    }
+    write_json_atomic(done, result)
+    return result
 
-    def failed(step: str, e: Exception, doc: Document) -> None:
-        drop_document(ledger, step, doc, "errors", failure(step, e), strict)
 
-    packers = {s: BucketPacker(cfg.pack.buckets, cfg.pack.max_open_samples) for s in ("train", "valid")}
-    writers: dict[tuple[str, int], ShardWriter] = {}
-    secs = {"pii": 0.0, "tokenize": 0.0, "pack": 0.0, "write": 0.0}
-    pii_counts: dict[str, int] = {}
-    docs = {"train": 0, "valid": 0}
+class PartPacking:
+    """One part on its way to shards: its documents after PII redaction, tokenized in batches,
+    packed per split into length buckets, written per (split, bucket); with its ledger, counts
+    and seconds per step."""
 
-    def emit(split: str, samples) -> None:
-        t = time.perf_counter()
-        for s in samples:
-            w = writers.get((split, s.bucket))
-            if w is None:
-                w = writers[(split, s.bucket)] = ShardWriter(
-                    paths.out / shard_path(split, lang, s.bucket, k), lang, s.bucket, split
-                )
-            w.add(s)
-        secs["write"] += time.perf_counter() - t
+    def __init__(self, part: dict[str, Any], cfg: PrepareConfig, paths: Paths, tok_sha: str, strict: bool):
+        self.lang, self.k = part["lang"], part["k"]
+        self.cfg, self.paths, self.strict = cfg, paths, strict
+        self.sp = processor(str(paths.tokenizer), tok_sha)
+        self.eos = self.sp.eos_id()
+        self.ledger = Ledger(DropLog(cfg.dropped_text_chars))
+        self.packers = {s: BucketPacker(cfg.pack.buckets, cfg.pack.max_open_samples) for s in ("train", "valid")}
+        self.writers: dict[tuple[str, int], ShardWriter] = {}
+        self.secs = {"pii": 0.0, "tokenize": 0.0, "pack": 0.0, "write": 0.0}
+        self.pii_counts: dict[str, int] = {}
+        self.docs = {"train": 0, "valid": 0}
 
-    def encode(batch: list[Document]) -> list[tuple[Document, list[int]]]:
+    def failed(self, step: str, e: Exception, doc: Document) -> None:
+        drop_document(self.ledger, step, doc, "errors", failure(step, e), self.strict)
+
+    def documents(self, slices: list[list[int]], split_rule: Any) -> Iterator[tuple[str, Document]]:
+        """(split, document) of the part's slices of chunks, in order: the ones dedup dropped left
+        out, PII redacted (a document redaction fails on booked and left out)."""
+        columns = ("pos", "id", "loc", "text", "valid_draw")
+        for cid, start, end in slices:
+            drops = dropped_positions(self.paths, cid)
+            t = chunk_table(self.paths, cid, list(columns)).slice(start, end - start)
+            for pos, doc_id, loc, text, u in zip(*(t.column(c).to_pylist() for c in columns)):
+                if pos in drops:
+                    continue
+                doc = Document(text=text, lang=self.lang, id=doc_id, loc=loc)
+                if self.cfg.pii.enabled:
+                    tp = time.perf_counter()
+                    try:
+                        doc.text, counts = redact(text, self.cfg.pii.kinds)
+                    except Exception as e:  # noqa: BLE001 - one document's failure is that document's error
+                        self.failed("pii", e, doc)
+                        continue
+                    finally:
+                        self.secs["pii"] += time.perf_counter() - tp
+                    for kind, n in counts.items():
+                        self.pii_counts[kind] = self.pii_counts.get(kind, 0) + n
+                        self.ledger.pii(self.lang, kind, n)
+                yield ("valid" if held_out(u, split_rule) else "train"), doc
+
+    def encode(self, batch: list[Document]) -> list[tuple[Document, list[int]]]:
         """The batch's token ids; when the batch fails, document by document, those that fail booked."""
         try:
-            return list(zip(batch, sp.encode([d.text for d in batch])))
+            return list(zip(batch, self.sp.encode([d.text for d in batch])))
         except Exception:  # noqa: BLE001 - find the document(s) it failed on
             ok = []
             for d in batch:
                 try:
-                    ok.append((d, sp.encode(d.text)))
+                    ok.append((d, self.sp.encode(d.text)))
                 except Exception as e:  # noqa: BLE001
-                    failed("tokenize", e, d)
+                    self.failed("tokenize", e, d)
             return ok
 
-    def run_batch(split: str, batch: list[Document]) -> None:
+    def add(self, split: str, batch: list[Document]) -> None:
+        """Tokenize a batch of one split and pack it; full samples go to the shards."""
         t = time.perf_counter()
-        encoded = encode(batch)
-        secs["tokenize"] += time.perf_counter() - t
+        encoded = self.encode(batch)
+        self.secs["tokenize"] += time.perf_counter() - t
         for doc, ids in encoded:
-            text = doc.text
-            docs[split] += 1
-            ids.append(eos)
+            self.docs[split] += 1
+            ids.append(self.eos)
             arr = np.asarray(ids, dtype=np.int32)
-            ledger.keep(lang, len(text.encode("utf-8")), len(arr))
+            self.ledger.keep(self.lang, len(doc.text.encode("utf-8")), len(arr))
             t = time.perf_counter()
-            samples = packers[split].add(arr)
-            secs["pack"] += time.perf_counter() - t
+            samples = self.packers[split].add(arr)
+            self.secs["pack"] += time.perf_counter() - t
             if samples:
-                emit(split, samples)
+                self.emit(split, samples)
 
-    try:
-        batches: dict[str, list[Document]] = {"train": [], "valid": []}
-        columns = ("pos", "id", "loc", "text", "valid_draw")
-        for cid, start, end in part["slices"]:
-            drops = dropped_positions(paths, cid)
-            t = chunk_table(paths, cid, list(columns)).slice(start, end - start)
-            for pos, doc_id, loc, text, u in zip(*(t.column(c).to_pylist() for c in columns)):
-                if pos in drops:
-                    continue
-                doc = Document(text=text, lang=lang, id=doc_id, loc=loc)
-                split = "valid" if held_out(u, part["split_rule"]) else "train"
-                if cfg.pii.enabled:
-                    tp = time.perf_counter()
-                    try:
-                        doc.text, counts = redact(text, cfg.pii.kinds)
-                    except Exception as e:  # noqa: BLE001 - one document's failure is that document's error
-                        failed("pii", e, doc)
-                        continue
-                    finally:
-                        secs["pii"] += time.perf_counter() - tp
-                    for kind, n in counts.items():
-                        pii_counts[kind] = pii_counts.get(kind, 0) + n
-                        ledger.pii(lang, kind, n)
-                batches[split].append(doc)
-                if len(batches[split]) >= cfg.pack.tokenize_batch:
-                    run_batch(split, batches[split])
-                    batches[split] = []
+    def emit(self, split: str, samples: Iterable[Any]) -> None:
+        t = time.perf_counter()
+        for s in samples:
+            w = self.writers.get((split, s.bucket))
+            if w is None:
+                path = self.paths.out / shard_path(split, self.lang, s.bucket, self.k)
+                w = self.writers[(split, s.bucket)] = ShardWriter(path, self.lang, s.bucket, split)
+            w.add(s)
+        self.secs["write"] += time.perf_counter() - t
+
+    def close(self) -> list[dict[str, Any]]:
+        """The packers' last samples written, every shard closed; the shards' entries."""
         for split in ("train", "valid"):
-            if batches[split]:
-                run_batch(split, batches[split])
             t = time.perf_counter()
-            tail = packers[split].flush()
-            secs["pack"] += time.perf_counter() - t
-            emit(split, tail)
+            tail = self.packers[split].flush()
+            self.secs["pack"] += time.perf_counter() - t
+            self.emit(split, tail)
         shards = []
         t = time.perf_counter()
-        for (split, bucket), w in sorted(writers.items()):
+        for (split, bucket), w in sorted(self.writers.items()):
             info = w.close()
-            shards.append(
-                {"path": shard_path(split, lang, bucket, k), "split": split, "bucket": bucket, "lang": lang, **info}
-            )
-        secs["write"] += time.perf_counter() - t
-    except BaseException:
-        for w in writers.values():
+            path = shard_path(split, self.lang, bucket, self.k)
+            shards.append({"path": path, "split": split, "bucket": bucket, "lang": self.lang, **info})
+        self.secs["write"] += time.perf_counter() - t
+        return shards
+
+    def abort(self) -> None:
+        for w in self.writers.values():
             w.abort()
-        raise
-    write_rows(pack_dropped_path(paths.out, lang, k), ledger.log.rows, DROP_SCHEMA)  # before the marker
-    result = {
-        "lang": lang,
-        "k": k,
-        "shards": shards,
-        "ledger": ledger.to_dict(),
-        "docs": docs,
-        "pii": dict(sorted(pii_counts.items())),
-        "seconds": secs,
-    }
-    write_json_atomic(done, result)
-    return result
 
 
 def plan_parts(

@@ -29,6 +29,7 @@ and ``pack_parts.plan_parts``), ``tokenizer.py`` (``build_tokenizer``), ``pack_p
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -38,12 +39,11 @@ from data_prep.budget import bundle_bytes, check_inputs
 from data_prep.chunks import process_chunk
 from data_prep.config import PrepareConfig
 from data_prep.decontaminate import build_index
-from data_prep.dedup.stage import progress_units, run_dedup
+from data_prep.dedup.stage import dedup_record, progress_units
 from data_prep.manifest import write_manifest
-from data_prep.pack_parts import pack_part, plan_parts
+from data_prep.pack_parts import pack_part
 from data_prep.readers import plan_chunks
 from data_prep.shards import FORMAT_VERSION
-from data_prep.split import validation_rules
 from data_prep.tokenizer import build_tokenizer
 from data_prep.workdir import Paths, clean_work, prepare_start
 
@@ -124,26 +124,12 @@ def run_all(
     ``map_fn(func, items)`` runs the fine-grained parallel work (Dask in the flow) and yields
     results as they complete.
     """
-    from functools import partial
-
-    progress = progress or Progress()
     paths = Paths(Path(out).resolve())
     prepare_start(paths)
-    timings: dict[str, Any] = {"tasks": {}}
+    run = Run(cfg, paths, strict, map_fn, progress or Progress())
     t0 = time.perf_counter()
     p = stage("plan", plan, cfg, paths, strict)
-    timings["plan"] = {"seconds": time.perf_counter() - t0, "chunks": len(p["chunks"])}
-    parallel = map_fn
-
-    def counted(func: Callable[[Any], Any], items: list[Any]) -> Iterable[Any]:
-        """The caller's map_fn, counting the parallel tasks (one an item) each function was given
-        (``run_stats.json`` ``tasks``)."""
-        name = getattr(getattr(func, "func", func), "__name__", "task")
-        timings["tasks"][name] = timings["tasks"].get(name, 0) + len(items)
-        return parallel(func, items)
-
-    map_fn = counted
-
+    run.timings["plan"] = {"seconds": time.perf_counter() - t0, "chunks": len(p["chunks"])}
     if is_complete(paths, p["fingerprint"]):
         if not cfg.keep_work:  # a run killed between its manifest and this clean-up
             clean_work(paths)
@@ -152,89 +138,117 @@ def run_all(
         return m
     chunk_ids = [c["id"] for c in p["chunks"]]
 
-    def chunks_stage() -> list[dict]:
-        t = time.perf_counter()
-        progress.start("read+filter", sum(c["size"] for c in p["chunks"]), "B")
-        sizes = {c["id"]: c["size"] for c in p["chunks"]}
-        res = []
-        for r in map_fn(partial(process_chunk, cfg=cfg, out=str(paths.out), strict=strict), p["chunks"]):
-            res.append(r)
-            progress.advance("read+filter", sizes[r["id"]])
-        res.sort(key=lambda r: r["id"])
-        dt = time.perf_counter() - t
-        recs = sum(r["steps"]["read"]["records"] for r in res)
-        timings["chunks"] = {"seconds": dt, "records": recs, "docs_per_s": recs / dt if dt else None}
-        progress.finish("read+filter", f"{recs} records in {dt:.1f} s ({recs / max(dt, 1e-9):,.0f} docs/s)")
-        return res
+    # closures: a stage's inputs stay out of its Prefect task's recorded parameters
+    def read_filter_stage() -> list[dict[str, Any]]:
+        return read_filter(run, p["chunks"])
 
-    summaries = stage("read_filter", chunks_stage)
+    summaries = stage("read_filter", read_filter_stage)
 
-    def dedup_stage() -> dict:
-        done = paths.work / "dedup.json"
-        if done.exists():
-            return read_json(done)
-        t = time.perf_counter()
-        progress.start("dedup", progress_units(cfg, chunk_ids), "tasks")
-        job = run_dedup(cfg, paths, chunk_ids, {s["id"]: s["docs"] for s in summaries}, map_fn, progress)
-        rules = validation_rules(job["draws"], cfg.pack.valid_fraction, cfg.pack.valid_min_docs)
-        parts = plan_parts(paths, chunk_ids, job["kept_bytes"], rules, cfg.pack.part_bytes)
-        lang_bytes: dict[str, int] = {}
-        for (_, lang), b in job["kept_bytes"].items():
-            lang_bytes[lang] = lang_bytes.get(lang, 0) + b
-        d = {
-            "duplicates": {k: dict(sorted(v.items())) for k, v in sorted(job["duplicates"].items())},
-            "split_rule": dict(sorted(rules.items())),
-            "parts": parts,
-            "kept_docs": dict(sorted((k, v.docs) for k, v in job["draws"].items())),
-            "kept_bytes": dict(sorted(lang_bytes.items())),
-        }
-        write_json_atomic(done, d)
-        dt = time.perf_counter() - t
-        n = sum(sum(v.values()) for v in d["duplicates"].values())
-        timings["dedup"] = {"seconds": dt, "duplicates": n, **job["stats"]}
-        progress.finish(
-            "dedup",
-            f"{n} duplicates removed in {dt:.1f} s ({job['stats']['partitions']} partitions, "
-            f"{job['stats']['confirmed']:,} near pairs confirmed of {job['stats']['candidates']:,} candidates)",
-        )
-        return d
+    def dedup_stage() -> dict[str, Any]:
+        return deduplicate(run, chunk_ids, summaries)
 
     dedup = stage("dedup", dedup_stage)
 
-    def tokenizer_stage() -> dict:
-        progress.start("tokenizer", 1, "model")
-        tok = build_tokenizer(cfg, paths, dedup, chunk_ids, map_fn)
-        timings["tokenizer"] = {"seconds": tok.get("seconds")}
-        progress.finish(
-            "tokenizer", f"{'trained' if tok['trained'] else 'reused'} tokenizer, vocab {tok['vocab_size']}"
-        )
-        return tok
+    def tokenizer_stage() -> dict[str, Any]:
+        return tokenizer(run, dedup, chunk_ids)
 
     tok = stage("tokenizer", tokenizer_stage)
 
-    def pack_stage() -> list[dict]:
-        t = time.perf_counter()
-        # Largest parts first (LPT scheduling): the stage ends when its last part does.
-        parts = sorted(dedup["parts"], key=lambda x: -x["bytes"])
-        progress.start("tokenize+pack", sum(x["bytes"] for x in parts), "B")
-        sizes = {(x["lang"], x["k"]): x["bytes"] for x in parts}
-        res = []
-        for r in map_fn(partial(pack_part, cfg=cfg, out=str(paths.out), tok_sha=tok["sha256"], strict=strict), parts):
-            res.append(r)
-            progress.advance("tokenize+pack", sizes[(r["lang"], r["k"])])
-        res.sort(key=lambda r: (r["lang"], r["k"]))
-        dt = time.perf_counter() - t
-        tokens = sum(s["tokens"] for r in res for s in r["shards"])
-        timings["pack"] = {"seconds": dt, "tokens": tokens, "tokens_per_s": tokens / dt if dt else None}
-        progress.finish("tokenize+pack", f"{tokens:,} tokens in {dt:.1f} s ({tokens / max(dt, 1e-9):,.0f} tokens/s)")
-        return res
+    def pack_stage() -> list[dict[str, Any]]:
+        return tokenize_pack(run, dedup, tok)
 
     part_results = stage("tokenize_pack", pack_stage)
     manifest = stage("manifest", write_manifest, cfg, paths, p, summaries, dedup, tok, part_results)
-    timings["total_seconds"] = time.perf_counter() - t0
-    write_json_atomic(paths.out / "run_stats.json", timings)
+    run.timings["total_seconds"] = time.perf_counter() - t0
+    write_json_atomic(paths.out / "run_stats.json", run.timings)
     if not cfg.keep_work:
         clean_work(paths)
     manifest = dict(manifest)
-    manifest["run_stats"] = timings
+    manifest["run_stats"] = run.timings
     return manifest
+
+
+class Run:
+    """What every stage of one run shares: the settings, the folder, where parallel work runs, the
+    progress display, and the timings (``run_stats.json``)."""
+
+    def __init__(self, cfg: PrepareConfig, paths: Paths, strict: bool, map_fn: MapFn, progress: Progress):
+        self.cfg, self.paths, self.strict, self.progress = cfg, paths, strict, progress
+        self.timings: dict[str, Any] = {"tasks": {}}
+        self._map_fn = map_fn
+
+    def map(self, func: Callable[[Any], Any], items: list[Any]) -> Iterable[Any]:
+        """The caller's map_fn, counting the parallel tasks (one an item) each function was given
+        (``run_stats.json`` ``tasks``)."""
+        name = getattr(getattr(func, "func", func), "__name__", "task")
+        self.timings["tasks"][name] = self.timings["tasks"].get(name, 0) + len(items)
+        return self._map_fn(func, items)
+
+
+def read_filter(run: Run, chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Stage chunks: every chunk read, normalized, identified, filtered (data_prep/chunks.py);
+    their summaries in chunk order."""
+    t = time.perf_counter()
+    run.progress.start("read+filter", sum(c["size"] for c in chunks), "B")
+    sizes = {c["id"]: c["size"] for c in chunks}
+    res = []
+    for r in run.map(partial(process_chunk, cfg=run.cfg, out=str(run.paths.out), strict=run.strict), chunks):
+        res.append(r)
+        run.progress.advance("read+filter", sizes[r["id"]])
+    res.sort(key=lambda r: r["id"])
+    dt = time.perf_counter() - t
+    recs = sum(r["steps"]["read"]["records"] for r in res)
+    run.timings["chunks"] = {"seconds": dt, "records": recs, "docs_per_s": recs / dt if dt else None}
+    run.progress.finish("read+filter", f"{recs} records in {dt:.1f} s ({recs / max(dt, 1e-9):,.0f} docs/s)")
+    return res
+
+
+def deduplicate(run: Run, chunk_ids: list[int], summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stage dedup (data_prep/dedup/stage.py ``dedup_record``): its record."""
+    t = time.perf_counter()
+    run.progress.start("dedup", progress_units(run.cfg, chunk_ids), "tasks")
+    docs = {s["id"]: s["docs"] for s in summaries}
+    d, stats = dedup_record(run.cfg, run.paths, chunk_ids, docs, run.map, run.progress)
+    if stats is None:
+        run.progress.finish("dedup", "done by an earlier run")
+        return d
+    dt = time.perf_counter() - t
+    n = sum(sum(v.values()) for v in d["duplicates"].values())
+    run.timings["dedup"] = {"seconds": dt, "duplicates": n, **stats}
+    run.progress.finish(
+        "dedup",
+        f"{n} duplicates removed in {dt:.1f} s ({stats['partitions']} partitions, "
+        f"{stats['confirmed']:,} near pairs confirmed of {stats['candidates']:,} candidates)",
+    )
+    return d
+
+
+def tokenizer(run: Run, dedup: dict[str, Any], chunk_ids: list[int]) -> dict[str, Any]:
+    """Stage tokenizer (data_prep/tokenizer.py ``build_tokenizer``)."""
+    run.progress.start("tokenizer", 1, "model")
+    tok = build_tokenizer(run.cfg, run.paths, dedup, chunk_ids, run.map)
+    run.timings["tokenizer"] = {"seconds": tok.get("seconds")}
+    run.progress.finish(
+        "tokenizer", f"{'trained' if tok['trained'] else 'reused'} tokenizer, vocab {tok['vocab_size']}"
+    )
+    return tok
+
+
+def tokenize_pack(run: Run, dedup: dict[str, Any], tok: dict[str, Any]) -> list[dict[str, Any]]:
+    """Stage pack: every part tokenized and packed into shards (data_prep/pack_parts.py)."""
+    t = time.perf_counter()
+    # Largest parts first (LPT scheduling): the stage ends when its last part does.
+    parts = sorted(dedup["parts"], key=lambda x: -x["bytes"])
+    run.progress.start("tokenize+pack", sum(x["bytes"] for x in parts), "B")
+    sizes = {(x["lang"], x["k"]): x["bytes"] for x in parts}
+    pack = partial(pack_part, cfg=run.cfg, out=str(run.paths.out), tok_sha=tok["sha256"], strict=run.strict)
+    res = []
+    for r in run.map(pack, parts):
+        res.append(r)
+        run.progress.advance("tokenize+pack", sizes[(r["lang"], r["k"])])
+    res.sort(key=lambda r: (r["lang"], r["k"]))
+    dt = time.perf_counter() - t
+    tokens = sum(s["tokens"] for r in res for s in r["shards"])
+    run.timings["pack"] = {"seconds": dt, "tokens": tokens, "tokens_per_s": tokens / dt if dt else None}
+    run.progress.finish("tokenize+pack", f"{tokens:,} tokens in {dt:.1f} s ({tokens / max(dt, 1e-9):,.0f} tokens/s)")
+    return res

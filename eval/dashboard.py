@@ -84,17 +84,26 @@ def all_regressions(rows: list[dict[str, Any]], threshold: float) -> list[dict[s
     return out
 
 
-def figures(run_dir: Path, threshold: float) -> list[tuple[str, Any]]:
-    """(title, plotly figure) of every chart; every text in them from data or a model is escaped
-    for plotly (eval/page.py plotly_text)."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
+Figure = tuple[str, Any]  # (title, plotly figure)
 
+
+def figures(run_dir: Path, threshold: float) -> list[Figure]:
+    """(title, plotly figure) of every chart, in page order; every text in them from data or a
+    model is escaped for plotly (eval/page.py plotly_text)."""
     rows = validation_rows(read_results(run_dir))
     langs = [r for r in rows if r["scope"] == "language"]
     names = sorted({r["lang"] for r in langs})
-    steps = sorted({r["step"] for r in rows})
-    figs: list[tuple[str, Any]] = []
+    figs = [bpb_lines(langs, names), bpb_heatmap(rows, langs, names), groups(rows)]
+    tasks = overview(run_dir)
+    if tasks is not None:
+        figs.append(tasks)
+    figs += [bpb_by_tokens_seen(langs, names), loss_and_lr(run_dir), regressions_table(rows, threshold)]
+    figs += [f for f in (generations_table(run_dir), ledger_bars(run_dir)) if f is not None]
+    return figs
+
+
+def bpb_lines(langs: list[dict[str, Any]], names: list[str]) -> Figure:
+    import plotly.graph_objects as go
 
     f = go.Figure()
     for lang in names:
@@ -103,8 +112,13 @@ def figures(run_dir: Path, threshold: float) -> list[tuple[str, Any]]:
     f.update_layout(
         xaxis_title="step", yaxis_title="bits per byte", height=520, legend_title="click: hide · double click: isolate"
     )
-    figs.append(("Bits per byte per language", f))
+    return "Bits per byte per language", f
 
+
+def bpb_heatmap(rows: list[dict[str, Any]], langs: list[dict[str, Any]], names: list[str]) -> Figure:
+    import plotly.graph_objects as go
+
+    steps = sorted({r["step"] for r in rows})
     grid = {(r["lang"], r["step"]): r["bpb"] for r in langs}
     f = go.Figure(
         go.Heatmap(
@@ -116,7 +130,11 @@ def figures(run_dir: Path, threshold: float) -> list[tuple[str, Any]]:
         )
     )
     f.update_layout(xaxis_title="checkpoint step", height=max(400, 16 * len(names)))
-    figs.append(("Bits per byte, language × checkpoint", f))
+    return "Bits per byte, language × checkpoint", f
+
+
+def groups(rows: list[dict[str, Any]]) -> Figure:
+    import plotly.graph_objects as go
 
     f = go.Figure()
     for r_ in sorted({(r["lang"], r["weighting"]) for r in rows if r["scope"] != "language"}):
@@ -133,10 +151,11 @@ def figures(run_dir: Path, threshold: float) -> list[tuple[str, Any]]:
             )
         )
     f.update_layout(xaxis_title="step", yaxis_title="bits per byte", height=420)
-    figs.append(("Groups and overall", f))
-    tasks = overview(run_dir)
-    if tasks is not None:
-        figs.append(tasks)
+    return "Groups and overall", f
+
+
+def bpb_by_tokens_seen(langs: list[dict[str, Any]], names: list[str]) -> Figure:
+    import plotly.graph_objects as go
 
     f = go.Figure()
     for lang in names:
@@ -151,7 +170,12 @@ def figures(run_dir: Path, threshold: float) -> list[tuple[str, Any]]:
             )
         )
     f.update_layout(xaxis_title="training tokens seen of the language", yaxis_title="bits per byte", height=520)
-    figs.append(("Bits per byte against tokens seen: starved or hard?", f))
+    return "Bits per byte against tokens seen: starved or hard?", f
+
+
+def loss_and_lr(run_dir: Path) -> Figure:
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
 
     m = read_metrics(RunDir(run_dir).metrics)[0]
     f = make_subplots(specs=[[{"secondary_y": True}]])
@@ -162,7 +186,11 @@ def figures(run_dir: Path, threshold: float) -> list[tuple[str, Any]]:
         go.Scatter(x=[x["step"] for x in m], y=[x.get("lr") for x in m], name="learning rate"), secondary_y=True
     )
     f.update_layout(xaxis_title="step", height=380)
-    figs.append(("Training loss and learning rate", f))
+    return "Training loss and learning rate", f
+
+
+def regressions_table(rows: list[dict[str, Any]], threshold: float) -> Figure:
+    import plotly.graph_objects as go
 
     regs = all_regressions(rows, threshold)
     f = go.Figure(
@@ -180,42 +208,52 @@ def figures(run_dir: Path, threshold: float) -> list[tuple[str, Any]]:
         )
     )
     f.update_layout(height=120 + 24 * max(1, len(regs)))
-    figs.append((f"Regressions (bits per byte up more than {threshold:.0%}): {len(regs)}", f))
+    return f"Regressions (bits per byte up more than {threshold:.0%}): {len(regs)}", f
+
+
+def generations_table(run_dir: Path) -> Figure | None:
+    """The last evaluated step's greedy completions; None before any."""
+    import plotly.graph_objects as go
 
     gens = read_generations(run_dir).to_pylist()
-    if gens:
-        last = max(g["step"] for g in gens)
-        g = sorted((x for x in gens if x["step"] == last), key=lambda x: (x["lang"], x["k"]))
-        f = go.Figure(
-            go.Table(
-                header={"values": ["language", "prompt", "greedy completion"]},
-                cells={
-                    "values": [[T(x["lang"]) for x in g], [T(x["prompt"]) for x in g], [T(x["completion"]) for x in g]],
-                    "align": "left",
-                },
-            )
+    if not gens:
+        return None
+    last = max(g["step"] for g in gens)
+    g = sorted((x for x in gens if x["step"] == last), key=lambda x: (x["lang"], x["k"]))
+    f = go.Figure(
+        go.Table(
+            header={"values": ["language", "prompt", "greedy completion"]},
+            cells={
+                "values": [[T(x["lang"]) for x in g], [T(x["prompt"]) for x in g], [T(x["completion"]) for x in g]],
+                "align": "left",
+            },
         )
-        f.update_layout(height=120 + 40 * len(g))
-        figs.append((f"Generations at step {last}", f))
+    )
+    f.update_layout(height=120 + 40 * len(g))
+    return f"Generations at step {last}", f
+
+
+def ledger_bars(run_dir: Path) -> Figure | None:
+    """The data's ledger (its manifest): documents kept and dropped by reason; None without the data."""
+    import plotly.graph_objects as go
 
     manifest = _manifest(run_dir)
-    if manifest:
-        ledger = sorted(manifest["languages"].items())
-        f = go.Figure()
-        f.add_trace(go.Bar(x=[T(l) for l, _ in ledger], y=[e["docs_kept"] for _, e in ledger], name="kept"))
-        for kind in ("filtered", "duplicates", "errors"):
-            reasons = sorted({k for _, e in ledger for k in e.get(kind, {})})
-            for reason in reasons:
-                f.add_trace(
-                    go.Bar(
-                        x=[T(l) for l, _ in ledger],
-                        y=[e.get(kind, {}).get(reason, 0) for _, e in ledger],
-                        name=T(f"{kind}: {reason}"),
-                    )
+    if not manifest:
+        return None
+    ledger = sorted(manifest["languages"].items())
+    f = go.Figure()
+    f.add_trace(go.Bar(x=[T(l) for l, _ in ledger], y=[e["docs_kept"] for _, e in ledger], name="kept"))
+    for kind in ("filtered", "duplicates", "errors"):
+        for reason in sorted({k for _, e in ledger for k in e.get(kind, {})}):
+            f.add_trace(
+                go.Bar(
+                    x=[T(l) for l, _ in ledger],
+                    y=[e.get(kind, {}).get(reason, 0) for _, e in ledger],
+                    name=T(f"{kind}: {reason}"),
                 )
-        f.update_layout(barmode="stack", yaxis_title="documents in", height=480)
-        figs.append(("Data ledger: documents in, kept and dropped by reason", f))
-    return figs
+            )
+    f.update_layout(barmode="stack", yaxis_title="documents in", height=480)
+    return "Data ledger: documents in, kept and dropped by reason", f
 
 
 def build(run_dir: str | Path, threshold: float | None = None) -> Path:

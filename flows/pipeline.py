@@ -176,21 +176,34 @@ def evaluations_of(folder: RunDir, key: StageKey, restore_from: Path | None = No
 @owns(lambda config, out: out, "flow pipeline")
 def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
     """The main job (see the module docstring); returns the record of every stage and where the outputs are."""
-    from data_prep.shards import load_manifest
-    from eval.dashboard import build
-    from eval.export import export
-    from eval.results import evaluated_steps, skipped_steps
-    from flows.evaluate import evaluate_flow
-    from flows.prepare import prepare
-    from flows.train import train, validate
-
     log = get_run_logger()
     cfg = from_dict(PipelineConfig, real(config))
     run = Path(out).resolve()
     run.mkdir(parents=True, exist_ok=True)
     stages = Stages(run, log)
+    data_dir = data_stage(cfg, run, stages)
+    folder, ek = train_stage(cfg.train, data_dir, run, stages)
+    dashboard = evaluate_stage(cfg.train, data_dir, folder, ek, run, stages, log)
+    result: dict[str, Any] = {
+        "run": str(run),
+        "data": str(data_dir),
+        "train": str(folder.root),
+        "dashboard": str(dashboard),
+        "tensorboard": str(folder.tensorboard),
+        "checkpoints": str(folder.checkpoints),
+    }
+    if cfg.export.enabled:
+        result["export"] = str(export_stage(cfg, folder, data_dir, run, stages))
+    result["stages"] = stages.record
+    write_json_atomic(run / RECORD, {"stages": {**stages.previous, **stages.record}, "outputs": result})
+    return result
 
-    # 1. data
+
+def data_stage(cfg: PipelineConfig, run: Path, stages: Stages) -> Path:
+    """1. The prepared data (``bloomline prepare``), checked against contract 1 even when reused."""
+    from data_prep.shards import load_manifest
+    from flows.prepare import prepare
+
     pk = prepare_key(cfg.data)
     data_dir = pk.folder(run)
 
@@ -210,26 +223,30 @@ def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
         return None
 
     stages.run_stage(pk, data_dir, do_prepare, data_intact)
-    load_manifest(data_dir)  # a reused folder is still checked against contract 1
+    load_manifest(data_dir)
+    return data_dir
 
-    # 2. training, each checkpoint evaluated alongside by the train flow's watcher
-    recipe = cfg.train
+
+def train_stage(recipe: Any, data_dir: Path, run: Path, stages: Stages) -> tuple[RunDir, StageKey]:
+    """2. Training, each checkpoint evaluated alongside by the train flow's watcher with the
+    evaluation settings of the key it returns."""
+    from flows.train import train, validate
+
     tk = train_key(recipe, data_dir)
-    train_dir = tk.folder(run)
-    folder = RunDir(train_dir)
+    folder = RunDir(tk.folder(run))
     ek = evaluate_key(recipe, tk)
 
     def do_train() -> dict[str, Any]:
         validate(recipe, data_dir)
         evaluations_of(folder, ek)  # the watcher evaluates with this recipe's settings: no mixing with others
-        res = train(masked(to_dict(recipe)), str(data_dir), str(train_dir))
+        res = train(masked(to_dict(recipe)), str(data_dir), str(folder.root))
         if res["stopped_by_kill_switch"]:
             raise BloomlineError(
                 f"stopped by the kill switch at step {res['step']}/{res['steps']}: remove "
-                f"{train_dir / 'STOP'} and rerun to continue"
+                f"{folder.root / 'STOP'} and rerun to continue"
             )
         return {
-            "run": str(train_dir),
+            "run": str(folder.root),
             "step": res["step"],
             "loss": res["last"].get("loss"),
             "attempts": res["attempts"],
@@ -239,13 +256,22 @@ def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
         step = folder.latest_step()
         return None if step == outputs["step"] else f"its latest checkpoint is step {step}, not {outputs['step']}"
 
-    stages.run_stage(tk, train_dir, do_train, train_intact)
+    stages.run_stage(tk, folder.root, do_train, train_intact)
+    return folder, ek
 
-    # 3. evaluation of every kept checkpoint not evaluated yet with these settings. The stage's own
-    # folder keeps a copy of the run's evaluations per settings, so switching a value back restores
-    # them rather than evaluating again; the run's eval/ (what the dashboard reads) always holds the
-    # evaluations of the current settings.
-    kept = ek.folder(run)
+
+def evaluate_stage(
+    recipe: Any, data_dir: Path, folder: RunDir, ek: StageKey, run: Path, stages: Stages, log: Any
+) -> Path:
+    """3. Evaluation of every kept checkpoint not evaluated yet with these settings, then the
+    dashboard (its path). The stage's own folder keeps a copy of the run's evaluations per
+    settings, so switching a value back restores them rather than evaluating again; the run's
+    eval/ (what the dashboard reads) always holds the evaluations of the current settings."""
+    from eval.dashboard import build
+    from eval.results import evaluated_steps, skipped_steps
+    from flows.evaluate import evaluate_flow
+
+    train_dir, kept = folder.root, ek.folder(run)
 
     def do_evaluate() -> dict[str, Any]:
         evaluations_of(folder, ek)  # made with other settings, or unknown: evaluate every checkpoint
@@ -267,37 +293,24 @@ def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
     _, reused = stages.run_stage(ek, kept, do_evaluate, kept_intact)
     if reused and evaluations_of(folder, ek, restore_from=kept):  # the run's eval/ held other settings' results
         log.info("evaluate: the run's evaluations restored from %s", kept)
-    dashboard = task(build, name="dashboard", cache_policy=NONE, persist_result=False)(train_dir)
+    return task(build, name="dashboard", cache_policy=NONE, persist_result=False)(train_dir)
 
-    # 4. the final checkpoint as a Hugging Face model
-    result: dict[str, Any] = {
-        "run": str(run),
-        "data": str(data_dir),
-        "train": str(train_dir),
-        "dashboard": str(dashboard),
-        "tensorboard": str(folder.tensorboard),
-        "checkpoints": str(folder.checkpoints),
-    }
-    if cfg.export.enabled:
-        final = folder.latest_dir()
-        if final is None:
-            raise StageError("export", BloomlineError(f"{train_dir} has no checkpoint to export"))
-        xk = export_key(cfg, final)
-        export_dir = xk.folder(run)
-        stages.run_stage(
-            xk,
-            export_dir,
-            lambda: {
-                "export": str(
-                    task(export, name="export-hf", cache_policy=NONE, persist_result=False)(
-                        final, export_dir, data_dir, cfg.export.dtype
-                    )
-                ),
-                "step": read_meta(final)["step"],
-            },
-            lambda outputs: export_broken(export_dir),
+
+def export_stage(cfg: PipelineConfig, folder: RunDir, data_dir: Path, run: Path, stages: Stages) -> Path:
+    """4. The final checkpoint as a Hugging Face model."""
+    from eval.export import export
+
+    final = folder.latest_dir()
+    if final is None:
+        raise StageError("export", BloomlineError(f"{folder.root} has no checkpoint to export"))
+    xk = export_key(cfg, final)
+    export_dir = xk.folder(run)
+
+    def do_export() -> dict[str, Any]:
+        made = task(export, name="export-hf", cache_policy=NONE, persist_result=False)(
+            final, export_dir, data_dir, cfg.export.dtype
         )
-        result["export"] = str(export_dir)
-    result["stages"] = stages.record
-    write_json_atomic(run / RECORD, {"stages": {**stages.previous, **stages.record}, "outputs": result})
-    return result
+        return {"export": str(made), "step": read_meta(final)["step"]}
+
+    stages.run_stage(xk, export_dir, do_export, lambda outputs: export_broken(export_dir))
+    return export_dir

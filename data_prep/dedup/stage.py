@@ -39,7 +39,8 @@ from data_prep.dedup.exact import exact_groups, exact_keys
 from data_prep.dedup.keys import band_keys
 from data_prep.dedup.pairs import KEY_ROW_BYTES, find_pairs
 from data_prep.dedup.signature import band_params
-from data_prep.split import SplitDraws
+from data_prep.pack_parts import plan_parts
+from data_prep.split import SplitDraws, validation_rules
 from data_prep.workdir import Paths
 
 MapFn = Callable[[Callable[[Any], Any], list[Any]], Iterable[Any]]
@@ -157,3 +158,31 @@ def run_dedup(
                 draws.setdefault(lang, SplitDraws()).merge(SplitDraws(**k["draws"]), cfg.pack.valid_min_docs)
             tick()
     return {"duplicates": duplicates, "kept_bytes": kept_bytes, "draws": draws, "stats": stats}
+
+
+def dedup_record(
+    cfg: PrepareConfig, paths: Paths, chunk_ids: list[int], docs: dict[int, int], map_fn: MapFn, progress: Any = None
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The dedup stage: :func:`run_dedup`, then what its outcome decides for the stages after it —
+    the validation hold-out rule per language (data_prep/split.py, from the kept documents' draws)
+    and the pack parts (data_prep/pack_parts.py ``plan_parts``, from the kept bytes). Returns its
+    record, written atomically as the stage's marker ``.work/dedup.json`` (duplicates per
+    language and reason, the split rule, the parts, kept documents and bytes per language), and
+    the job's counts; (the record, None) when the marker was there already."""
+    done = paths.work / "dedup.json"
+    if done.exists():
+        return read_json(done), None
+    job = run_dedup(cfg, paths, chunk_ids, docs, map_fn, progress)
+    rules = validation_rules(job["draws"], cfg.pack.valid_fraction, cfg.pack.valid_min_docs)
+    lang_bytes: dict[str, int] = {}
+    for (_, lang), b in job["kept_bytes"].items():
+        lang_bytes[lang] = lang_bytes.get(lang, 0) + b
+    record = {
+        "duplicates": {k: dict(sorted(v.items())) for k, v in sorted(job["duplicates"].items())},
+        "split_rule": dict(sorted(rules.items())),
+        "parts": plan_parts(paths, chunk_ids, job["kept_bytes"], rules, cfg.pack.part_bytes),
+        "kept_docs": dict(sorted((k, v.docs) for k, v in job["draws"].items())),
+        "kept_bytes": dict(sorted(lang_bytes.items())),
+    }
+    write_json_atomic(done, record)
+    return record, job["stats"]
