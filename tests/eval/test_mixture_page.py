@@ -1,0 +1,21 @@
+"""The mixture page's weights as drawn (eval/mixture_page.py weight_steps): a decision taken after
+step s holds from step s+1 until the next one."""
+
+from eval.mixture_page import weight_steps
+
+LOG = [
+    {"step": 0, "weights": {"sw": 0.5, "en": 0.5}},
+    {"step": 10, "weights": None},  # looked, kept the weights: no point of its own
+    {"step": 20, "weights": {"sw": 0.7, "en": 0.3}},
+]
+
+
+def test_each_decision_holds_from_the_next_step_to_the_last():
+    xs, ys = weight_steps(LOG, 40)
+    assert xs == [1, 21, 40]
+    assert ys == {"en": [0.5, 0.3, 0.3], "sw": [0.5, 0.7, 0.7]}
+
+
+def test_a_decision_after_the_last_metrics_line_still_shows():
+    xs, _ = weight_steps(LOG, 15)  # metrics read before step 20's decision was logged
+    assert xs == [1, 21, 21]
