@@ -71,8 +71,6 @@ def watch(
 ) -> list[int]:
     """Evaluate checkpoints as they appear until ``done()`` and none is pending; the steps evaluated.
     ``pacer`` (installed on the process's forwards) is also settled after each evaluation."""
-    if evaluate is None:
-        from flows.evaluate import evaluate_flow as evaluate
     folder = RunDir(run_dir)
     settings = to_dict(recipe.evaluation.settings)
     evaluated = []
@@ -86,6 +84,8 @@ def watch(
             continue
         step = todo[0]
         settle(run_dir, recipe.evaluation.max_deferred, busy=step)
+        if evaluate is None:  # imported once a checkpoint waits, so the watcher announces itself first (hold.json)
+            from flows.evaluate import evaluate_flow as evaluate
         t0 = time.perf_counter()
         try:
             evaluate(str(folder.step_dir(step)), str(data), masked(settings), str(run_dir))
