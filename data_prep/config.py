@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from bloomline import languages
 from bloomline.config import check, from_dict
-from bloomline.errors import ConfigError
+from bloomline.errors import ConfigError, DataError
 from bloomline.host import available_cpus
 from bloomline.task_spec import TaskSpec
 
@@ -350,22 +350,28 @@ class PrepareConfig:
         ``keep_work``, ``memory_gib``: the output does not depend on them), with a given tokenizer
         and the task items decontaminated against by their bytes, and the sources less their paths
         (a path names no content; the reading options do). ``inputs``: one digest over the bytes
-        of every source's files."""
+        of each source's files, in the sources' order. Every input byte is read: a rerun of a
+        large corpus pays one pass of reading and hashing it."""
         from bloomline.config import to_dict
-        from bloomline.io import content_digest, sha256_file
+        from bloomline.io import content_digest, sha256_file, sha256_tree
         from bloomline.task_spec import folder_digest
 
         c = to_dict(self)
         for where in ("dask", "keep_work", "memory_gib"):
             c.pop(where, None)
         if c["tokenizer"].get("model"):
+            if not Path(c["tokenizer"]["model"]).is_file():
+                raise DataError(f"tokenizer.model {c['tokenizer']['model']} not found")
             c["tokenizer"]["model"] = {"sha256": sha256_file(c["tokenizer"]["model"])}
         for t in c["decontaminate"]["tasks"]:
             if not Path(t["data"]).is_dir():
                 raise ConfigError("decontaminate.tasks", f"task '{t['name']}': data folder {t['data']} does not exist")
             t["data"] = folder_digest(t["data"])
         sources = c.pop("sources")
-        inputs, _, _ = content_digest([s["path"] for s in sources])
+        # each source's bytes in the sources' order, beside its options in the same order: reordered
+        # sources (other chunk ids, another first of each duplicate group) or two sources' paths
+        # swapped (their options now read other files) are other data
+        inputs = sha256_tree([content_digest([s["path"]])[0] for s in sources])
         c["sources"] = [{k: v for k, v in s.items() if k != "path"} for s in sources]
         return {"config": c, "inputs": inputs}
 

