@@ -276,6 +276,32 @@ def test_code_digests_follow_what_each_stage_imports(tmp_path, monkeypatch):
     assert changed_by("training/planner.py", "flows/cli.py", "data_prep/thresholds.py") == []
 
 
+def test_an_evaluation_steered_mixture_keys_training_by_what_steers_it(tmp_path):
+    """With ``batch.online.rule: evaluation`` evaluations shape the weights: their settings and the
+    reference run's results are in the train key; with a fixed mixture they are not."""
+    from bloomline.config import load_config
+    from eval.results import results_dir
+    from flows.pipeline import train_key
+    from training.config import TrainRecipe
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "manifest.json").write_text("{}")
+    ref = tmp_path / "ref"
+    results_dir(ref).mkdir(parents=True)
+    (results_dir(ref) / "step_00000010.parquet").write_bytes(b"one")
+
+    def key(*o):
+        return train_key(load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", list(o)), data).key
+
+    steered = ["batch.mixture=online", "batch.online.rule=evaluation", f"batch.online.reference={ref}"]
+    assert key("evaluation.settings.max_tokens_per_lang=100") == key()  # fixed mixture: evaluation is its own stage
+    k = key(*steered)
+    assert key(*steered, "evaluation.settings.max_tokens_per_lang=100") != k
+    (results_dir(ref) / "step_00000010.parquet").write_bytes(b"other")
+    assert key(*steered) != k
+
+
 def test_the_export_key_hashes_the_weights(tmp_path):
     from bloomline.config import load_config
     from flows.config import PipelineConfig
