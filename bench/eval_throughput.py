@@ -33,33 +33,11 @@ import numpy as np
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "corpus"
 sys.path.insert(0, str(REPO))
 
+from bench.train_throughput import SHARED, prepare  # noqa: E402  (the same shards as the training bench)
 from bloomline.config import load_config  # noqa: E402
 from training.config import TrainRecipe  # noqa: E402
-
-
-def prepare(wd: Path) -> Path:
-    out = wd / "data"
-    if not (out / "manifest.json").exists():
-        cmd = [
-            sys.executable,
-            "-m",
-            "flows.cli",
-            "prepare",
-            "--out",
-            str(out),
-            str(SHARED),
-            "-o",
-            "tokenizer.vocab_size=8000",
-            "-o",
-            "pack.buckets=[64,128,256,512]",
-            "-o",
-            "pack.valid_fraction=0.02",
-        ]
-        subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return out
 
 
 def overrides(data: Path) -> list[str]:
