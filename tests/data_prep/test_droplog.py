@@ -41,7 +41,7 @@ def junk_records():
         ("j-few", "Just three words.", "en"),
         ("j-many", long_text, "en"),
         ("j-char", "buy now " * 40, "en"),
-        ("j-word", GOOD + " " + " ".join(["the market opens at dawn on monday and closes late"] * 4), "en"),
+        ("j-word", GOOD + " " + " ".join(["the market opens at dawn on monday and closes late"] * 6), "en"),
         (
             "j-special",
             GOOD + " $$$ ### @@@ %%% &&& *** ((( ))) 1234567890 1234567890 1234567890 1234567890 !!! ??? ;;; :::",

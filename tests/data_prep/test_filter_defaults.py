@@ -1,7 +1,7 @@
 """The shipped filter thresholds (configs/data/demo.yaml) on both sides: synthetic junk of four
 kinds (data_prep/junk.py), built from every language's own text, is dropped; clean text is kept
-— the sample corpus here, and with ../shared/corpus present, at most 1% of any language of the
-half the thresholds were not derived from (bench/filter_defaults.py prints the same figures).
+— the sample corpus here, and with ../shared/corpus present, at most 1% of any language of a
+source held out of the derivation (bench/filter_defaults.py prints the same figures).
 The shipped values are what the derivation (data_prep/thresholds.py) gives, not hand edits."""
 
 import sys
@@ -16,7 +16,7 @@ from data_prep.thresholds import as_overrides, derive
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from bench.filter_defaults import clean_drops, corpus, derive_all, halves, junk_kept  # noqa: E402
+from bench.filter_defaults import corpus, derive_all, held_out_sources, in_sample  # noqa: E402
 
 SAMPLE = REPO / "data_prep" / "sample_corpus"
 
@@ -26,14 +26,11 @@ def cfg():
     return load_config(PrepareConfig, REPO / "configs/data/demo.yaml")
 
 
-def test_junk_is_dropped_in_every_language(cfg):
-    kept = junk_kept(cfg, corpus(SAMPLE))
-    assert not kept, [(lang, kind, text[:80]) for lang, kind, text in kept[:10]]
-
-
-def test_clean_sample_corpus_is_kept(cfg):
-    drops = {lang: (n, c) for lang, (n, c) in clean_drops(cfg, corpus(SAMPLE)).items() if sum(c.values())}
-    assert not drops, drops
+def test_junk_is_dropped_and_clean_sample_corpus_kept(cfg):
+    res = in_sample(cfg, corpus(SAMPLE))
+    assert len(res) == 59
+    assert not [(lang, kind, text[:80]) for lang, v in res.items() for kind, text in v.junk_kept]
+    assert not {lang: dict(v.drops) for lang, v in res.items() if v.drops}
 
 
 def test_the_derivation_rule():
@@ -53,11 +50,13 @@ def test_the_derivation_rule():
     }  # 1.5 x 0.2 = 0.3 is below the recipe's 0.4
 
 
-def test_held_out_half_loses_at_most_one_percent_per_language(cfg, shared_corpus):
-    tune, held = halves(corpus(shared_corpus))
-    res = clean_drops(cfg, held)
-    over = {lang: (sum(c.values()), n, dict(c)) for lang, (n, c) in res.items() if sum(c.values()) > 0.01 * n}
-    assert len(res) == 59 and not over, over
-    assert not junk_kept(cfg, held, per_lang=1)
-    # the shipped languages are the derivation from the tuning half, as generated
-    assert cfg.filters.languages == as_overrides(derive_all(cfg, tune))
+def test_held_out_sources_lose_at_most_one_percent_per_language(cfg, shared_corpus):
+    docs = corpus(shared_corpus)
+    res = held_out_sources(cfg, docs)
+    checked = {lang: v for lang, v in res.items() if v is not None}
+    assert len(checked) >= 40  # every natural language with two or more sources
+    over = {lang: (dict(v.drops), v.docs) for lang, v in checked.items() if sum(v.drops.values()) > 0.01 * v.docs}
+    assert not over, over
+    assert not [(lang, kind) for lang, v in checked.items() for kind, _ in v.junk_kept]
+    # the shipped languages are the derivation from every source, as generated
+    assert cfg.filters.languages == as_overrides(derive_all(cfg, docs))

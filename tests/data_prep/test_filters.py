@@ -27,8 +27,6 @@ def quality_reason(text, t, han_chars=False):
 def test_definitions_match_roots():
     # ROOTS' code on "ok_ok_good_ok" with n=3 gives 4/11 (k capped by the repeated n-grams).
     assert char_repetition_ratio("ok_ok_good_ok", 3) == pytest.approx(4 / 11)
-    ws = "a b c a b c a b c".split()
-    assert word_repetition_ratio(ws, 3) == pytest.approx(1.0)
     assert word_repetition_ratio("a b c d e f".split(), 2) == 0.0
     assert words("«Hello», world!! 123 ...") == ["Hello", "world"]  # digits are special in ROOTS
     assert words("我们去市场", han_chars=True) == list("我们去市场")
@@ -53,9 +51,18 @@ def test_each_reason(text, reason):
     assert quality_reason(text, t) == reason
 
 
+def test_word_repetition_counts_the_copies_by_characters():
+    """Gopher's duplicate n-gram character fraction: a phrase's first use is not repetition, its
+    copies are (ROOTS' ratio gives 1.0 for both texts below), and words weigh by their length."""
+    assert word_repetition_ratio("a b c a b c a b c".split(), 3) == pytest.approx(6 / 9)
+    assert word_repetition_ratio("one two three one two three".split(), 3) == pytest.approx(0.5)
+    # the repeated phrase is three short words (6 characters) of a text of 29
+    assert word_repetition_ratio("xx ab to xx ab to yyyyyyyy zzzzzzzzz".split(), 3) == pytest.approx(6 / 29)
+
+
 def test_word_repetition_reason():
     t = QualityThresholds(max_char_rep=1.0, max_word_rep=0.3)
-    text = GOOD + " " + " ".join(["the market opens at dawn today"] * 3)
+    text = GOOD + " " + " ".join(["the market opens at dawn today"] * 6)
     assert quality_reason(text, t) == "word_repetition"
 
 
