@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 
@@ -20,6 +20,7 @@ from data_prep.filters import QualityFilter
 from data_prep.langid import LanguageIdFilter
 from data_prep.normalize import Normalizer
 from data_prep.readers import Chunk, ChunkReader
+from data_prep.step import PipelineStep
 from data_prep.workdir import Paths
 
 CHUNK_SCHEMA = pa.schema(
@@ -40,6 +41,32 @@ CHUNK_SCHEMA = pa.schema(
 (data_prep/split.py), ``nbytes`` its UTF-8 size."""
 
 
+StepBuilder = Callable[[Ledger, bool], PipelineStep]
+"""``(ledger, strict) -> step``: one per-document step of a chunk, built in the worker."""
+
+
+def chunk_steps(cfg: PrepareConfig, paths: Paths) -> list[tuple[str, StepBuilder]]:
+    """The recipe's per-document steps of a chunk, in order, after ``read``: (name, builder).
+    datatrove-style, a chunk is this list run over its documents; the names are what the
+    ``read+filter`` progress line and the chunk summaries (``steps``, ``seconds``) show."""
+    steps: list[tuple[str, StepBuilder]] = [(Normalizer.name, lambda ledger, strict: Normalizer(ledger, strict))]
+    if cfg.langid.enabled:
+        steps.append((LanguageIdFilter.name, lambda ledger, strict: LanguageIdFilter(cfg.langid, ledger, strict)))
+    if cfg.filters.enabled:
+        steps.append((QualityFilter.name, lambda ledger, strict: QualityFilter(cfg.filters, ledger, strict)))
+    if cfg.decontaminate.tasks:  # the planner's index, loaded once per worker process
+        steps.append(
+            (
+                Decontaminator.name,
+                lambda ledger, strict: Decontaminator(
+                    cfg.decontaminate, load_index(paths.decontaminate), ledger, strict
+                ),
+            )
+        )
+    steps.append((DedupSigner.name, lambda ledger, strict: DedupSigner(cfg.dedup, ledger)))
+    return steps
+
+
 def process_chunk(chunk: dict[str, Any], cfg: PrepareConfig, out: str, strict: bool = False) -> dict[str, Any]:
     """Run the per-document steps over one chunk; write kept docs (sorted by language)."""
     paths = Paths(Path(out))
@@ -49,16 +76,7 @@ def process_chunk(chunk: dict[str, Any], cfg: PrepareConfig, out: str, strict: b
     t0 = time.perf_counter()
     ledger = Ledger(DropLog(cfg.dropped_text_chars))
     reader = ChunkReader(Chunk(**chunk), cfg.read, ledger, strict)
-    steps = [Normalizer(ledger, strict)]
-    if cfg.langid.enabled:
-        steps.append(LanguageIdFilter(cfg.langid, ledger, strict))
-    if cfg.filters.enabled:
-        steps.append(QualityFilter(cfg.filters, ledger, strict))
-    if cfg.decontaminate.tasks:  # the planner's index, loaded once per worker process
-        steps.append(Decontaminator(cfg.decontaminate, load_index(paths.decontaminate), ledger, strict))
-    signer = DedupSigner(cfg.dedup, ledger)
-    steps.append(signer)
-    quality = next((s for s in steps if isinstance(s, QualityFilter)), None)
+    steps = [build(ledger, strict) for _, build in chunk_steps(cfg, paths)]
     docs: Iterable[Document] = reader.run()
     for step in steps:
         docs = step.run(docs)
@@ -83,7 +101,7 @@ def process_chunk(chunk: dict[str, Any], cfg: PrepareConfig, out: str, strict: b
     tmp.replace(data)
     # the drop log and the filter scores of this chunk, before its marker (data_prep/droplog.py)
     write_rows(dropped_path(paths.out, "chunk", chunk["id"]), ledger.log.rows, DROP_SCHEMA)
-    write_rows(scores_path(paths.out, chunk["id"]), quality.scores if quality else [], SCORE_SCHEMA)
+    write_rows(scores_path(paths.out, chunk["id"]), [r for st in steps for r in st.score_rows()], SCORE_SCHEMA)
     ranges: dict[str, list[int]] = {}
     nbytes: dict[str, int] = {}
     for i, (d, size) in enumerate(zip(kept, cols["nbytes"])):

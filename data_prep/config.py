@@ -7,7 +7,7 @@ corpus; ``configs/data/demo.yaml`` shrinks the sizes for the bundled sample corp
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
@@ -105,8 +105,9 @@ class QualityThresholds:
 
     def validate(self) -> None:
         check(0 <= self.min_words <= self.max_words, "min_words", "must be >= 0 and <= max_words")
-        for name in ("max_char_rep", "max_word_rep", "max_special", "max_flagged", "max_keyboard"):
-            check(0.0 <= getattr(self, name) <= 1.0, name, "must be in [0, 1]")
+        for f in fields(self):
+            if f.type == "float":  # every ratio threshold (data_prep/filters.py CHECKS)
+                check(0.0 <= getattr(self, f.name) <= 1.0, f.name, "must be in [0, 1]")
         check(self.char_rep_n >= 1, "char_rep_n", "must be >= 1")
         check(self.word_rep_n >= 1, "word_rep_n", "must be >= 1")
 

@@ -33,7 +33,7 @@ from bloomline.config import from_dict
 from bloomline.errors import ConfigError, DataError
 from data_prep.config import CodeThresholds, FilterConfig, QualityThresholds
 from data_prep.droplog import DROP_SCHEMA, DROPPED_DIR, SCORE_SCHEMA, SCORES_DIR, check_dropped, drop_counts
-from data_prep.filters import CHECKS, CODE_CHECKS
+from data_prep.filters import CHECKS, CODE_CHECKS, Check
 from data_prep.quantiles import quantiles
 
 QUANTILES = (0.01, 0.1, 0.5, 0.9, 0.99)
@@ -42,7 +42,7 @@ EDGE = 0.10
 _FIXED = {"char_rep_n", "word_rep_n", "flagged_words"}
 
 
-def checks_of(lang: str, cfg: FilterConfig) -> tuple[tuple, Any]:
+def checks_of(lang: str, cfg: FilterConfig) -> tuple[tuple[Check, ...], Any]:
     """The checks and thresholds that apply to ``lang``."""
     if languages.BY_CODE[lang].kind == "code":
         return CODE_CHECKS, cfg.code
@@ -81,16 +81,16 @@ def by_language(batch: dict[str, np.ndarray]) -> Iterator[tuple[str, dict[str, n
         yield lang, {k: v[sel] for k, v in batch.items() if k != "lang"}
 
 
-def decide(scores: dict[str, np.ndarray], checks: tuple, thresholds: Any) -> np.ndarray:
+def decide(scores: dict[str, np.ndarray], checks: tuple[Check, ...], thresholds: Any) -> np.ndarray:
     """The reason each document fails first (None: kept) under ``thresholds``."""
     n = len(scores["reason"])
     out = np.full(n, None, dtype=object)
     open_ = np.ones(n, dtype=bool)
-    for reason, score, field_, below in checks:
-        v, limit = scores[score], getattr(thresholds, field_)
+    for c in checks:
+        v, limit = scores[c.score], getattr(thresholds, c.limit)
         with np.errstate(invalid="ignore"):
-            fail = open_ & ~np.isnan(v) & ((v < limit) if below else (v > limit))
-        out[fail] = reason
+            fail = open_ & ~np.isnan(v) & ((v < limit) if c.below else (v > limit))
+        out[fail] = c.reason
         open_ &= ~fail
     return out
 
@@ -110,15 +110,15 @@ def kept_stats(out: Path, cfg: FilterConfig, batch_rows: int = BATCH_ROWS) -> di
             for lang, s in by_language(batch):
                 checks, t = checks_of(lang, cfg)
                 kept = np.array([r is None for r in s["reason"]], dtype=bool)
-                for reason, score, field_, below in checks:
-                    v = s[score][kept]
+                for c in checks:
+                    v = s[c.score][kept]
                     v = v[~np.isnan(v)]
                     if not len(v):
                         continue
-                    if (lang, reason) not in ids:
-                        ids[(lang, reason)] = len(ids)
-                        limits.append((float(getattr(t, field_)), below))
-                    gids.append(np.full(len(v), ids[(lang, reason)], dtype=np.int64))
+                    if (lang, c.reason) not in ids:
+                        ids[(lang, c.reason)] = len(ids)
+                        limits.append((float(getattr(t, c.limit)), c.below))
+                    gids.append(np.full(len(v), ids[(lang, c.reason)], dtype=np.int64))
                     vals.append(v)
             if gids:
                 yield np.concatenate(gids), np.concatenate(vals)

@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, Callable
 
 from bloomline import languages
 from data_prep.config import FilterConfig, QualityThresholds
@@ -98,22 +99,63 @@ def flagged_ratio(ws: list[str], flagged: set[str]) -> float:
     return min(1.0, sum(1 for w in ws if w.lower() in flagged) / len(ws))
 
 
-# Each check: (reason, score name, threshold field, whether the document fails *below* the
-# threshold). In ROOTS' order; a document is dropped by the first check it fails.
-CHECKS = (
-    ("too_few_words", "words", "min_words", True),
-    ("too_many_words", "words", "max_words", False),
-    ("char_repetition", "char_rep", "max_char_rep", False),
-    ("word_repetition", "word_rep", "max_word_rep", False),
-    ("special_characters", "special", "max_special", False),
-    ("flagged_words", "flagged", "max_flagged", False),
-    ("keyboard_mashing", "keyboard", "max_keyboard", False),
+@dataclass(frozen=True)
+class Check:
+    """One quality check, named once: the rest (the scores recorded, the filter's order, the
+    threshold derivation, the what-if report, the recipe's validation) reads this table."""
+
+    reason: str
+    """The drop reason of a document that fails it."""
+    score: str
+    """The score it compares (a column of ``DIR/scores/``; two checks may share one)."""
+    limit: str
+    """The threshold's field on QualityThresholds (natural languages) or CodeThresholds (code),
+    which holds its default and documents it."""
+    measure: Callable[[str, list[str], Any], float | None]
+    """``(text, words, thresholds) -> score`` (None: the check does not apply)."""
+    below: bool = False
+    """Fails when the score is *below* the threshold (otherwise above it)."""
+    derived: bool = False
+    """data_prep/thresholds.py derives the threshold per language from clean text and junk
+    (otherwise the recipe's value stands)."""
+
+    def default(self, thresholds: type) -> Any:
+        """The threshold's default: the field's default on ``thresholds``' class."""
+        return next(f.default for f in fields(thresholds) if f.name == self.limit)
+
+
+def _flagged(text: str, ws: list[str], t: QualityThresholds) -> float | None:
+    return flagged_ratio(ws, set(t.flagged_words)) if t.flagged_words else None
+
+
+CHECKS = (  # in ROOTS' order; a document is dropped by the first check it fails
+    Check("too_few_words", "words", "min_words", lambda text, ws, t: float(len(ws)), below=True),
+    Check("too_many_words", "words", "max_words", lambda text, ws, t: float(len(ws))),
+    Check(
+        "char_repetition",
+        "char_rep",
+        "max_char_rep",
+        lambda text, ws, t: char_repetition_ratio(text, t.char_rep_n),
+        derived=True,
+    ),
+    Check(
+        "word_repetition",
+        "word_rep",
+        "max_word_rep",
+        lambda text, ws, t: word_repetition_ratio(ws, t.word_rep_n),
+        derived=True,
+    ),
+    Check("special_characters", "special", "max_special", lambda text, ws, t: special_ratio(text), derived=True),
+    Check("flagged_words", "flagged", "max_flagged", _flagged),
+    Check("keyboard_mashing", "keyboard", "max_keyboard", lambda text, ws, t: keyboard_ratio(ws), derived=True),
 )
+"""The natural-language checks."""
 CODE_CHECKS = (
-    ("too_short", "chars", "min_chars", True),
-    ("long_lines", "max_line", "max_line_chars", False),
+    Check("too_short", "chars", "min_chars", lambda text, ws, t: float(len(text)), below=True),
+    Check("long_lines", "max_line", "max_line_chars", lambda text, ws, t: float(max(map(len, text.split("\n"))))),
 )
-SCORES = ("words", "char_rep", "word_rep", "special", "flagged", "keyboard", "chars", "max_line")
+"""The checks of programming-language documents."""
+SCORES = tuple(dict.fromkeys(c.score for c in CHECKS + CODE_CHECKS))
 """Every score a document can have (the columns of ``DIR/scores/``)."""
 
 
@@ -122,28 +164,21 @@ def quality_scores(text: str, t: QualityThresholds, han_chars: bool = False) -> 
     list). All are computed, not only up to the first failure, so a report can say what another
     threshold would do without running the filter again."""
     ws = words(text, han_chars)
-    return {
-        "words": float(len(ws)),
-        "char_rep": char_repetition_ratio(text, t.char_rep_n),
-        "word_rep": word_repetition_ratio(ws, t.word_rep_n),
-        "special": special_ratio(text),
-        "flagged": flagged_ratio(ws, set(t.flagged_words)) if t.flagged_words else None,
-        "keyboard": keyboard_ratio(ws),
-    }
+    return {c.score: c.measure(text, ws, t) for c in CHECKS}
 
 
 def code_scores(text: str) -> dict[str, float | None]:
-    return {"chars": float(len(text)), "max_line": float(max(len(line) for line in text.split("\n")))}
+    return {c.score: c.measure(text, [], None) for c in CODE_CHECKS}
 
 
 def first_failure(
-    scores: dict[str, float | None], thresholds: Any, checks: tuple = CHECKS
+    scores: dict[str, float | None], thresholds: Any, checks: tuple[Check, ...] = CHECKS
 ) -> tuple[str, float, float] | None:
     """``(reason, score, threshold)`` of the first check the scores fail, or None (kept)."""
-    for reason, score, field_, below in checks:
-        v, limit = scores.get(score), getattr(thresholds, field_)
-        if v is not None and (v < limit if below else v > limit):
-            return reason, v, float(limit)
+    for c in checks:
+        v, limit = scores.get(c.score), getattr(thresholds, c.limit)
+        if v is not None and (v < limit if c.below else v > limit):
+            return c.reason, v, float(limit)
     return None
 
 
@@ -174,6 +209,9 @@ class QualityFilter(PipelineStep):
         if t is None:
             t = self._thresholds[lang] = self.cfg.for_language(lang)
         return t
+
+    def score_rows(self) -> list[dict[str, Any]]:
+        return self.scores
 
     def process(self, doc: Document) -> Document | None:
         lang = languages.BY_CODE[doc.lang]

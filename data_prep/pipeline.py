@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, Iterator
 from bloomline.errors import DataError
 from bloomline.io import read_json, sha256_tree, write_json_atomic
 from data_prep.budget import bundle_bytes, check_inputs
-from data_prep.chunks import process_chunk
+from data_prep.chunks import chunk_steps, process_chunk
 from data_prep.config import PrepareConfig
 from data_prep.decontaminate import build_index
 from data_prep.dedup.stage import dedup_record, progress_units
@@ -199,7 +199,10 @@ def read_filter(run: Run, chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     dt = time.perf_counter() - t
     recs = sum(r["steps"]["read"]["records"] for r in res)
     run.timings["chunks"] = {"seconds": dt, "records": recs, "docs_per_s": recs / dt if dt else None}
-    run.progress.finish("read+filter", f"{recs} records in {dt:.1f} s ({recs / max(dt, 1e-9):,.0f} docs/s)")
+    steps = " → ".join(["read", *(name for name, _ in chunk_steps(run.cfg, run.paths))])
+    run.progress.finish(
+        "read+filter", f"{recs} records through {steps} in {dt:.1f} s ({recs / max(dt, 1e-9):,.0f} docs/s)"
+    )
     return res
 
 

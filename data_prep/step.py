@@ -31,6 +31,11 @@ class PipelineStep:
         """Return the (possibly changed) document to keep it, or None after calling drop()."""
         raise NotImplementedError
 
+    def score_rows(self) -> list[dict[str, Any]]:
+        """The rows this step records in ``DIR/scores/`` (data_prep/droplog.py ``SCORE_SCHEMA``),
+        one per document it checked; none by default."""
+        return []
+
     # -- shared machinery ------------------------------------------------------------------
     def run(self, docs: Iterable[Document]) -> Iterator[Document]:
         for doc in docs:

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from data_prep import filters
 from data_prep.config import QualityThresholds
 
 ROOTS: dict[str, dict[str, Any]] = {
@@ -118,8 +119,8 @@ TAIL = 0.99
 """Quantile of the clean scores taken as the language's tail."""
 MARGIN = 0.5
 """Room above the clean tail for checks no junk relies on."""
-CHECKS = {"char_rep": "max_char_rep", "word_rep": "max_word_rep", "special": "max_special", "keyboard": "max_keyboard"}
-"""The ratio checks derived here: score name → threshold field."""
+CHECKS = {c.score: c.limit for c in filters.CHECKS if c.derived}
+"""The checks derived here (data_prep/filters.py ``Check.derived``): score name → threshold field."""
 
 
 def derive(

@@ -163,7 +163,7 @@ def test_kept_stats_stream_to_what_the_whole_table_gives(prepared):
     kept = np.array([r is None for r in t.column("reason").to_pylist()])
     for lang in sorted(set(langs.tolist())):
         checks, _ = checks_of(lang, cfg.filters)
-        for reason, score, _, _ in checks:
+        for reason, score in ((c.reason, c.score) for c in checks):
             v = t.column(score).to_numpy(zero_copy_only=False).astype(float)[(langs == lang) & kept]
             v = v[~np.isnan(v)]
             if not len(v):

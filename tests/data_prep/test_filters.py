@@ -99,3 +99,30 @@ def test_real_corpus_mostly_passes(shared_corpus):
         t = cfg.filters.for_language(lang)
         kept = sum(quality_reason(json.loads(l)["text"], t, han_chars=lang.startswith("zh")) is None for l in lines)
         assert kept / len(lines) >= 0.9, (lang, kept)
+
+
+def test_the_check_table_is_the_one_list_of_checks():
+    """Each check is one row (data_prep/filters.py Check); the scores recorded, the derived
+    thresholds and the recipe's validation read it, so a new row reaches all of them."""
+    from dataclasses import fields
+
+    from data_prep import thresholds
+    from data_prep.config import CodeThresholds
+    from data_prep.droplog import SCORE_SCHEMA
+    from data_prep.filters import CHECKS, CODE_CHECKS, SCORES
+
+    for checks, cls in ((CHECKS, QualityThresholds), (CODE_CHECKS, CodeThresholds)):
+        names = {f.name for f in fields(cls)}
+        assert all(c.limit in names for c in checks)
+        assert [c.default(cls) for c in checks] == [getattr(cls(), c.limit) for c in checks]
+    assert len({c.reason for c in CHECKS + CODE_CHECKS}) == len(CHECKS + CODE_CHECKS)
+    assert [f.name for f in SCORE_SCHEMA][2:] == list(SCORES)
+    assert thresholds.CHECKS == {
+        "char_rep": "max_char_rep",
+        "word_rep": "max_word_rep",
+        "special": "max_special",
+        "keyboard": "max_keyboard",
+    }
+    assert set(quality_scores(GOOD, QualityThresholds())) == {c.score for c in CHECKS}
+    with pytest.raises(Exception, match="max_keyboard"):
+        QualityThresholds(max_keyboard=1.5).validate()
