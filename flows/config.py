@@ -11,6 +11,11 @@ in place, so one file says what the whole job does::
       parallel: {dp: 2}
 
 ``-o train.parallel.dp=2`` on the command line reaches the same value.
+
+The model's vocabulary and sequence length are the data's, since the job makes the tokenizer
+and the buckets: ``train.model.vocab_size`` and ``train.model.seq_len`` come from the prepared
+data (the train stage says what it derived) unless this recipe or ``-o`` sets them, and a value
+set that contradicts the data is refused before training starts.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Any
 from bloomline.config import check, load_config, to_dict
 from bloomline.errors import ConfigError
 from data_prep.config import PrepareConfig
-from training.config import EvalConfig, ModelConfig, TrainRecipe
+from training.config import DATA_SHAPED, EvalConfig, ModelConfig, TrainRecipe
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,6 +66,9 @@ class PipelineConfig:
             if recipe is not None:
                 path = Path(recipe) if Path(recipe).is_absolute() else base / recipe
                 loaded = to_dict(load_config(schema, path))
+                if schema is TrainRecipe:  # the data's, unless this recipe sets them (or -o does, later)
+                    own = section.get("model") if isinstance(section.get("model"), dict) else {}
+                    loaded["model"].update({k: None for k in DATA_SHAPED if k not in own})
                 section = _merge(loaded, section)
             raw[key] = section
         return raw

@@ -184,7 +184,7 @@ def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
     run.mkdir(parents=True, exist_ok=True)
     stages = Stages(run, log)
     data_dir = data_stage(cfg, run, stages)
-    folder, ek = train_stage(cfg.train, data_dir, run, stages)
+    folder, ek = train_stage(cfg.train, data_dir, run, stages, log)
     dashboard = evaluate_stage(cfg.train, data_dir, folder, ek, run, stages, log)
     result: dict[str, Any] = {
         "run": str(run),
@@ -229,11 +229,14 @@ def data_stage(cfg: PipelineConfig, run: Path, stages: Stages) -> Path:
     return data_dir
 
 
-def train_stage(recipe: Any, data_dir: Path, run: Path, stages: Stages) -> tuple[RunDir, StageKey]:
+def train_stage(recipe: Any, data_dir: Path, run: Path, stages: Stages, log: Any) -> tuple[RunDir, StageKey]:
     """2. Training, each checkpoint evaluated alongside by the train flow's watcher with the
-    evaluation settings of the key it returns."""
-    from flows.train import train, validate
+    evaluation settings of the key it returns. The model's values left to the data are filled
+    first (they are part of the key)."""
+    from flows.train import fit_model_to_data, train, validate
 
+    for line in fit_model_to_data(recipe, data_dir):
+        log.info(f"train: {line}")
     tk = train_key(recipe, data_dir)
     folder = RunDir(tk.folder(run))
     ek = evaluate_key(recipe, tk)

@@ -66,6 +66,7 @@ def validate(recipe: TrainRecipe, data_dir: str | Path) -> Optional[tuple[Refere
     recipe.check_device(torch.cuda.is_available(), torch.__version__)
     check_hostfile(recipe.launch, recipe.parallel.world_size)
     m = load_manifest(data_dir)
+    fit_model_to_data(recipe, data_dir)
     check_model_fits(m, data_dir, recipe.model.vocab_size, recipe.model.seq_len)
     if not any(s["split"] == "train" for s in m["shards"]):
         raise BloomlineError(f"{data_dir} has no training shards")
@@ -76,6 +77,15 @@ def validate(recipe: TrainRecipe, data_dir: str | Path) -> Optional[tuple[Refere
         if recipe.batch.online.reference:
             reference = reference_curve(recipe.batch.online.reference, data_dir, languages)
     return reference
+
+
+def fit_model_to_data(recipe: TrainRecipe, data_dir: str | Path) -> list[str]:
+    """The model's values left to the data, filled from ``data_dir``'s manifest
+    (training/config.py ``ModelConfig.fit_to_data``); one line per value derived."""
+    if isinstance(recipe.model, str):
+        raise ConfigError("model", f"unresolved model recipe '{recipe.model}'")
+    m = load_manifest(data_dir)
+    return recipe.model.fit_to_data(int(m["tokenizer"]["vocab_size"]), max(int(b) for b in m["buckets"]))
 
 
 def blend_languages(manifest: dict[str, Any]) -> list[str]:

@@ -16,20 +16,25 @@ from bloomline.errors import ConfigError
 from bloomline.task_spec import TaskSpec
 from training.mixture import OnlineMixtureConfig
 
+DATA_SHAPED = ("vocab_size", "seq_len")
+"""The model's values that may be left to the prepared data (None): :meth:`ModelConfig.fit_to_data`."""
+
 
 @dataclass
 class ModelConfig:
-    vocab_size: int = 250_680
+    vocab_size: Optional[int] = 250_680
     """The tokenizer's vocabulary size, before padding (BLOOM: 250,680); the data's manifest must
-    give the same (``data_prep.shards.check_model_fits``)."""
+    give the same (``data_prep.shards.check_model_fits``). None: the prepared data's tokenizer's
+    (:meth:`fit_to_data`; ``bloomline pipeline`` leaves it to the data unless its recipe sets it)."""
     hidden_size: int = 1024
     """Width of the residual stream."""
     num_layers: int = 24
     """Transformer blocks."""
     num_heads: int = 16
     """Attention heads (ALiBi slopes are per head)."""
-    seq_len: int = 2048
-    """Longest sample (the data's largest bucket must not exceed it)."""
+    seq_len: Optional[int] = 2048
+    """Longest sample (the data's largest bucket must not exceed it). None: the data's largest
+    bucket (:meth:`fit_to_data`)."""
     ffn_mult: int = 4
     """MLP width = ffn_mult × hidden_size (BLOOM: 4)."""
     layernorm_eps: float = 1e-5
@@ -59,12 +64,14 @@ class ModelConfig:
             "ffn_mult",
             "make_vocab_divisible_by",
         ):
-            check(getattr(self, k) >= 1, k, "must be >= 1")
+            check(getattr(self, k) is None and k in DATA_SHAPED or (getattr(self, k) or 0) >= 1, k, "must be >= 1")
         check(
             self.hidden_size % self.num_heads == 0,
             "hidden_size",
             f"{self.hidden_size} is not divisible by num_heads={self.num_heads}",
         )
+        if self.vocab_size is None:
+            return  # the pad_vocab_to checks wait for the data's vocabulary (fit_to_data)
         check(
             self.pad_vocab_to is None or self.pad_vocab_to >= self.vocab_size,
             "pad_vocab_to",
@@ -81,11 +88,31 @@ class ModelConfig:
             f"Megatron's rule, or to the size this tokenizer's table should have",
         )
 
+    def fit_to_data(self, vocab_size: int, largest_bucket: int) -> list[str]:
+        """Fill what the recipe left to the data (None): the vocabulary from the data's tokenizer
+        (the embedding then padded by ``make_vocab_divisible_by``), the sequence length from its
+        largest bucket. Returns one line per value derived. Values the recipe set stay as set:
+        ``data_prep.shards.check_model_fits`` refuses one that contradicts the data."""
+        said = []
+        if self.vocab_size is None:
+            self.vocab_size = vocab_size
+            said.append(
+                f"model.vocab_size = {vocab_size} (the prepared tokenizer's; {self.padded_vocab()} embedding rows)"
+            )
+        if self.seq_len is None:
+            self.seq_len = largest_bucket
+            said.append(f"model.seq_len = {largest_bucket} (the data's largest bucket)")
+        if said:
+            self.validate()
+        return said
+
     def padded_vocab(self, tp: int = 1) -> int:
         """Rows of the embedding table at tensor-parallel degree ``tp`` (padding rows are masked,
         so the model is the same function at any padding)."""
         if self.pad_vocab_to is not None:
             return self.pad_vocab_to
+        if self.vocab_size is None:
+            raise ConfigError("model.vocab_size", "left to the data, but no data was given to take it from")
         m = self.make_vocab_divisible_by * tp
         return ((self.vocab_size + m - 1) // m) * m
 
@@ -140,7 +167,7 @@ class ParallelConfig:
             raise ConfigError("parallel.tp", f"num_heads={model.num_heads} is not divisible by tp={self.tp}")
         if model.hidden_size % self.tp:
             raise ConfigError("parallel.tp", f"hidden_size={model.hidden_size} is not divisible by tp={self.tp}")
-        if model.padded_vocab(self.tp) % self.tp:
+        if model.vocab_size is not None and model.padded_vocab(self.tp) % self.tp:
             raise ConfigError("model.pad_vocab_to", f"{model.pad_vocab_to} rows do not split over tp={self.tp}")
         if model.num_layers < self.pp:
             raise ConfigError(

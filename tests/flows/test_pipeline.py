@@ -108,6 +108,7 @@ def test_demo_pipeline_end_to_end_reuse_failure_and_rerun(demo_run):
     assert f"tensorboard --logdir {o['tensorboard']}" in res.stderr and o["dashboard"] in res.stderr
     first_train = stages["train"]["folder"]
     assert not leaks(out, home, text=res.stdout + res.stderr)  # the run, Prefect's database, the output
+    assert "model.vocab_size = 4000 (the prepared tokenizer's" in res.stderr  # left to the data, said
 
     # 2. the same command again: everything reused, nothing recomputed
     res = pipeline(out)
@@ -146,14 +147,16 @@ def test_demo_pipeline_end_to_end_reuse_failure_and_rerun(demo_run):
     ]
     assert "Traceback" not in res.stderr, res.stderr[-3000:]
 
-    # 5. one training value changed: data reused, training, evaluation and export rerun; the old run is kept
-    res = pipeline(out, "train.optim.lr=0.002")
+    # 5. a user's own tokenizer size, nothing else changed: the model's vocabulary follows the
+    # data (it was left to the data, and the stage says so); every stage reruns, the old run is kept
+    res = pipeline(out, "data.tokenizer.vocab_size=8000")
     assert res.returncode == 0, res.stderr[-3000:]
+    assert "model.vocab_size = 8000 (the prepared tokenizer's; 8064 embedding rows)" in res.stderr
     stages = record(out)["stages"]
-    assert stages["prepare"]["reused"] and not stages["train"]["reused"]
-    assert not stages["evaluate"]["reused"] and not stages["export"]["reused"]
-    assert "optim.lr: 0.001 → 0.002" in stages["train"]["why"]
+    assert not any(s["reused"] for s in stages.values())
+    assert "model.vocab_size: 4000 → 8000" in stages["train"]["why"], stages["train"]["why"]
     assert stages["train"]["folder"] != first_train and (Path(first_train) / "checkpoints" / "latest").exists()
+    assert AutoConfig.from_pretrained(record(out)["outputs"]["export"], local_files_only=True).vocab_size == 8064
 
 
 def test_a_password_in_the_dask_address_is_refused_without_showing_it(tmp_path):
