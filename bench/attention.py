@@ -2,7 +2,7 @@
 
     python bench/attention.py [--workdir /tmp/bloomline-attn-bench] [--repeats 5]
 
-One transformer block (``training.model.Block``) at bloom-tiny's width (64, 4 heads) and at
+One transformer block (``training.model.bloom.Block``) at bloom-tiny's width (64, 4 heads) and at
 bloom-560m's (1024, 16 heads), on micro-batches of 4096 tokens drawn from shards packed from
 ../shared/corpus at seq 512 and 2048: once as bloomline packs them and once packed loosely
 (``pack.max_open_samples=1``: fewer, longer documents per sample; measured: 1.9 and 5.0 documents
@@ -51,7 +51,7 @@ def packed_and_loose(workdir: Path) -> tuple[Path, Path]:
 
 def micro_batches(data: Path, seq: int, n: int) -> list[torch.Tensor]:
     """segment_ids of ``n`` micro-batches of TOKENS tokens from the ``seq`` bucket."""
-    from training.data import ShardIndex, collate
+    from training.data.shard_reader import ShardIndex, collate
 
     index = ShardIndex(data, "train")
     refs = [
@@ -96,7 +96,7 @@ def one_doc_batches(data: Path, seq: int, n: int) -> list[torch.Tensor]:
     """segment_ids of ``n`` micro-batches packed one document per sample: documents of the shards
     that fill more than half of ``seq`` (a one-document packer would put them in this bucket),
     each alone in its row, padded to ``seq``."""
-    from training.data import ShardIndex
+    from training.data.shard_reader import ShardIndex
 
     index = ShardIndex(data, "train")
     b = max(TOKENS // seq, 1)
@@ -138,8 +138,8 @@ def main() -> None:
     args = ap.parse_args()
     if not SHARED.is_dir():
         raise SystemExit(f"{SHARED} not found")
-    from training.attention import document_block_mask
-    from training.model import Block
+    from training.model.attention import document_block_mask
+    from training.model.bloom import Block
 
     args.workdir.mkdir(parents=True, exist_ok=True)
     print(f"threads: {torch.get_num_threads()}; block forward, bf16, micro-batches of {TOKENS} tokens")

@@ -7,7 +7,7 @@ bench/attention.py prepares them; packed as bloomline packs, and loosely), dealt
 once by the sampler's balancer (cost model: padded length + w·Σ dᵢ(dᵢ+1)/2, w of bloom-560m) and
 once round-robin (sample i to rank i mod dp). Both are judged by one real measure: the FLOPs the
 ``flex`` kernel computes for each rank's micro-batches, read off the block masks it runs with
-(training/flops.py), plus bloom-560m's linear FLOPs per padded position. Printed per dealing:
+(training/planning/flops.py), plus bloom-560m's linear FLOPs per padded position. Printed per dealing:
 max/mean over ranks per step (mean and worst over steps) and the share of steps within 1.02.
 With ``sdpa`` every rank computes the same dense work whatever the dealing (ratio 1.0).
 """
@@ -30,8 +30,8 @@ from training.config import BatchConfig, ModelConfig  # noqa: E402
 
 
 def rank_flops(index, plan, cfg: ModelConfig, n_params: int) -> np.ndarray:
-    from training.data import collate
-    from training.flops import step_flops
+    from training.data.shard_reader import collate
+    from training.planning.flops import step_flops
 
     out = []
     for rank in plan.ranks:
@@ -48,9 +48,9 @@ def main() -> None:
     args = ap.parse_args()
     if not SHARED.is_dir():
         raise SystemExit(f"{SHARED} not found")
-    from training.data import ShardIndex
-    from training.flops import model_pair_weight, model_params
-    from training.sampler import DynamicBatchSampler
+    from training.data.sampler import DynamicBatchSampler
+    from training.data.shard_reader import ShardIndex
+    from training.planning.flops import model_pair_weight, model_params
 
     args.workdir.mkdir(parents=True, exist_ok=True)
     packed, loose = packed_and_loose(args.workdir)

@@ -389,7 +389,7 @@ def differences(ref: Path, run: Path) -> dict[str, list[str]]:
     file, less the lock and the per-run timing), the losses of each step, the evaluation rows and
     generations, the exported model."""
     from eval.results import read_generations, read_results
-    from training.metrics_log import read_metrics
+    from training.loop.metrics_log import read_metrics
 
     out: dict[str, list[str]] = {}
     skip = (".lock", STAGE_MARKER, "run_stats.json")

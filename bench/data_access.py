@@ -39,12 +39,16 @@ sys.path.insert(0, os.environ["CODE"])
 import numpy as np, psutil, torch  # noqa: F401  (imports first: their RSS is not the data layer's)
 from bloomline.config import load_config
 from training.config import TrainRecipe
-new = os.path.exists(os.path.join(os.environ["CODE"], "training", "data.py"))
-if new:
+layout = [os.path.exists(os.path.join(os.environ["CODE"], *p)) for p in (("training", "data", "shard_reader.py"), ("training", "data.py"))]
+new = any(layout)
+if layout[0]:  # training/ in sub-packages
+    from training.data.shard_reader import ShardIndex, collate, verify_once, torch_collectives
+    from training.data.sampler import DynamicBatchSampler
+elif new:  # one flat training/, data.py beside sampler.py
     from training.data import ShardIndex, collate, verify_once, torch_collectives
+    from training.sampler import DynamicBatchSampler
 else:
-    from training.sampler import ShardIndex, collate
-from training.sampler import DynamicBatchSampler
+    from training.sampler import ShardIndex, collate, DynamicBatchSampler
 data, stamp, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 world = int(os.environ.get("WORLD_SIZE", "1")); rank = int(os.environ.get("RANK", "0"))
 if world > 1:
@@ -133,7 +137,7 @@ def one_rank(code: Path, data: Path, steps: int = 20, stamp: Path | None = None)
 
 
 def ranks(code: Path, data: Path, world: int, hash_all: bool) -> list[dict]:
-    from training.launch import free_port
+    from training.loop.launch import free_port
 
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()

@@ -136,7 +136,7 @@ def train_throughput(data: Path, wd: Path, steps: int, specs: list[TaskSpec]) ->
         "1. training tokens/s with the automatic evaluation beside it (bloomline train, 2 cores; target ≤ 10% slower)"
     )
     from eval.results import evaluated_steps, results_dir, skipped_steps
-    from training.checkpoint import RunDir
+    from training.checkpoint.run_dir import RunDir
 
     runs = {}
     # every checkpoint kept: training never waits for an evaluation to free one (checkpoint.max_deferred),
@@ -197,9 +197,10 @@ def against_lm_eval(ckpt: Path, data: Path, specs: list[TaskSpec]) -> None:
     from eval.tasks import make
     from eval.tasks.base import Context
     from eval.tasks.lm_eval_local import export_lm_args, run_lm_eval
-    from training.checkpoint import PRECISIONS, load_model
+    from training.checkpoint.load import load_model
+    from training.checkpoint.meta import PRECISIONS
     from training.config import EvalConfig
-    from training.data import ShardIndex
+    from training.data.shard_reader import ShardIndex
 
     print("3. bloomline's task scoring against lm-eval's own run on the export (same machine, same items)")
     with tempfile.TemporaryDirectory() as tmp:

@@ -6,7 +6,7 @@ On shards prepared from ../shared/corpus (vocab 8000, buckets 64…512) and bloo
 
 1. Evaluation tokens/s (``eval.evaluate.evaluate_model``: collation, forward, per-token NLL, byte
    and document accounting) against the trainer's forward pass on the same batches (collation,
-   the model's forward and the trainer's loss, ``training.loss.token_losses``; no backward) —
+   the model's forward and the trainer's loss, ``training.loop.loss.token_losses``; no backward) —
    target ≥ 0.9×; fp32 and bf16. (At bloom-tiny's size the vocabulary's log-softmax costs about
    as much as the rest of the forward, so a forward without any loss is no fair comparison.)
 2. Wall time of one full per-language evaluation of a checkpoint (``eval.evaluate.evaluate``:
@@ -49,9 +49,9 @@ def eval_vs_forward(data: Path, dtype: torch.dtype) -> tuple[float, float]:
     from data_prep.tokenizer import token_bytes
     from eval.tasks.validation import evaluate_model, language_samples
     from training.config import EvalConfig
-    from training.data import ShardIndex, collate
-    from training.loss import token_losses
-    from training.model import Bloom
+    from training.data.shard_reader import ShardIndex, collate
+    from training.loop.loss import token_losses
+    from training.model.bloom import Bloom
 
     r = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", overrides(data))
     model = Bloom(r.model, seed=1).to(dtype).eval()

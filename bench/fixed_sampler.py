@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from training.data import ShardIndex
-from training.sampler import permutation_at, seed_words
+from training.data.sampler import permutation_at, seed_words
+from training.data.shard_reader import ShardIndex
 
 
 class MegatronBatches:
@@ -82,7 +82,7 @@ class MegatronBatches:
         return toks, np.cumsum(doc)
 
     def next_step(self) -> list[list[dict[str, torch.Tensor]]]:
-        """``[rank][micro-batch]`` of tensors as training.data.collate gives them."""
+        """``[rank][micro-batch]`` of tensors as training.data.shard_reader.collate gives them."""
         self.step += 1
         ranks = []
         for _ in range(self.dp):

@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO))
 
 from bloomline.config import load_config, to_dict  # noqa: E402
 from training.config import TrainRecipe  # noqa: E402
-from training.launch import launch_command, run_job  # noqa: E402
+from training.loop.launch import launch_command, run_job  # noqa: E402
 
 H200_BF16_DENSE = 989e12  # NVIDIA's H200 SXM datasheet, dense (no sparsity)
 
@@ -199,7 +199,7 @@ def main() -> None:
             print(f"skipping {name}: {left:.0f} s of the budget left", flush=True)
             continue
         r = load_config(TrainRecipe, REPO / f"configs/train/{base}.yaml", [*common, *extra])
-        from training.model import Bloom
+        from training.model.bloom import Bloom
 
         with torch.device("meta"):
             model = Bloom(r.model)

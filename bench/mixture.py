@@ -103,7 +103,7 @@ def run_arm(
 ) -> float:
     """Train one arm with one seed (``reference``: the α run an ``excess`` arm reads; the arm
     ``reference`` is that run); returns the training wall seconds (0 when already done)."""
-    from training.checkpoint import RunDir
+    from training.checkpoint.run_dir import RunDir
 
     final = RunDir(out).results / f"step_{steps:08d}.parquet"
     if final.exists():
@@ -147,8 +147,8 @@ def run_arm(
 
 
 def final_weights(out: Path, data: Path) -> dict[str, float]:
-    from training.checkpoint import RunDir
-    from training.online_mixture import read_log
+    from training.checkpoint.run_dir import RunDir
+    from training.data.online_mixture import read_log
 
     moved = [e["weights"] for e in read_log(RunDir(out)) if e["weights"]]
     if moved:
@@ -160,7 +160,7 @@ def final_weights(out: Path, data: Path) -> dict[str, float]:
 
 def summary(out: Path, steps: int) -> dict[str, float]:
     from eval.results import read_results, validation_rows
-    from training.metrics_log import read_metrics
+    from training.loop.metrics_log import read_metrics
 
     rows = [r for r in validation_rows(read_results(out)) if r["step"] == steps and r["scope"] == "language"]
     bpb = sorted(r["bpb"] for r in rows)

@@ -6,7 +6,7 @@ Side by side, on shards prepared from ../shared/corpus (vocab 8000, buckets 64�
 bloom-tiny architecture:
 
 1. tokens/s of the trainer at TP=PP=DP=1 (DeepSpeed engine, bf16, real launcher; steps 3+
-   averaged) vs a plain PyTorch loop of the same model (``training.model.Bloom``, AdamW,
+   averaged) vs a plain PyTorch loop of the same model (``training.model.bloom.Bloom``, AdamW,
    clipping) on the same batches — target ≥ 0.9×: like for like with bf16 weights and an fp32
    master copy (what DeepSpeed's BF16_Optimizer holds), and beside it the fp32-weights + bf16
    autocast loop. Activation checkpointing is off in all (it trades compute for memory).
@@ -96,7 +96,7 @@ def trainer_tokens_per_s(data: Path, wd: Path, steps: int, extra: list[str] = ()
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
     (run / "recipe.json").write_text(json.dumps(to_dict(r)))
-    from training.launch import launch_command
+    from training.loop.launch import launch_command
 
     cmd = launch_command(run / "recipe.json", str(data), str(run), 1)
     try:
@@ -109,7 +109,7 @@ def trainer_tokens_per_s(data: Path, wd: Path, steps: int, extra: list[str] = ()
             stderr=subprocess.DEVNULL,
         )
     finally:
-        from training.shm import release_job_shm
+        from training.parallel.shm import release_job_shm
 
         release_job_shm(cmd)
     m = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()][2:]
@@ -125,10 +125,10 @@ def plain_tokens_per_s(data: Path, steps: int, weights: str = "bf16", megatron: 
     the common plain-PyTorch way, shown beside it. ``megatron``: Megatron-style batches of
     ``seq_len`` tokens (as many samples per step as the token budget holds, in micro-batches of
     ``micro_batch_tokens``) instead of bloomline's dynamic ones."""
-    from training.data import ShardIndex, collate
-    from training.ds_config import param_groups
-    from training.model import IGNORE_INDEX, Bloom
-    from training.sampler import DynamicBatchSampler
+    from training.data.sampler import DynamicBatchSampler
+    from training.data.shard_reader import ShardIndex, collate
+    from training.loop.ds_config import param_groups
+    from training.model.bloom import IGNORE_INDEX, Bloom
 
     r = recipe(data, steps)
     model = Bloom(r.model, seed=r.train.seed)  # the trainer's initial weights (init by parameter name)
@@ -207,9 +207,9 @@ def run_flops(run: Path, model: object) -> tuple[float, float]:
 
 
 def batching(data: Path, steps: int = 200, dp: int = 2) -> None:
-    from training.data import ShardIndex, collate
-    from training.flops import document_pairs, model_pair_weight, model_params, step_flops
-    from training.sampler import DynamicBatchSampler
+    from training.data.sampler import DynamicBatchSampler
+    from training.data.shard_reader import ShardIndex, collate
+    from training.planning.flops import document_pairs, model_pair_weight, model_params, step_flops
 
     r = recipe(data, steps)
     m = r.model
@@ -308,7 +308,7 @@ def main() -> None:
     )
     print("batching on loosely packed shards (pack.max_open_samples=1, lengths vary):")
     batching(loose)
-    from training.model import Bloom
+    from training.model.bloom import Bloom
 
     r = recipe(data, 1)
     with torch.device("meta"):

@@ -17,6 +17,20 @@ from typing import Callable, Iterable
 
 LAYERS = ("bloomline", "data_prep", "training", "eval", "flows")
 """The packages, lowest first: each imports only those to its left."""
+ROOMS = {"training": ("config", "model", "parallel", "checkpoint", "planning", "data", "loop")}
+"""Within a package, its sub-packages (and its top-level modules, by name), lowest first: each
+imports only itself and those to its left. training: the recipe; the model, single-device; the
+parallelism applied to it from outside; the run folder and its checkpoints; what a layout costs;
+the data feed; the loop that drives them all."""
+
+
+def room(module: str) -> tuple[str, int] | None:
+    """(package, rank) of a module's sub-package in :data:`ROOMS`, None outside them."""
+    parts = module.split(".")
+    rooms = ROOMS.get(parts[0])
+    if rooms is None or len(parts) < 2:
+        return None
+    return parts[0], rooms.index(parts[1]) if parts[1] in rooms else -1
 
 
 def modules(repo: Path) -> dict[str, Path]:

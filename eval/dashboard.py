@@ -26,12 +26,13 @@ from eval.mixture_page import mixture_page
 from eval.page import plotly_text as T
 from eval.results import read_generations, read_results, validation_rows
 from eval.task_pages import overview, task_pages
-from training.checkpoint import RunDir
-from training.metrics_log import read_metrics
+from training.checkpoint.run_dir import RunDir
+from training.loop.metrics_log import read_metrics
 
 
 def _data_dir(run_dir: Path) -> Path | None:
-    from training.checkpoint import RunDir, read_meta
+    from training.checkpoint.meta import read_meta
+    from training.checkpoint.run_dir import RunDir
 
     latest = RunDir(run_dir).latest_dir()
     return None if latest is None else Path(read_meta(latest)["data_dir"])

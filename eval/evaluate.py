@@ -2,7 +2,7 @@
 perplexity, bits per byte of the data's validation split) and every task of ``tasks``
 (eval/tasks/), plus a few greedy generations.
 
-The model is the checkpoint's whole single-device ``Bloom`` (``training.checkpoint.load_model``,
+The model is the checkpoint's whole single-device ``Bloom`` (``training.checkpoint.load.load_model``,
 any layout); one process. Results are rows of contract 3, version 2 (``eval/results.py``,
 ``eval/RESULTS.md``): one per (task, scope, language, weighting, metric), with the checkpoint's
 identity and the training tokens of the language it had seen.
@@ -26,11 +26,13 @@ from eval.metrics import GROUPS, group_of
 from eval.tasks import make, validation_spec
 from eval.tasks.base import Context
 from eval.tasks.validation import language_samples
-from training.checkpoint import META_FILE, PRECISIONS, load_model, trained_on
+from training.checkpoint.load import load_model
+from training.checkpoint.meta import PRECISIONS, trained_on
+from training.checkpoint.run_dir import META_FILE
 from training.config import EvalConfig
-from training.data import ShardIndex, verify_once
-from training.layout import layout_label
-from training.model import Bloom
+from training.data.shard_reader import ShardIndex, verify_once
+from training.model.bloom import Bloom
+from training.parallel.layout import layout_label
 
 
 @dataclass

@@ -22,8 +22,10 @@ from typing import Any, Optional
 from bloomline.errors import CheckpointError
 from bloomline.io import write_json_atomic
 from data_prep.shards import manifest_path
-from training.checkpoint import META_FILE, PRECISIONS, load_model, trained_on
-from training.layout import EMBEDDING
+from training.checkpoint.load import load_model
+from training.checkpoint.meta import PRECISIONS, trained_on
+from training.checkpoint.run_dir import META_FILE
+from training.parallel.layout import EMBEDDING
 
 _BLOCK = {
     "ln1": "input_layernorm",
@@ -100,7 +102,7 @@ def hf_tensors(model: Any) -> dict[str, Any]:
 
 
 def hf_model(model: Any, tok: dict[str, Any]) -> Any:
-    """``model`` (training.model.Bloom) as an in-memory ``BloomForCausalLM``, in its dtype: the
+    """``model`` (training.model.bloom.Bloom) as an in-memory ``BloomForCausalLM``, in its dtype: the
     model an export of the same dtype loads (``tok``: the manifest's tokenizer entry)."""
     import torch
     from transformers import BloomConfig, BloomForCausalLM

@@ -7,7 +7,7 @@ from typing import Callable, Optional
 
 import torch
 
-from training.model import Bloom
+from training.model.bloom import Bloom
 
 
 @torch.no_grad()

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from training.data import ShardIndex
+from training.data.shard_reader import ShardIndex
 
 
 def validation_documents(data_dir: str | Path, lang: str) -> list[str]:

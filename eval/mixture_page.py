@@ -1,5 +1,5 @@
 """The dashboard's mixture page (``RUN_DIR/dashboard/mixture.html``), for runs whose language
-mixture was steered online (training/online_mixture.py): the weights over steps as a stacked
+mixture was steered online (training/data/online_mixture.py): the weights over steps as a stacked
 area, the training tokens seen per language, and each language's held-out bits per byte against
 its tokens seen, with the moments the weights changed marked on every chart.
 
@@ -16,9 +16,9 @@ import numpy as np
 from eval import page
 from eval.page import plotly_text as T
 from eval.results import read_results, validation_rows
-from training.checkpoint import RunDir
-from training.metrics_log import read_metrics
-from training.online_mixture import read_log
+from training.checkpoint.run_dir import RunDir
+from training.data.online_mixture import read_log
+from training.loop.metrics_log import read_metrics
 
 
 def weight_steps(log: list[dict[str, Any]], last_step: int) -> tuple[list[int], dict[str, list[float]]]:

@@ -15,9 +15,9 @@ import pyarrow as pa
 from eval.evaluate import evaluate
 from eval.metrics import regressions
 from eval.results import SCHEMA, VALIDATION, forget_after, read_results, validation_rows, write_results
-from training.checkpoint import RunDir
+from training.checkpoint.run_dir import RunDir
 from training.config import EvalConfig
-from training.online_mixture import write_feedback
+from training.data.online_mixture import write_feedback
 
 
 def previous_rows(run_dir: Path, step: int) -> dict[str, dict[str, Any]]:
@@ -61,9 +61,9 @@ def retract_after(run_dir: str | Path, step: int) -> list[int]:
     """Withdraw what was published for the checkpoints after ``step`` (results, generations, skipped
     records, the mixture's feedback files), as a run that resumes from ``step`` replaces those
     checkpoints: they are evaluated again, once, when the run writes them anew. Their TensorBoard
-    scalars go with the purge at the resumed step (training/metrics_log.py, ``purge_step``); the
+    scalars go with the purge at the resumed step (training/loop/metrics_log.py, ``purge_step``); the
     steps withdrawn."""
-    from training.online_mixture import drop_feedback_after
+    from training.data.online_mixture import drop_feedback_after
 
     return sorted(set(forget_after(run_dir, step)) | set(drop_feedback_after(RunDir(Path(run_dir)), step)))
 
@@ -83,7 +83,7 @@ def run_evaluation(
     before = previous_rows(run_dir, step)
     path = write_results(run_dir, step, ev.rows, ev.generations)
     val = validation_rows(pa.Table.from_pylist(ev.rows, schema=SCHEMA))
-    # what an online mixture steered by evaluations reads (training/online_mixture.py)
+    # what an online mixture steered by evaluations reads (training/data/online_mixture.py)
     langs = [r for r in val if r["scope"] == "language"]
     write_feedback(run_dir, step, {r["lang"]: r["bpb"] for r in langs}, {r["lang"]: r["tokens_seen"] for r in langs})
     write_tensorboard(run_dir, ev.rows)

@@ -17,8 +17,9 @@ from bloomline.errors import ConfigError
 from bloomline.io import read_json
 from data_prep.shards import load_manifest
 from eval.results import read_results, validation_rows
-from training.checkpoint import RunDir, read_meta
-from training.mixture import ReferenceCurve
+from training.checkpoint.meta import read_meta
+from training.checkpoint.run_dir import RunDir
+from training.data.mixture import ReferenceCurve
 
 KEY = "batch.online.reference"
 

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from bloomline.errors import BloomlineError
 from bloomline.io import TMP_MARK, remove_stale_tmp, write_bytes_atomic
-from training.checkpoint import RunDir
+from training.checkpoint.run_dir import RunDir
 
 RESULTS_VERSION = 2
 READS = (1, 2)

@@ -309,14 +309,14 @@ def evaluate(
 
     def body() -> None:
         cfg = load_config(EvalConfig, config, override)
-        from training.checkpoint import read_meta
+        from training.checkpoint.meta import read_meta
 
         read_meta(checkpoint)  # a bad checkpoint folder is refused before any server starts
         from eval.tasks import check
 
         check(cfg.tasks)
         from flows.evaluate import evaluate_flow
-        from training.checkpoint import RunDir
+        from training.checkpoint.run_dir import RunDir
 
         with owned(out or RunDir.of_checkpoint(checkpoint).root, "bloomline evaluate"):
             res = evaluate_flow(
@@ -437,8 +437,8 @@ def plan(
         from bloomline.config import load_config
         from flows.config import schema_for
         from training.config import TrainRecipe
-        from training.planner import DEVICES, cpu_device
-        from training.planner import plan as make_plan
+        from training.planning.planner import DEVICES, cpu_device
+        from training.planning.planner import plan as make_plan
 
         if gpu != "cpu" and gpu not in DEVICES:
             raise BloomlineError(f"--gpu {gpu}: use one of {', '.join([*DEVICES, 'cpu'])}")

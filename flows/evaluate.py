@@ -21,7 +21,7 @@ from bloomline.secrets import mask_text, mask_tree
 from eval.publish import run_evaluation
 from flows.params import real
 from flows.runlock import owns
-from training.checkpoint import RunDir
+from training.checkpoint.run_dir import RunDir
 from training.config import EvalConfig
 
 

@@ -38,7 +38,9 @@ from flows.config import PipelineConfig
 from flows.params import masked, real
 from flows.runlock import owns
 from flows.stages import StageKey, code_digest, completed, mark_complete, why_rerun
-from training.checkpoint import RunDir, read_meta, weights_digest
+from training.checkpoint.load import weights_digest
+from training.checkpoint.meta import read_meta
+from training.checkpoint.run_dir import RunDir
 
 RECORD = "pipeline.json"
 

@@ -1,7 +1,7 @@
 """Training progress while the ranks run: step/steps, loss, tokens/s and ETA, in the terminal (the
 flow's log) and as a Prefect progress artifact.
 
-The ranks already append one JSON line per step to ``RUN_DIR/metrics.jsonl`` (training/trainer.py);
+The ranks already append one JSON line per step to ``RUN_DIR/metrics.jsonl`` (training/loop/trainer.py);
 the flow reads what is new every few seconds while it waits on the job (``run_job``'s ``poll``),
 so the report costs the ranks nothing and needs no channel of its own.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bloomline.secrets import mask_text
-from training.metrics_log import read_metrics
+from training.loop.metrics_log import read_metrics
 
 # Steps of the ETA's moving window: long enough to smooth the dynamic batches' varying
 # bucket sizes, short enough to follow a change of speed (a resumed run, a busy machine).

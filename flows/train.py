@@ -29,9 +29,12 @@ from eval.reference import reference_curve
 from flows.params import real
 from flows.progress import TrainProgress
 from flows.runlock import owns
-from training.checkpoint import RunDir, read_meta, saved_recipe, trained_on
+from training.checkpoint.meta import read_meta, saved_recipe, trained_on
+from training.checkpoint.run_dir import RunDir
 from training.config import TrainRecipe
-from training.launch import (
+from training.data.mixture import ReferenceCurve
+from training.data.online_mixture import write_reference
+from training.loop.launch import (
     EXIT_OK,
     EXIT_USER_ERROR,
     check_hostfile,
@@ -42,11 +45,9 @@ from training.launch import (
     run_job,
     spawn_logged,
 )
-from training.layout import layout_label, layout_of
-from training.metrics_log import read_metrics
-from training.mixture import ReferenceCurve
-from training.online_mixture import write_reference
-from training.schedule import schedule_change
+from training.loop.metrics_log import read_metrics
+from training.loop.schedule import schedule_change
+from training.parallel.layout import layout_label, layout_of
 
 PROGRESS_EVERY_S = 5.0  # seconds between two progress lines while the ranks run
 
@@ -181,9 +182,9 @@ def run_worker_node(r: TrainRecipe, data: str | Path, out: str | Path, say: Any 
 
 def reshard_if_needed(run: Path, recipe: TrainRecipe, data: str | Path, log_file: Path) -> str | None:
     """When ``latest`` was written with another TP/PP/DP/ZeRO layout than the recipe's, lay it out
-    for the recipe's (training/reshard.py) so the ranks can resume from it. Runs the converter
+    for the recipe's (training/checkpoint/reshard.py) so the ranks can resume from it. Runs the converter
     as a subprocess: it loads whole tensors, and its memory is returned when it ends."""
-    from training.reshard import check_convertible, has_universal, reshard_command
+    from training.checkpoint.reshard import check_convertible, has_universal, reshard_command
 
     step_dir = RunDir(run).latest_dir()
     if step_dir is None:
@@ -315,7 +316,7 @@ def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
     # A killed job may have left checkpoint folders beyond `latest` and evaluations of them: the
     # ranks redo those steps from `latest`, so nothing may read that future meanwhile (this flow
     # writes the run; no rank nor watcher runs yet). Metrics rows past `latest` go when rank 0
-    # resumes (training/metrics_log.py), their TensorBoard points with its purge.
+    # resumes (training/loop/metrics_log.py), their TensorBoard points with its purge.
     discarded, retracted = folder.discard_unpublished(), retract_after(run, resumed_at)
     if discarded or retracted:
         log.info(

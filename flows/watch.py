@@ -33,7 +33,7 @@ from bloomline.config import from_dict, to_dict
 from eval.results import record_skipped, settled
 from flows.pace import Pacer, install
 from flows.params import masked
-from training.checkpoint import RunDir
+from training.checkpoint.run_dir import RunDir
 from training.config import TrainRecipe
 
 

@@ -4,7 +4,7 @@ those inside functions too, and a string naming a module (bloomline/imports.py).
 
 from pathlib import Path
 
-from bloomline.imports import LAYERS, graph, imports, modules
+from bloomline.imports import LAYERS, ROOMS, graph, imports, modules, room
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -19,6 +19,23 @@ def test_no_module_imports_a_layer_to_its_right():
         if rank[m.split(".")[0]] > rank[name.split(".")[0]]
     ]
     assert not up, up
+
+
+def test_each_sub_package_imports_only_those_before_it():
+    """training/: config ← model ← parallel ← checkpoint ← planning ← data ← loop (ROOMS)."""
+    g = graph(REPO)
+    unplaced = [m for m in g if room(m) is not None and room(m)[1] < 0]
+    assert not unplaced, f"modules in no sub-package of ROOMS: {unplaced}"
+    up = [
+        f"{m} imports {t}"
+        for m, ts in g.items()
+        for t in ts
+        if room(m) and room(t) and room(m)[0] == room(t)[0] and room(t)[1] > room(m)[1]
+    ]
+    assert not up, up
+    assert {p.name for p in (REPO / "training").iterdir() if p.is_dir() and (p / "__init__.py").is_file()} == set(
+        ROOMS["training"]
+    ) - {"config"}
 
 
 def test_no_import_cycles():

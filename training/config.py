@@ -7,6 +7,7 @@ file in ``configs/model/`` (``model: bloom-tiny``) or spell the model out inline
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
@@ -14,7 +15,6 @@ from typing import Any, Literal, Optional, Union
 from bloomline.config import check
 from bloomline.errors import ConfigError
 from bloomline.task_spec import TaskSpec
-from training.mixture import OnlineMixtureConfig
 
 DATA_SHAPED = ("vocab_size", "seq_len")
 """The model's values that may be left to the prepared data (None): :meth:`ModelConfig.fit_to_data`."""
@@ -43,7 +43,7 @@ class ModelConfig:
     """Std of the normal weight init (BLOOM-176B: 0.0048, ≈ sqrt(1/(3·hidden)) for hidden 14336)."""
     attention: Literal["auto", "sdpa", "flex"] = "auto"
     """Attention kernel: ``sdpa`` (dense ALiBi + document bias, the reference; trains everywhere),
-    ``flex`` (FlexAttention, block-sparse over documents, training/attention.py; no CPU backward in
+    ``flex`` (FlexAttention, block-sparse over documents, training/model/attention.py; no CPU backward in
     torch 2.13, so CPU training needs sdpa), or ``auto``: the trainer times one block's step with
     each kernel that can train here on a micro-batch of the data and takes the faster (on CPU:
     sdpa, the only one); evaluation and export read ``auto`` as sdpa. The same function either way."""
@@ -177,6 +177,77 @@ class ParallelConfig:
 
 
 @dataclass
+class OnlineMixtureConfig:
+    """``batch.online``: how an online mixture moves the language weights (training/data/mixture.py)."""
+
+    rule: Literal["bandit", "evaluation"] = "bandit"
+    """``bandit``: exponential weights over the smoothed per-language training loss (Online Data
+    Mixing, Albalak et al. 2023, arXiv 2312.02406). ``evaluation``: each checkpoint's held-out
+    bits per byte, excess over a reference run (DoReMi, Xie et al. 2023, arXiv 2305.10429) or,
+    without one, each language's learning progress."""
+    every: int = 10
+    """bandit: update the weights every this many steps, from the losses of those steps (ODM
+    updates every step; a few steps of a small batch give each language enough tokens to measure)."""
+    warmup_steps: int = 20
+    """No change before this step: early losses fall for every language and say little (ODM warms
+    up 2,000 of its 1B model's steps on the initial weights)."""
+    eta: float = 1.0
+    """Step size of the exponential update, per nat of loss (bandit) or per bit per byte
+    (evaluation). DoReMi uses 1; its authors advise 0.1 when weights collapse (doremi#5)."""
+    loss_smoothing: float = 0.5
+    """bandit: each language's reward is an exponential moving average of its loss, the old
+    value kept with this factor (ODM's α: 0.9 in its code, 0.5 in its 1B runs)."""
+    explore: bool = False
+    """bandit: mix the target with uniform by EXP3's ε_t = min(1/K, sqrt(ln K / (K·t))), t the
+    number of updates (ODM, section 3). Off by default: EXP3 explores because a bandit sees one
+    arm's loss per round, while the trainer measures every language it drew (full information,
+    Hedge); and with BLOOM's K = 59 languages, ε_t = 1/K (the target exactly uniform) for the
+    first K·ln K ≈ 240 updates."""
+    smoothing: float = 0.5
+    """Each change moves the weights this fraction of the way to the rule's target (1: jump)."""
+    min_weight: float = 0.002
+    """No language's weight goes below this (every language keeps being trained and measured)."""
+    max_weight: float = 0.5
+    """No language's weight goes above this."""
+    reference: Optional[str] = None
+    """evaluation: another bloomline run's folder (RUN_DIR) whose per-language results are the
+    reference, read at equal tokens of each language seen (DoReMi's reference model; a small
+    proxy run will do). Its languages, tokenizer and validation data must be this run's."""
+
+    def validate(self) -> None:
+        check(self.every >= 1, "every", "must be >= 1")
+        check(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
+        check(self.eta > 0 and math.isfinite(self.eta), "eta", "must be > 0")
+        check(0 <= self.loss_smoothing < 1, "loss_smoothing", "must be in [0, 1)")
+        check(0 < self.smoothing <= 1, "smoothing", "must be in (0, 1]")
+        check(0 <= self.min_weight < 1, "min_weight", "must be in [0, 1)")
+        check(0 < self.max_weight <= 1, "max_weight", "must be in (0, 1]")
+        check(self.min_weight <= self.max_weight, "min_weight", f"must be <= max_weight={self.max_weight}")
+        check(
+            self.reference is None or self.rule == "evaluation",
+            "reference",
+            "only the evaluation rule reads a reference run",
+        )
+
+    def check_languages(self, n: int) -> None:
+        """Floors and ceilings must admit a blend of ``n`` languages: n·min ≤ 1 ≤ n·max."""
+        if n * self.min_weight > 1:
+            raise ConfigError(
+                "batch.online.min_weight",
+                f"{n} languages × min_weight {self.min_weight} = "
+                f"{n * self.min_weight:.3g} > 1: no blend has that floor; "
+                f"lower it to at most {1 / n:.4g}",
+            )
+        if n * self.max_weight < 1:
+            raise ConfigError(
+                "batch.online.max_weight",
+                f"{n} languages × max_weight {self.max_weight} = "
+                f"{n * self.max_weight:.3g} < 1: no blend has that ceiling; "
+                f"raise it to at least {1 / n:.4g}",
+            )
+
+
+@dataclass
 class BatchConfig:
     """Dynamic batches: a token budget per step, one length bucket per step."""
 
@@ -196,13 +267,13 @@ class BatchConfig:
     attn_weight: Optional[float] = None
     """Cost of one attended (query, key) pair, in padded positions, in the cost the sampler
     balances ranks by: padded length + attn_weight·Σ dᵢ(dᵢ+1)/2 over the sample's documents.
-    None: the model's FLOPs ratio 12·L·H / 6·N (training/flops.py; bloom-560m 8.8e-5)."""
+    None: the model's FLOPs ratio 12·L·H / 6·N (training/planning/flops.py; bloom-560m 8.8e-5)."""
     balance_tolerance: float = 0.02
     """Data-parallel ranks' cost (above) must be within this of the step's mean."""
     mixture: Literal["fixed", "online"] = "fixed"
     """The language blend while training runs: ``fixed`` samples every step from the starting
     blend (the data's manifest: BLOOM's α-smoothed weights, or ``blend.weights``); ``online`` lets
-    ``batch.online``'s rule move it at step boundaries (training/mixture.py)."""
+    ``batch.online``'s rule move it at step boundaries (training/data/mixture.py)."""
     online: OnlineMixtureConfig = field(default_factory=OnlineMixtureConfig)
     """The rule and its settings, with ``mixture: online``."""
 

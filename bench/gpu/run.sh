@@ -7,4 +7,4 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 python3 bench/gpu_validate.py --data .gpu/data --out "${OUT:-/tmp/bloomline-gpu}" "$@" 2>&1 | tee "${OUT:-/tmp/bloomline-gpu}/log.txt"
 # FlexAttention against the dense reference, gradients included (skipped on CPU: no CPU backward)
-python3 -m pytest -q -p no:cacheprovider tests/training/test_attention.py 2>&1 | tail -5 | tee -a "${OUT:-/tmp/bloomline-gpu}/log.txt"
+python3 -m pytest -q -p no:cacheprovider tests/training/model/test_attention.py 2>&1 | tail -5 | tee -a "${OUT:-/tmp/bloomline-gpu}/log.txt"

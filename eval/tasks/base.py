@@ -1,7 +1,7 @@
 """The evaluation-task contract (eval/tasks/): what a task needs, what it returns.
 
 A task is one class with a ``name`` and :meth:`Task.run`. It gets a :class:`Context` — the
-checkpoint's whole single-device model (``training.model.Bloom``, in eval mode), the data's
+checkpoint's whole single-device model (``training.model.bloom.Bloom``, in eval mode), the data's
 tokenizer and validation split, the evaluation settings, its own :class:`~training.config.TaskSpec`
 (its ``data`` folder, ``langs``, ``limit``) — and returns :class:`Row` s: per language, one row
 per metric (``value``, ``stderr`` where it has one, ``n`` the items or tokens it is over), and
@@ -27,11 +27,11 @@ from bloomline import languages
 @dataclass
 class Context:
     model: Any
-    """training.model.Bloom, eval mode, on the CPU, in the evaluation's precision."""
+    """training.model.bloom.Bloom, eval mode, on the CPU, in the evaluation's precision."""
     tokenizer: Any
     """The data's SentencePiece processor (ids as the model was trained on them)."""
     index: Any
-    """training.data.ShardIndex of the data's validation split."""
+    """training.data.shard_reader.ShardIndex of the data's validation split."""
     token_bytes: Any
     """UTF-8 bytes each token id stands for (data_prep.tokenizer.token_bytes)."""
     tokenizer_file: Any

@@ -3,7 +3,7 @@ per byte of the data's own validation split (definitions in eval/RESULTS.md and 
 
 Every language with a validation split is evaluated on the same fixed samples every round (its
 validation shards in manifest order, up to ``max_tokens_per_lang``), with the training's labels
-(``training.data.collate``: no token is predicted across a document boundary, nor the first token
+(``training.data.shard_reader.collate``: no token is predicted across a document boundary, nor the first token
 of a document). Rows: ``loss``, ``ppl``, ``bpb`` and the counts ``tokens``, ``bytes``, ``docs``
 per language, and per BLOOM group and overall both token-weighted and as the mean of languages.
 """
@@ -20,8 +20,8 @@ from eval.metrics import LangTotals, metric_rows
 from eval.results import VALIDATION, VALIDATION_METRICS
 from eval.tasks.base import Context, Row, Task
 from training.config import EvalConfig
-from training.data import ShardIndex, collate
-from training.model import IGNORE_INDEX, Bloom
+from training.data.shard_reader import ShardIndex, collate
+from training.model.bloom import IGNORE_INDEX, Bloom
 
 
 def language_samples(index: ShardIndex, lang: str, cap: Optional[int]) -> list[tuple[int, list[tuple[int, int]]]]:

@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from bench.fixed_sampler import MegatronBatches  # noqa: E402
-from training.data import ShardIndex  # noqa: E402
+from training.data.shard_reader import ShardIndex  # noqa: E402
 
 sys.path.insert(0, str(REPO / "tests" / "training"))
 from test_sampler import write_prepared  # noqa: E402

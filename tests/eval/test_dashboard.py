@@ -17,7 +17,7 @@ from bloomline.io import sha256_file
 from eval.dashboard import all_regressions, build, regression_threshold
 from eval.metrics import LangTotals, metric_rows
 from eval.results import long_rows, read_results, validation_rows, write_results
-from training.checkpoint import make_meta
+from training.checkpoint.meta import make_meta
 from training.config import TrainRecipe
 
 REPO = Path(__file__).resolve().parents[2]

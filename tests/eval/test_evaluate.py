@@ -27,8 +27,8 @@ from eval.results import (
 from eval.tasks.validation import evaluate_model, language_samples
 from flows.evaluate import artifact_key
 from training.config import EvalConfig, ModelConfig
-from training.data import ShardIndex
-from training.model import Bloom
+from training.data.shard_reader import ShardIndex
+from training.model.bloom import Bloom
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -228,8 +228,8 @@ def test_a_resumed_run_withdraws_the_evaluations_of_the_future_it_redoes(tmp_pat
     """Results, generations, skipped records and the mixture's feedback files of checkpoints after
     the step a run resumes from are withdrawn; the ones up to it stay."""
     from eval.publish import retract_after
-    from training.checkpoint import RunDir
-    from training.online_mixture import newest_feedback, write_feedback
+    from training.checkpoint.run_dir import RunDir
+    from training.data.online_mixture import newest_feedback, write_feedback
 
     for step in (10, 20, 30):
         write_results(tmp_path, step, rows_for(step, 1.0), [])

@@ -9,9 +9,9 @@ import torch
 
 from bloomline.config import load_config
 from bloomline.io import sha256_file
-from training.checkpoint import make_meta
+from training.checkpoint.meta import make_meta
 from training.config import TrainRecipe
-from training.model import Bloom
+from training.model.bloom import Bloom
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

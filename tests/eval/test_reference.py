@@ -10,8 +10,8 @@ import pytest
 
 from bloomline.errors import ConfigError
 from eval.reference import reference_curve
-from training.checkpoint import RunDir
-from training.data import ShardIndex, verify_once
+from training.checkpoint.run_dir import RunDir
+from training.data.shard_reader import ShardIndex, verify_once
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_dashboard import make_run  # noqa: E402  (an evaluated run's contract files over the demo data)

@@ -316,7 +316,7 @@ def test_train_flow_restarts_after_a_rank_is_killed(demo_data, tmp_path):
         if (out / "checkpoints" / "latest").exists():
             for p in psutil.Process(proc.pid).children(recursive=True):
                 try:
-                    if "training/main.py" in " ".join(p.cmdline()) and "--local_rank=1" in p.cmdline():
+                    if "training/loop/main.py" in " ".join(p.cmdline()) and "--local_rank=1" in p.cmdline():
                         p.kill()
                         killed = True
                 except psutil.Error:
@@ -343,7 +343,7 @@ def test_evaluate_publishes_results_tensorboard_and_artifacts_and_refuses_bad_ch
     from bloomline.config import load_config, to_dict
     from eval.results import read_results, validation_rows
     from training.config import TrainRecipe
-    from training.launch import launch_command, run_job
+    from training.loop.launch import launch_command, run_job
 
     run = tmp_path / "run"
     run.mkdir()
@@ -422,8 +422,8 @@ def test_every_checkpoint_is_evaluated_while_training_runs(demo_data, tmp_path):
     every checkpoint exactly once (newest first when they queue up), checkpoint.keep=1 waits for
     the evaluations before deleting, and training's step times are logged alongside."""
     from eval.results import read_results, skipped_steps, validation_rows
-    from training.checkpoint import RunDir
-    from training.online_mixture import read_feedback
+    from training.checkpoint.run_dir import RunDir
+    from training.data.online_mixture import read_feedback
 
     out = tmp_path / "run"
     res = cli(
@@ -477,9 +477,9 @@ def test_a_held_back_evaluation_never_stalls_the_evaluation_driven_mixture(demo_
     the checkpoints left unevaluated are recorded as skipped once the drain gives up."""
     from eval.reference import reference_curve
     from eval.results import skipped_steps
-    from training.checkpoint import RunDir
-    from training.data import ShardIndex, verify_once
-    from training.online_mixture import read_log, read_reference
+    from training.checkpoint.run_dir import RunDir
+    from training.data.online_mixture import read_log, read_reference
+    from training.data.shard_reader import ShardIndex, verify_once
 
     sys.path.insert(0, str(REPO / "tests" / "eval"))
     from test_dashboard import make_run  # an evaluated run's contract files over the demo data
@@ -545,7 +545,7 @@ def test_two_nodes_on_loopback_train_checkpoint_and_resume_like_one_node(demo_da
     """Two DeepSpeed launchers on this machine, --node_rank 0 and 1, 2 local ranks each, master on
     127.0.0.1, no ssh: the 4-rank job trains, checkpoints and resumes, step for step as the same
     4 ranks on one node."""
-    from training.launch import free_port
+    from training.loop.launch import free_port
 
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("node0 slots=2\nnode1 slots=2\n")

@@ -274,9 +274,9 @@ def test_code_digests_follow_what_each_stage_imports(tmp_path, monkeypatch):
     assert changed_by("data_prep/tokenizer.py") == ["prepare", "evaluate"]
     assert changed_by("eval/export.py") == ["evaluate", "export"]  # lm-eval tasks score through its model
     assert changed_by("eval/tasks/xcopa.py") == ["evaluate"]  # named only in eval/tasks' registry, as a string
-    assert changed_by("training/reshard.py") == ["train"]
+    assert changed_by("training/checkpoint/reshard.py") == ["train"]
     assert changed_by("data_prep/dedup/pairs.py") == ["prepare"]
-    assert changed_by("training/planner.py", "flows/cli.py", "data_prep/thresholds.py") == []
+    assert changed_by("training/planning/planner.py", "flows/cli.py", "data_prep/thresholds.py") == []
 
 
 def test_an_evaluation_steered_mixture_keys_training_by_what_steers_it(tmp_path):

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_a_deployment_runs_on_a_real_prefect_server(tmp_path):
-    from training.launch import free_port
+    from training.loop.launch import free_port
 
     port = free_port()
     url = f"http://127.0.0.1:{port}/api"

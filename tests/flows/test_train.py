@@ -2,7 +2,7 @@
 
 from bloomline.errors import BloomlineError
 from flows.train import restarted
-from training.launch import EXIT_OK, EXIT_USER_ERROR
+from training.loop.launch import EXIT_OK, EXIT_USER_ERROR
 
 
 def run(tmp_path, statuses, attempts=3):

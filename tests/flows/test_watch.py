@@ -9,7 +9,7 @@ from pathlib import Path
 from eval.results import evaluated_steps, record_skipped, skipped_steps, write_results
 from flows.train import stop_watcher
 from flows.watch import pending, watch
-from training.checkpoint import RunDir
+from training.checkpoint.run_dir import RunDir
 from training.config import TrainRecipe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -94,7 +94,7 @@ def test_a_watcher_killed_at_the_end_of_the_drain_leaves_no_hold(tmp_path):
     run = RunDir(tmp_path)
     complete(run, 1, 2)
     hang = (
-        f"import os, time; from training.checkpoint import RunDir; "
+        f"import os, time; from training.checkpoint.run_dir import RunDir; "
         f"RunDir({str(tmp_path)!r}).hold(os.getpid(), [], 4); time.sleep(120)"
     )
     proc = subprocess.Popen([sys.executable, "-c", hang], cwd=REPO, start_new_session=True)

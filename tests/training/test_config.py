@@ -56,7 +56,7 @@ def test_bloom_176b_recipe_is_the_published_one():
 
 
 def test_lr_schedule():
-    from training.schedule import lr_at
+    from training.loop.schedule import lr_at
 
     r = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", ["optim.warmup_steps=10", "train.steps=110"])
     assert lr_at(5, r) == pytest.approx(r.optim.lr / 2)
@@ -71,7 +71,7 @@ def test_step_loss_scaling_and_bad_batch_poisoning():
 
     import torch
 
-    from training.loss import StepLoss
+    from training.loop.loss import StepLoss
 
     logits = torch.zeros(2, 3, 8)
     labels = torch.tensor([[1, 2, -100], [3, -100, -100]])
@@ -129,7 +129,7 @@ def test_blooms_own_vocabulary_passes_the_data_check():
 
 
 def test_a_resume_that_changes_the_lr_schedule_says_so():
-    from training.schedule import lr_at, schedule_change
+    from training.loop.schedule import lr_at, schedule_change
 
     base = REPO / "configs/train/bloom-tiny.yaml"
     before = load_config(TrainRecipe, base, ["train.steps=30", "optim.warmup_steps=5"])

@@ -67,8 +67,8 @@ def test_every_language_of_the_data_gets_its_rows(demo_data):
     from eval.tasks import make
     from eval.tasks.base import Context
     from training.config import EvalConfig, ModelConfig, TaskSpec
-    from training.data import ShardIndex
-    from training.model import Bloom
+    from training.data.shard_reader import ShardIndex
+    from training.model.bloom import Bloom
 
     cfg = load_config(ModelConfig, REPO / "configs/model/bloom-tiny.yaml")
     index = ShardIndex(demo_data, "valid")

@@ -32,8 +32,8 @@ def test_chrf_of_greedy_translations_both_ways_and_a_bad_pair(demo_data, tmp_pat
     from data_prep.tokenizer import token_bytes
     from eval.tasks import make
     from eval.tasks.base import Context
-    from training.data import ShardIndex
-    from training.model import Bloom
+    from training.data.shard_reader import ShardIndex
+    from training.model.bloom import Bloom
 
     data = tmp_path / "flores"
     data.mkdir()

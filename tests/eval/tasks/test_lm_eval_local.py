@@ -11,9 +11,9 @@ import torch
 
 from bloomline.config import load_config
 from bloomline.io import sha256_file
-from training.checkpoint import make_meta
+from training.checkpoint.meta import make_meta
 from training.config import EvalConfig, TaskSpec, TrainRecipe
-from training.model import Bloom
+from training.model.bloom import Bloom
 
 REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.slow
@@ -104,7 +104,7 @@ def context(demo: Path, model: Bloom, spec: TaskSpec):
 
     from data_prep.tokenizer import token_bytes
     from eval.tasks.base import Context
-    from training.data import ShardIndex
+    from training.data.shard_reader import ShardIndex
 
     model_file = demo / "tokenizer" / "tokenizer.model"
     sp = spm.SentencePieceProcessor(model_file=str(model_file))

@@ -1,0 +1,183 @@
+"""Contract 2 without ranks: bloomline.json checks, the run folder, and load_model's merging on
+checkpoint folders laid out as DeepSpeed lays them out (real DeepSpeed-written checkpoints of
+every layout are loaded in test_trainer_multiproc.py)."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from bloomline.config import load_config
+from bloomline.errors import CheckpointError
+from training.checkpoint.load import detect_layout, load_model
+from training.checkpoint.meta import make_meta, read_meta
+from training.checkpoint.run_dir import RunDir, step_dir_name, step_of_dir_name
+from training.config import TrainRecipe
+from training.model.bloom import Bloom
+from training.parallel.layout import pipeline_prefixes, tp_slice
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def saved_names(step_dir):
+    """The parameter names TP rank 0's files hold, as Bloom names (what load_model loads)."""
+    from training.checkpoint.load import _rank_weights
+
+    return list(_rank_weights(Path(step_dir), read_meta(step_dir), 0)[0])
+
+
+def recipe(*overrides):
+    # 4,100 pieces: 4,224 rows at TP=1, 4,352 at TP=2, so merging must also cut the TP padding
+    return load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", ["model.vocab_size=4100", *overrides])
+
+
+def write_checkpoint(step_dir: Path, r: TrainRecipe, model: Bloom, step: int = 4) -> dict:
+    """The files DeepSpeed writes for r's layout at ZeRO 0 (module weights only), and bloomline.json."""
+    step_dir.mkdir(parents=True, exist_ok=True)
+    tp, pp, L = r.parallel.tp, r.parallel.pp, r.model.num_layers
+    rows = r.model.padded_vocab(tp)
+    for rank in range(tp):
+        sd = {n: tp_slice(n, p.detach(), rank, tp, rows).clone() for n, p in model.named_parameters()}
+        if pp == 1:
+            torch.save({"module": sd}, step_dir / f"mp_rank_{rank:02d}_model_states.pt")
+            continue
+        for i, prefix in enumerate(pipeline_prefixes(L)[:-1]):
+            layer = {k[len(prefix) + 1 :]: v for k, v in sd.items() if k.startswith(prefix + ".")}
+            torch.save(layer, step_dir / f"layer_{i:02d}-model_{rank:02d}-model_states.pt")
+    for mp in range(tp * pp if pp > 1 else 0):
+        torch.save({"module": None}, step_dir / f"mp_rank_{mp:02d}_model_states.pt")
+    sampler = {
+        "version": 2,
+        "seed": r.train.seed,
+        "step": step,
+        "consumed_tokens": 0,
+        "tokens_by_lang": {},
+        "streams": {},
+    }
+    meta = make_meta(
+        step,
+        r,
+        step_dir.parent,
+        "a" * 64,
+        sampler,
+        {"skipped": 0, "fp16_overflows": 0, "skipped_in_a_row": 0, "loss_ema": None},
+    )
+    (step_dir / "bloomline.json").write_text(json.dumps(meta))
+    return meta
+
+
+@pytest.mark.parametrize("tp,pp", [(1, 1), (2, 1), (1, 2), (2, 2)])
+def test_load_model_joins_any_layout_into_the_single_device_model(tmp_path, tp, pp):
+    r = recipe(f"parallel.tp={tp}", f"parallel.pp={pp}", "parallel.zero_stage=0")
+    model = Bloom(r.model, seed=9)
+    write_checkpoint(tmp_path / "step_4", r, model)
+    assert detect_layout(tmp_path / "step_4", r.model.num_layers)["tp"] == tp
+    assert saved_names(tmp_path / "step_4") == list(model.state_dict())  # the files hold Bloom's names
+    got, meta = load_model(tmp_path / "step_4", dtype=torch.bfloat16)
+    assert meta["layout"]["tp"] == tp and got.embedding.word_embeddings.weight.dtype == torch.bfloat16
+    assert got.embedding.word_embeddings.weight.shape[0] == r.model.padded_vocab(1) == 4224
+    for (n, a), b in zip(model.state_dict().items(), got.state_dict().values()):
+        assert torch.equal(a.to(torch.bfloat16), b), n
+
+
+def test_drifted_replica_and_missing_files_are_refused(tmp_path):
+    r = recipe("parallel.tp=2", "parallel.zero_stage=0")
+    write_checkpoint(tmp_path / "step_4", r, Bloom(r.model, seed=1))
+    f = tmp_path / "step_4" / "mp_rank_01_model_states.pt"
+    blob = f.read_bytes()
+    f.write_bytes(blob[:100])
+    with pytest.raises(CheckpointError, match=r"mp_rank_01_model_states.pt is unreadable"):
+        load_model(tmp_path / "step_4")
+    f.write_bytes(blob)
+    sd = torch.load(f)
+    sd["module"]["final_ln.bias"][3] += 1e-3
+    torch.save(sd, f)
+    with pytest.raises(CheckpointError, match="final_ln.bias differs between TP rank 0 and TP rank 1"):
+        load_model(tmp_path / "step_4")
+    f.unlink()
+    with pytest.raises(CheckpointError, match=r"field 'layout.tp' is 2, but .* holds model files of 1 TP rank"):
+        load_model(tmp_path / "step_4")
+
+
+def test_bloomline_json_is_checked_field_by_field(tmp_path):
+    r = recipe("parallel.zero_stage=0")
+    step = tmp_path / "step_4"
+    good = write_checkpoint(step, r, Bloom(r.model))
+    assert read_meta(step)["step"] == 4
+    meta_file = step / "bloomline.json"
+
+    def broken(change, pattern):
+        meta = json.loads(json.dumps(good))
+        change(meta)
+        meta_file.write_text(json.dumps(meta))
+        with pytest.raises(CheckpointError, match=pattern):
+            read_meta(step)
+
+    broken(lambda m: m.pop("format_version"), "no field 'format_version'")
+    broken(lambda m: m.update(format_version=7), "field 'format_version' is 7, this bloomline reads 1 and 2")
+    broken(lambda m: m.update(mixture=[0.5, 0.5]), "field 'mixture' should be null or a dict")
+    # a version-1 file (before the online mixture) reads as a fixed mixture
+    v1 = json.loads(json.dumps(good))
+    v1["format_version"] = 1
+    v1.pop("mixture")
+    meta_file.write_text(json.dumps(v1))
+    assert read_meta(step)["mixture"] is None
+    broken(lambda m: m.pop("sampler"), "field 'sampler' is missing")
+    broken(lambda m: m.update(step=5), "field 'step' is 5, the folder is step_4")
+    broken(lambda m: m["layout"].update(tp=0), r"field 'layout.tp' is 0")
+    broken(lambda m: m["model"].update(hidden_size="wide"), r"field 'model.hidden_size': expected an integer")
+    broken(lambda m: m.update(precision="fp8"), "field 'precision' is 'fp8'")
+    broken(lambda m: m["tp_rules"].pop("final_ln.bias"), "field 'tp_rules' does not list exactly")
+    broken(lambda m: m.update(data_manifest_sha256="xyz"), "not a sha256")
+    broken(lambda m: m["trainer"].pop("loss_ema"), r"field 'trainer' lacks \['loss_ema'\]")
+    broken(lambda m: m["sampler"].pop("streams"), r"field 'sampler' lacks \['streams'\]")
+    meta_file.write_text("{not json")
+    with pytest.raises(CheckpointError, match="bloomline.json: not valid JSON"):
+        read_meta(step)
+    meta_file.unlink()
+    with pytest.raises(CheckpointError, match="bloomline.json not found"):
+        read_meta(step)
+
+
+def test_run_folder_latest_keep_and_tags(tmp_path):
+    run = RunDir(tmp_path)
+    assert run.latest_step() is None and run.complete_steps() == []
+    meta = {"format_version": 1}
+    for step in (2, 4, 6):
+        run.step_dir(step).mkdir(parents=True)
+        run.publish(step, meta, keep=2)
+    assert run.latest_step() == 6 and run.complete_steps() == [4, 6]
+    run.step_dir(7).mkdir()  # a save killed before bloomline.json: not complete, not latest
+    (run.step_dir(5)).mkdir()  # an older incomplete folder: removed at the next publish
+    assert run.complete_steps() == [4, 6] and run.latest_step() == 6
+    run.step_dir(8).mkdir()
+    run.publish(8, meta, keep=2)
+    assert sorted(p.name for p in run.checkpoints.iterdir()) == ["latest", "step_6", "step_8"]
+    # a job died after writing step_10's bloomline.json, before moving `latest`; the resumed run
+    # redoes steps 9 and 10 from step_8 and publishes step_9 with keep=1: step_9 stays, the stale
+    # future (step_10) and the old step_8 go
+    run.step_dir(10).mkdir()
+    (run.step_dir(10) / "bloomline.json").write_text("{}")
+    run.step_dir(9).mkdir()
+    run.publish(9, meta, keep=1)
+    assert run.latest_step() == 9 and sorted(p.name for p in run.checkpoints.iterdir()) == ["latest", "step_9"]
+    assert step_dir_name(12) == "step_12" and step_of_dir_name("step_12") == 12
+    run.latest_file.write_text("global_step12")
+    with pytest.raises(CheckpointError, match="'global_step12' is not a checkpoint name"):
+        run.latest_step()
+    run.latest_file.write_text("step_7")
+    with pytest.raises(CheckpointError, match="points to step_7, which has no bloomline.json"):
+        run.latest_step()
+
+
+def test_the_writer_discards_the_future_a_resumed_run_redoes(tmp_path):
+    """Before a run's ranks start: step folders beyond ``latest`` (saved by a job killed before it
+    moved ``latest``) and incomplete ones (a killed save) go; the published ones stay."""
+    run = RunDir(tmp_path)
+    for step in (10, 20, 30):
+        run.step_dir(step).mkdir(parents=True)
+        (run.step_dir(step) / "bloomline.json").write_text("{}")
+    run.step_dir(5).mkdir()  # a save killed before its bloomline.json
+    run.latest_file.write_text("step_20")
+    assert run.discard_unpublished() == [5, 30] and run.complete_steps() == [10, 20]

@@ -1,0 +1,145 @@
+"""A checkpoint's ``bloomline.json`` (contract 2, training/CHECKPOINT.md): written by
+:func:`make_meta`, read by :func:`read_meta`, which checks its version and fields at load time
+with messages that name the file and the field; the recipe and model it was saved with."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+import bloomline
+from bloomline.config import from_dict, to_dict
+from bloomline.errors import CheckpointError, ConfigError
+from bloomline.io import read_contract_json
+from bloomline.secrets import mask_tree
+from training.checkpoint.run_dir import _TAG, META_FILE, step_of_dir_name
+from training.config import ModelConfig, TrainRecipe
+from training.parallel.layout import (
+    LAYOUT_KEYS,
+    layout_of,
+    tp_rules,
+)
+
+FORMAT_VERSION = 2  # 2: the online mixture's state (``mixture``); version 1 files read as a fixed mixture
+READS_VERSIONS = (1, 2)
+PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def trained_on(meta: dict[str, Any], data_dir: str | Path) -> bool:
+    """Whether the checkpoint of ``meta`` (its bloomline.json) was trained on the data in ``data_dir``."""
+    from data_prep.shards import manifest_sha256
+
+    return meta["data_manifest_sha256"] == manifest_sha256(data_dir)
+
+
+def make_meta(
+    step: int,
+    recipe: TrainRecipe,
+    data_dir: str | Path,
+    data_manifest_sha256: str,
+    sampler: dict[str, Any],
+    trainer: dict[str, Any],
+    mixture: Optional[dict[str, Any]] = None,
+) -> dict[str, Any]:
+    """The bloomline.json of a checkpoint (fields in training/CHECKPOINT.md)."""
+    from training.model.bloom import full_shapes
+
+    assert isinstance(recipe.model, ModelConfig)
+    return {
+        "format_version": FORMAT_VERSION,
+        "written_by": f"bloomline {bloomline.__version__}",
+        "step": step,
+        "layout": layout_of(recipe.parallel),
+        "precision": recipe.train.precision,
+        "model": to_dict(recipe.model),
+        "data_dir": str(Path(data_dir).resolve()),
+        "data_manifest_sha256": data_manifest_sha256,
+        "sampler": sampler,
+        "tp_rules": tp_rules(list(full_shapes(recipe.model))),
+        "trainer": trainer,
+        "mixture": mixture,
+        "recipe": mask_tree(to_dict(recipe)),
+    }
+
+
+TRAINER_KEYS = ("skipped", "fp16_overflows", "skipped_in_a_row", "loss_ema")
+SAMPLER_KEYS = ("version", "seed", "step", "consumed_tokens", "tokens_by_lang", "streams")
+_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "format_version": int,
+    "step": int,
+    "layout": dict,
+    "precision": str,
+    "model": dict,
+    "data_dir": str,
+    "data_manifest_sha256": str,
+    "sampler": dict,
+    "tp_rules": dict,
+    "trainer": dict,
+    "recipe": dict,
+}
+
+
+def read_meta(step_dir: str | Path) -> dict[str, Any]:
+    """Read and check ``step_dir/bloomline.json``; CheckpointError naming the file and field."""
+    step_dir = Path(step_dir)
+    path = step_dir / META_FILE
+    meta = read_contract_json(
+        path, CheckpointError, f"is {step_dir} a complete bloomline checkpoint (RUN_DIR/checkpoints/step_N)?"
+    )
+    if not isinstance(meta, dict) or "format_version" not in meta:
+        raise CheckpointError(f"{path}: no field 'format_version' (written by a bloomline before checkpoint format 1?)")
+    if meta["format_version"] not in READS_VERSIONS:
+        raise CheckpointError(
+            f"{path}: field 'format_version' is {meta['format_version']!r}, this bloomline reads "
+            f"{' and '.join(map(str, READS_VERSIONS))}"
+        )
+    meta.setdefault("mixture", None)  # version 1: a fixed mixture
+    if meta["mixture"] is not None and not isinstance(meta["mixture"], dict):
+        raise CheckpointError(f"{path}: field 'mixture' should be null or a dict, got {meta['mixture']!r}")
+    for key, tp in _FIELDS.items():
+        if key not in meta:
+            raise CheckpointError(f"{path}: field '{key}' is missing")
+        if not isinstance(meta[key], tp) or isinstance(meta[key], bool):
+            raise CheckpointError(f"{path}: field '{key}' should be a {tp.__name__}, got {meta[key]!r}")
+    want = step_of_dir_name(step_dir.name, step_dir) if _TAG.match(step_dir.name) else meta["step"]
+    if meta["step"] != want:
+        raise CheckpointError(f"{path}: field 'step' is {meta['step']}, the folder is {step_dir.name}")
+    for k in LAYOUT_KEYS:
+        v = meta["layout"].get(k)
+        if not isinstance(v, int) or v < (0 if k == "zero_stage" else 1):
+            raise CheckpointError(f"{path}: field 'layout.{k}' is {v!r}")
+    missing = [k for k in TRAINER_KEYS if k not in meta["trainer"]]
+    if missing:
+        raise CheckpointError(f"{path}: field 'trainer' lacks {missing}")
+    missing = [k for k in SAMPLER_KEYS if k not in meta["sampler"]]
+    if missing:
+        raise CheckpointError(f"{path}: field 'sampler' lacks {missing}")
+    if meta["precision"] not in PRECISIONS:
+        raise CheckpointError(f"{path}: field 'precision' is {meta['precision']!r}, not one of {sorted(PRECISIONS)}")
+    try:
+        cfg = from_dict(ModelConfig, meta["model"], "model")
+    except ConfigError as e:
+        raise CheckpointError(f"{path}: field '{e.key}': {e.message}") from None
+    if not re.fullmatch(r"[0-9a-f]{64}", meta["data_manifest_sha256"]):
+        raise CheckpointError(f"{path}: field 'data_manifest_sha256' is not a sha256 hex digest")
+    from training.model.bloom import full_shapes
+
+    names = set(full_shapes(cfg))
+    if set(meta["tp_rules"]) != names:
+        odd = sorted(set(meta["tp_rules"]) ^ names)[:3]
+        raise CheckpointError(f"{path}: field 'tp_rules' does not list exactly the model's parameters (e.g. {odd})")
+    bad = {k: v for k, v in meta["tp_rules"].items() if v not in (None, 0, 1)}
+    if bad:
+        raise CheckpointError(f"{path}: field 'tp_rules' has cut dims other than null, 0, 1: {bad}")
+    return meta
+
+
+def model_config(meta: dict[str, Any]) -> ModelConfig:
+    return from_dict(ModelConfig, meta["model"])
+
+
+def saved_recipe(meta: dict[str, Any]) -> TrainRecipe:
+    return from_dict(TrainRecipe, meta["recipe"])

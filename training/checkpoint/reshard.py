@@ -1,0 +1,177 @@
+"""Resume on another TP / PP / DP / ZeRO layout by converting through a layout-independent checkpoint.
+
+A DeepSpeed checkpoint is sharded by the layout that wrote it: ZeRO partitions the optimizer
+state over DP ranks, TP ranks hold slices of the weights, PP stages hold their layers. To resume
+with another layout, ``convert`` turns ``checkpoints/step_N`` into ``checkpoints/step_N/universal``
+with DeepSpeed's *universal checkpoint* converter (``deepspeed.checkpoint.ds_to_universal``,
+written for BLOOM-176B's own topology changes): one folder per parameter holding the whole fp32
+master weight and its Adam moments, TP slices merged, ZeRO partitions joined. Ranks of the new
+layout then load it with ``checkpoint.load_universal``, each cutting its own slice.
+
+Two things are ours, both derived from ``training/parallel/layout.py``:
+
+* How our TP slices merge (:func:`~training.parallel.layout.universal_info`): the exact parameter names of the writing
+  layout, grouped by their cut (``layout.tp_dim``: replicated, row-parallel, vocabulary).
+* Parameter names depend on the layout (a ``PipelineModule`` names layers by index), and
+  DeepSpeed finds a parameter's folder by its name in the loading model, so ``convert`` stores
+  the folders under the target layout's names.
+
+``bloomline train`` runs the conversion before starting the ranks when the recipe's layout differs
+from the checkpoint's; ``python -m training.checkpoint.reshard`` runs it by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from bloomline.host import available_cpus
+from training.checkpoint.meta import model_config, read_meta
+from training.parallel.layout import LAYOUT_KEYS, bloom_name, layout_label, layout_name
+
+MARKER = "bloomline_layout.json"  # in step_N/universal: written last, says which layout it is laid out for
+
+
+def check_convertible(step_dir: Path, meta: dict[str, Any], target: dict[str, int]) -> None:
+    """Raise ValueError for a layout change we cannot make (``meta``: the step's bloomline.json).
+
+    * Only between ZeRO stages 1 and 2. ZeRO-3: DeepSpeed 0.19 converts such a checkpoint, but its
+      ZeRO-1/2 loader rejects the result (no ds_version in the merged optimizer state) and its
+      ZeRO-3 loader expects per-rank optimizer files a universal checkpoint lacks (measured here).
+      ZeRO-0: no ZeRO optimizer, so DeepSpeed neither writes the partitioned state the converter
+      reads nor loads weights from a universal checkpoint.
+    * No optimizer step taken yet (every step skipped, e.g. fp16 overflows): there are no Adam
+      moments to convert, and DeepSpeed's converter fails on their absence."""
+    source = meta["layout"]
+    if source["zero_stage"] not in (1, 2) or target["zero_stage"] not in (1, 2):
+        raise ValueError(
+            f"{step_dir} (zero_stage={source['zero_stage']}) cannot be resumed with zero_stage="
+            f"{target['zero_stage']} and another layout: layout changes work between ZeRO stages 1 "
+            f"and 2; otherwise resume with the same tp/pp/dp/zero_stage"
+        )
+    t = meta["trainer"]
+    if int(meta["step"]) - int(t.get("skipped", 0)) - int(t.get("fp16_overflows", 0)) <= 0:
+        raise ValueError(
+            f"{step_dir}: every step so far was skipped, so there is no optimizer state to convert to "
+            f"another layout; resume with the same tp/pp/dp/zero_stage"
+        )
+
+
+def reshard_command(step_dir: str | Path, layout: dict[str, int]) -> list[str]:
+    """``python -m training.checkpoint.reshard STEP_DIR --tp .. --pp .. --dp .. --zero-stage ..``"""
+    cmd = [sys.executable, "-m", "training.checkpoint.reshard", str(step_dir)]
+    for k in LAYOUT_KEYS:
+        cmd += [f"--{k.replace('_', '-')}", str(layout[k])]
+    return cmd
+
+
+def has_universal(step_dir: Path, layout: dict[str, int]) -> bool:
+    """``step_dir/universal`` is complete and laid out for ``layout``."""
+    try:
+        return json.loads((step_dir / "universal" / MARKER).read_text()).get("layout") == layout
+    except (OSError, ValueError, AttributeError):
+        return False  # absent, or damaged: convert again
+
+
+def convert(step_dir: str | Path, layout: dict[str, int]) -> Path:
+    """``step_dir`` (any layout) → ``step_dir/universal`` laid out for ``layout``; idempotent.
+
+    Written to ``universal.tmp`` and renamed, with the marker written last: a killed conversion
+    leaves nothing that looks finished."""
+    from deepspeed.checkpoint import ds_to_universal
+
+    step_dir = Path(step_dir)
+    out = step_dir / "universal"
+    if has_universal(step_dir, layout):
+        return out
+    meta = read_meta(step_dir)
+    model = model_config(meta)
+    source = meta["layout"]
+    check_convertible(step_dir, meta, layout)
+    tmp = step_dir / "universal.tmp"
+    # The converter globs the step folder for model-state files, so no earlier output may stay inside it.
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
+    workers = max(1, min(8, available_cpus() - 1))
+    args = argparse.Namespace(
+        input_folder=str(step_dir),
+        output_folder=str(tmp),
+        num_extract_workers=workers,
+        num_merge_workers=max(1, workers // 4),
+        keep_temp_folder=False,
+        strict=True,
+        inject_missing_state=False,
+    )  # every checkpoint carries universal_info
+    try:
+        ds_to_universal.main(args)
+    except AssertionError as e:
+        raise RuntimeError(f"DeepSpeed's universal converter refused {step_dir}: {e}") from e
+
+    # Folders under the target layout's names; rows of the vocabulary trimmed to its padding.
+    zero, staged = tmp / "zero", tmp / "zero.renamed"
+    staged.mkdir()
+    target_vocab = model.padded_vocab(tp=layout["tp"])
+    for d in sorted(p for p in zero.iterdir() if p.is_dir()):
+        name = layout_name(bloom_name(d.name, model.num_layers), layout, model.num_layers)
+        d.rename(staged / name)
+        if name.endswith("word_embeddings.weight"):
+            _trim_vocab(staged / name, target_vocab)
+    for f in zero.iterdir():  # optimizer_state.pt and anything else that is not a parameter
+        if f.is_file():
+            f.rename(staged / f.name)
+    shutil.rmtree(zero)
+    staged.rename(zero)
+    _strip_model_states(tmp)
+    (tmp / MARKER).write_text(json.dumps({"layout": layout, "source_layout": source, "step": meta["step"]}))
+    os.replace(tmp, out)
+    # the converter also writes a 'latest_universal' pointer (to universal.tmp) we do not use
+    (step_dir / "latest_universal").unlink(missing_ok=True)
+    return out
+
+
+def _strip_model_states(folder: Path) -> None:
+    """The converter copies the source's model-state files, whole weights included. The loader
+    reads only run metadata from them (our step, sampler and RNG state) and the weights from
+    ``zero/``, but it would still load the weights onto the *source* rank's GPU (map_location
+    keeps devices). Keep the metadata, on CPU."""
+    import torch
+
+    for f in folder.glob("*model_states.pt"):
+        sd = torch.load(f, map_location="cpu", weights_only=False)
+        sd["module"] = None
+        torch.save(sd, f)
+
+
+def _trim_vocab(folder: Path, rows: int) -> None:
+    """Drop padding rows beyond the target's padded vocabulary (only when it pads less)."""
+    import torch
+
+    for f in folder.glob("*.pt"):
+        d = torch.load(f, weights_only=False)
+        if isinstance(d, dict) and "param" in d and d["param"].dim() == 2 and d["param"].shape[0] > rows:
+            d["param"] = d["param"][:rows].clone()
+            torch.save(d, f)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description="Lay a checkpoint out for another TP/PP/DP/ZeRO layout "
+        "(step_N/universal, loaded by a resuming run of that layout)."
+    )
+    ap.add_argument("step_dir", help="RUN_DIR/checkpoints/step_N")
+    for k in LAYOUT_KEYS:
+        ap.add_argument(f"--{k.replace('_', '-')}", type=int, required=True)
+    args = ap.parse_args(argv)
+    layout = {k: getattr(args, k) for k in LAYOUT_KEYS}
+    out = convert(Path(args.step_dir), layout)
+    print(f"{out}: laid out for {layout_label(layout)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

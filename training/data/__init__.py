@@ -1,0 +1,1 @@
+"""The trainer's data: prepared shards read in place, the dynamic-batch sampler, the language mixture."""

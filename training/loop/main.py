@@ -1,0 +1,52 @@
+"""Entry point of one training rank: ``python -m training.loop.main --recipe R.json --data DIR --out RUN``.
+
+Started once per rank by the DeepSpeed launcher (``bloomline train`` / the Prefect flow ``train``
+do that); it reads the fully resolved recipe the flow wrote, so every rank trains exactly the
+same configuration. Exit status (``training/loop/launch.py``): EXIT_OK when done or stopped by the
+kill switch; EXIT_USER_ERROR, after printing ``error: <message>`` to stderr, for a problem with
+the configuration or the data, which a restart cannot fix; anything else is a crash.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from bloomline.config import from_dict
+from bloomline.errors import BloomlineError
+from training.config import TrainRecipe
+from training.loop.launch import EXIT_OK, EXIT_USER_ERROR
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--recipe", required=True, help="resolved recipe (JSON) written by the train flow")
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--local_rank", type=int, default=0)  # passed by the DeepSpeed launcher
+    args = ap.parse_args(argv)
+    from training.checkpoint.resume import seed_everything
+    from training.loop.trainer import Trainer
+
+    try:
+        with open(args.recipe, encoding="utf-8") as f:
+            recipe = from_dict(TrainRecipe, json.load(f))
+        recipe.resolve_paths(Path("."))
+        seed_everything(recipe.train.seed)
+        Trainer(recipe, args.data, args.out).train()
+    except BloomlineError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        # Leave without the interpreter's teardown: with torch.distributed still up, destroying
+        # its (gloo / DeepSpeed comm) objects while their threads run can abort the process
+        # ("terminate called without an active exception", SIGABRT seen in CI), turning a user
+        # error into what looks like a crash. Nothing is left to flush or save at this point.
+        os._exit(EXIT_USER_ERROR)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

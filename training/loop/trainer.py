@@ -1,0 +1,413 @@
+"""The training loop of one rank (launched by the DeepSpeed launcher, see training/loop/main.py).
+
+Per step: the dynamic-batch sampler plans the whole step (every rank plans the same step from
+the same seed and state and takes its data-parallel slice), the LR is set from warm-up + cosine
+× the step's batch-size factor, the micro-batches run through DeepSpeed (``train_batch`` of the
+PipelineEngine with PP, forward/backward/step of the engine without), and rank 0 appends one
+JSON line to ``RUN_DIR/metrics.jsonl`` and the same scalars to TensorBoard (training/loop/metrics_log.py).
+The model is ``training.model.bloom.Bloom``, parallelised by ``training.parallel.parallelize.parallelize`` with
+what training/loop/ds_config.py tells DeepSpeed; the run folder and checkpoints are contract 2
+(``training/checkpoint/``, ``training/CHECKPOINT.md``), resumed as training/checkpoint/resume.py decides.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from bloomline.errors import BloomlineError, ConfigError
+from data_prep.shards import check_model_fits, manifest_sha256
+from training.checkpoint.meta import PRECISIONS, make_meta, read_meta, saved_recipe
+from training.checkpoint.resume import plan_resume, restore_rng, rng_state
+from training.checkpoint.run_dir import RunDir, step_dir_name
+from training.config import ModelConfig, TrainRecipe
+from training.data.online_mixture import OnlineMixture
+from training.data.sampler import DynamicBatchSampler
+from training.data.shard_reader import ShardIndex, collate, torch_collectives, verify_once
+from training.loop.ds_config import allow_cpu_fp16, deepspeed_config, param_groups
+from training.loop.kernel_choice import resolve_attention
+from training.loop.loss import StepLoss, lang_means
+from training.loop.metrics_log import MetricsLog, finite
+from training.loop.schedule import lr_at, schedule_change
+from training.loop.step_row import StepRow
+from training.model.bloom import IGNORE_INDEX, Bloom
+from training.parallel.distributed import Mesh, init_distributed
+from training.parallel.parallelize import parallelize
+from training.planning.flops import ForwardTimer, balance_over_dp, model_pair_weight, model_params, step_flops
+
+
+class Trainer:
+    def __init__(self, recipe: TrainRecipe, data_dir: str | Path, run_dir: str | Path):
+        self.recipe = recipe
+        self.data_dir = Path(data_dir)
+        self.run = RunDir(Path(run_dir))
+        self.run.root.mkdir(parents=True, exist_ok=True)
+        cfg = recipe.model
+        assert isinstance(cfg, ModelConfig)
+        seed = recipe.train.seed
+        self.mesh: Mesh = init_distributed(recipe.parallel, seed)
+        self.dtype = PRECISIONS[recipe.train.precision]
+        self.num_params = model_params(cfg)
+        self.device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+        self.index = ShardIndex(self.data_dir, "train")
+        check_model_fits(self.index.manifest, self.data_dir, cfg.vocab_size, cfg.seq_len)
+        verify_once(self.index, self.run.data_stamp, self.mesh.rank, self.mesh.world, *torch_collectives())
+        self.manifest_sha = manifest_sha256(self.data_dir)
+        self.sampler = DynamicBatchSampler(
+            self.index, recipe.batch, recipe.parallel.dp, cfg.seq_len, seed, pair_weight=model_pair_weight(cfg)
+        )
+
+        if recipe.train.precision == "fp16" and self.device.type == "cpu" and recipe.train.cpu_fp16:
+            allow_cpu_fp16()
+        # every sample's language, as an index into the blend's sorted languages (per-language loss)
+        self.languages = sorted(self.sampler.weights)
+        at = {lang: i for i, lang in enumerate(self.languages)}
+        self._shard_lang = [
+            at.get(s["lang"], 0) for s in self.index.shards
+        ]  # (0 for an unblended language: never drawn)
+        self.loss = StepLoss(len(self.languages))
+        self.mixture = (
+            OnlineMixture(recipe.batch.online, self.run, self.sampler, self.mesh.rank)
+            if recipe.batch.mixture == "online"
+            else None
+        )
+        self._changes: list[Any] = []  # the mixture's decisions to report with the next step's metrics
+        self._resume_step, universal = plan_resume(self.run, self.data_dir, recipe.parallel)
+        o = recipe.optim
+        with torch.device("meta"):
+            model = Bloom(cfg)  # the whole model, holding no memory: each rank materialises its part
+        self.engine = parallelize(
+            model,
+            recipe.parallel,
+            seed=seed,
+            dtype=self.dtype,
+            activation_checkpointing=recipe.train.activation_checkpointing,
+            loss_fn=self.loss,
+            ds_config=deepspeed_config(recipe, universal),
+            device=self.device,
+            compile=recipe.train.compile,
+            make_optimizer=lambda m: torch.optim.AdamW(
+                param_groups(m, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps
+            ),
+        )
+        self.optimizer = self.engine.optimizer
+        self.kernel = resolve_attention(
+            recipe, self.index, self.sampler, self.dtype, self.device, self.mesh, self.engine.module
+        )
+        self.forward_timer = ForwardTimer(self.engine.module)
+        self._flops = 0.0  # FLOPs this rank's replica computed in the current step (training/planning/flops.py)
+        self.step = 0
+        self.skipped = 0
+        self.saved_step = -1
+        self.skipped_in_a_row = 0
+        self.overflows = 0  # fp16 steps skipped by the loss scaler
+        self.loss_ema: float | None = None
+        self.log = MetricsLog(self.run.metrics, self.run.tensorboard, recipe) if self.mesh.rank == 0 else None
+        self._resume()
+        if self.mixture is not None and self._resume_step is None:
+            self.mixture.cut_log(-1)  # a fresh run: what a failed first attempt logged goes
+            self._changes = [self.mixture.start(0)]
+
+    # ----------------------------------------------------------------------------- the loop
+    def train(self) -> None:
+        r = self.recipe
+        while self.step < r.train.steps:
+            # Every rank must agree on stopping, or some would wait forever in a collective.
+            stop = torch.tensor([int(self.run.stop.exists())], device=self.device)
+            torch.distributed.all_reduce(stop, op=torch.distributed.ReduceOp.MAX)
+            if stop.item():
+                if self.saved_step != self.step:
+                    self.save()
+                if self.mesh.rank == 0:
+                    print(f"kill switch {self.run.stop}: saved step {self.step}, exiting", flush=True)
+                return
+            t0 = time.perf_counter()
+            plan = self.sampler.next_step()
+            self.step += 1
+            lr = lr_at(self.step, r) * plan.lr_scale
+            for g in self.optimizer.param_groups:
+                g["lr"] = lr
+            batches = [collate(self.index, mb, plan.bucket, self.index.pad_id) for mb in plan.ranks[self.mesh.dp_rank]]
+            labelled = torch.tensor(
+                [sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in batches)], dtype=torch.long, device=self.device
+            )
+            torch.distributed.all_reduce(labelled)  # over all ranks = dp · tp · pp copies of each replica
+            step_tokens = int(labelled.item()) // (self.mesh.tp * self.mesh.pp)
+            f = r.train.skip_spike_factor
+            spike = f * self.loss_ema if (f and self.loss_ema is not None) else math.inf
+            self.loss.set_step(
+                plan.gas,
+                self.mesh.dp,
+                step_tokens,
+                spike,
+                poison=self.step in r.train.inject_nan_at,
+                langs=[torch.tensor([self._shard_lang[sid] for sid, _ in mb]) for mb in plan.ranks[self.mesh.dp_rank]],
+            )
+            skipped_before = self.engine.skipped_steps
+            try:
+                loss = self._run(batches, plan.gas)
+            except Exception as e:
+                if "loss scale already at minimum" in str(e):  # DeepSpeed's fp16 scaler gives up
+                    raise BloomlineError(
+                        f"step {self.step}: fp16 gradients overflow even at the minimum loss scale "
+                        f"{r.train.fp16_min_loss_scale}; a restart would hit it again: use bf16 or "
+                        f"lower the learning rate"
+                    ) from e
+                raise
+            grad_norm = self.engine.get_global_grad_norm()
+            skip = None
+            if self.engine.skipped_steps > skipped_before:  # DeepSpeed's overflow check is global: all ranks agree
+                # Only the last pipeline stage computed the loss: ask every rank whether it was bad.
+                bad = torch.tensor([int(self.loss.bad)], device=self.device)
+                torch.distributed.all_reduce(bad, op=torch.distributed.ReduceOp.MAX)
+                # With fp16 a clean loss can still overflow the scaled gradients: that is the loss
+                # scaler calibrating itself (it halves the scale), not a bad batch.
+                skip = "bad_loss" if bad.item() or r.train.precision != "fp16" else "fp16_overflow"
+            if skip == "bad_loss":
+                self.skipped += 1
+                self.skipped_in_a_row += 1
+                if self.mesh.rank == 0:
+                    print(
+                        f"step {self.step}: batch skipped (loss {loss}, NaN/inf or above the spike limit {spike:.3f})",
+                        flush=True,
+                    )
+                if self.skipped_in_a_row > r.train.max_skipped_in_a_row:
+                    raise BloomlineError(
+                        f"{self.skipped_in_a_row} batches in a row skipped for NaN/inf or spiking "
+                        f"loss (train.max_skipped_in_a_row={r.train.max_skipped_in_a_row})"
+                    )
+            else:
+                self.skipped_in_a_row = 0
+                if skip is None:
+                    self.loss_ema = loss if self.loss_ema is None else 0.9 * self.loss_ema + 0.1 * loss
+                else:
+                    self.overflows += 1
+            work = self._step_totals()  # a collective of the step: inside its time
+            if self.mixture is not None:  # weights for the next step, decided by every rank alike
+                self._changes += self.mixture.after_step(
+                    self.step, work["lang_loss"], work["lang_tokens"], work["feedback"], measured=skip != "bad_loss"
+                )
+            self._log(plan, loss, lr, grad_norm, time.perf_counter() - t0, skip, work)
+            if (self.step % r.checkpoint.interval == 0 or self.step == r.train.steps) and self.saved_step != self.step:
+                self.save()
+
+    def _feed(self, b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Micro-batch ``b`` on this rank's device, its FLOPs added to the step's count. Counted on
+        the very tensor the model gets, so flex's block mask is built once and shared."""
+        b = {k: v.to(self.device) for k, v in b.items()}
+        m = self.recipe.model
+        self._flops += sum(step_flops([b], self.kernel, m.num_layers, m.hidden_size, self.num_params))
+        return b
+
+    def _step_totals(self) -> dict[str, Any]:
+        """One row per rank, all-gathered (the step's one small collective of its own): the step's
+        FLOPs (all replicas), the DP balance of computed FLOPs and of measured forward time, each
+        language's Σ token loss and labelled tokens (from the last pipeline stage), and, with an
+        online mixture, rank 0's evaluation feedback (training/data/online_mixture.py)."""
+        feedback = self.mixture.row(self.step) if self.mixture is not None else []
+        layout = StepRow(langs=len(self.languages), feedback=len(feedback))
+        me = torch.tensor(
+            layout.pack(
+                dp_rank=self.mesh.dp_rank,
+                tp_rank=self.mesh.tp_rank,
+                pp_rank=self.mesh.pp_rank,
+                flops=self._flops,
+                forward_s=self.forward_timer.take(),
+                weights=self.mixture.fingerprint() if self.mixture is not None else 0,
+                lang_loss=self.loss.lang_loss.tolist(),
+                lang_tokens=self.loss.lang_tokens.tolist(),
+                feedback=feedback,
+            ),
+            dtype=torch.float64,
+            device=self.device,
+        )
+        self._flops = 0.0
+        rows = [torch.zeros_like(me) for _ in range(self.mesh.world)]
+        torch.distributed.all_gather(rows, me)
+        a = torch.stack(rows).cpu().numpy()
+        tp, pp = layout.get(a, "tp_rank"), layout.get(a, "pp_rank")
+        first = a[(tp == 0) & (pp == 0)]  # one rank per replica: each counts its replica's whole work
+        last = a[(tp == 0) & (pp == self.mesh.pp - 1)]  # one loss-computing rank per replica
+        weights = sorted(set(layout.get(a, "weights").tolist()))
+        if len(weights) > 1:  # a guard, not a sync: the weights are derived alike on every rank
+            raise BloomlineError(
+                f"step {self.step}: the ranks drew from different mixture weights "
+                f"(fingerprints {[int(w) for w in weights]})"
+            )
+        return {
+            "flops": float(layout.get(first, "flops").sum()),
+            "dp_balance": balance_over_dp(layout.by_rank(a, "flops")),
+            "dp_time_balance": balance_over_dp(layout.by_rank(a, "forward_s")),
+            "lang_loss": layout.get(last, "lang_loss").sum(axis=0),
+            "lang_tokens": layout.get(last, "lang_tokens").sum(axis=0),
+            "feedback": layout.get(a, "feedback")[0],
+        }  # rank 0's
+
+    def _run(self, batches: list[dict[str, torch.Tensor]], gas: int) -> float:
+        dp = self.mesh.dp
+        if self.recipe.parallel.pp > 1:
+            self.engine.set_train_batch_size(gas * dp)
+
+            def it() -> Iterator:
+                for b in batches:
+                    b = self._feed(b)
+                    yield (b["input_ids"], b["segment_ids"]), b["labels"]
+
+            return float(self.engine.train_batch(data_iter=it()))
+        self.engine.set_train_batch_size(gas * dp)
+        total = 0.0
+        for i, b in enumerate(batches):
+            # gas changes from step to step (bucket, ramp-up): tell DeepSpeed where this step ends,
+            # or its running micro-step counter would put the optimizer step mid-batch.
+            self.engine.set_gradient_accumulation_boundary(i == gas - 1)
+            b = self._feed(b)
+            logits = self.engine(b["input_ids"], b["segment_ids"])  # DeepSpeed holds the weights in bf16/fp16
+            loss = self.loss(logits, b["labels"])
+            self.engine.backward(loss)
+            self.engine.step()
+            total += float(loss.detach())
+        # the reported loss: token mean of the step over all DP ranks
+        t = torch.tensor([total / gas], dtype=torch.float64, device=self.device)
+        torch.distributed.all_reduce(t)
+        return float(t.item()) / self.mesh.world
+
+    # ---------------------------------------------------------------------------- metrics
+    def _log(
+        self, plan: Any, loss: float, lr: float, grad_norm: Any, dt: float, skip: str | None, work: dict[str, Any]
+    ) -> None:
+        if self.log is None:  # rank 0 reports
+            return
+        self.log.record(
+            {
+                "step": self.step,
+                "loss": finite(loss),
+                "lr": lr,
+                "global_batch_tokens": int(plan.tokens),
+                "padded_tokens": int(plan.padded_tokens),
+                "padding_fraction": float(plan.padding_fraction),
+                "dp_balance": work["dp_balance"],
+                "dp_time_balance": work["dp_time_balance"],
+                "dp_cost_balance": float(plan.cost_balance),
+                "flops": work["flops"],
+                "attention": self.kernel,
+                "tokens_per_s": plan.tokens / dt if dt > 0 else None,
+                "grad_norm": finite(grad_norm),
+                "bucket": int(plan.bucket),
+                "micro_batches": int(plan.gas),
+                "micro_batch_size": int(plan.micro_batch_size),
+                "skipped": skip is not None,
+                "skip_reason": skip,
+                "skipped_batches": self.skipped,
+                "fp16_overflows": self.overflows,
+                "loss_scale": self._loss_scale(),
+                "step_seconds": dt,
+                "optimizer_steps": int(self.engine.global_steps),
+                "time": time.time(),
+                "lang_loss": lang_means(self.languages, work["lang_loss"], work["lang_tokens"]),
+                "lang_tokens": dict(plan.lang_tokens),
+                **self._mixture_fields(),
+            }
+        )
+
+    def _mixture_fields(self) -> dict[str, Any]:
+        """The mixture's weights and cause when the weights changed after this step (the start's are in mixture.jsonl)."""
+        moved = [c for c in self._changes if c.weights is not None]
+        self._changes = []
+        if not moved:
+            return {}
+        return {"mixture_weights": moved[-1].weights, "mixture_cause": moved[-1].cause}
+
+    def _loss_scale(self) -> float | None:
+        """The fp16 loss scale the next step will use (None unless fp16)."""
+        if self.recipe.train.precision != "fp16":
+            return None
+        opt = self.engine.optimizer
+        cfg = getattr(opt, "loss_scale_config", None)  # DeepSpeed's FP16_Optimizer (ZeRO 0)
+        return float(cfg.cur_scale if cfg is not None else opt.cur_scale)  # ZeRO optimizers
+
+    # ------------------------------------------------------------------------- checkpoints
+    def _trainer_state(self) -> dict[str, Any]:
+        return {
+            "skipped": self.skipped,
+            "fp16_overflows": self.overflows,
+            "skipped_in_a_row": self.skipped_in_a_row,
+            "loss_ema": self.loss_ema,
+        }
+
+    def save(self) -> None:
+        """Every rank writes its DeepSpeed files (with its RNG states, training/checkpoint/resume.py); then
+        rank 0 publishes bloomline.json and ``latest``."""
+        self.engine.save_checkpoint(
+            str(self.run.checkpoints),
+            tag=step_dir_name(self.step),
+            client_state={"rng": rng_state()},
+            save_latest=False,
+        )
+        torch.distributed.barrier()
+        if self.mesh.rank == 0:
+            meta = make_meta(
+                self.step,
+                self.recipe,
+                self.data_dir,
+                self.manifest_sha,
+                self.sampler.state_dict(),
+                self._trainer_state(),
+                self.mixture.state_dict() if self.mixture is not None else None,
+            )
+            # `latest` moves once all ranks wrote; what the evaluation watcher holds is kept (RunDir.hold)
+            self.run.publish(self.step, meta, self.recipe.checkpoint.keep)
+        torch.distributed.barrier()
+        self.saved_step = self.step
+
+    def _resume(self) -> None:
+        if self._resume_step is None:
+            return
+        step_dir = self.run.step_dir(self._resume_step)
+        meta = read_meta(step_dir)
+        if self.engine.load_universal_checkpoint():
+            # ranks of this layout each cut their slice of the whole tensors in step_N/universal
+            _, client = self.engine.load_checkpoint(
+                str(step_dir), tag="universal", load_optimizer_states=True, load_lr_scheduler_states=False
+            )
+        else:
+            _, client = self.engine.load_checkpoint(
+                str(self.run.checkpoints),
+                tag=step_dir_name(self._resume_step),
+                load_optimizer_states=True,
+                load_lr_scheduler_states=False,
+            )
+        # DeepSpeed restores the checkpoint's clipping threshold with the optimizer; the recipe rules.
+        if hasattr(self.engine.optimizer, "clip_grad"):
+            self.engine.optimizer.clip_grad = self.recipe.optim.clip_grad
+        restore_rng((client or {}).get("rng"))
+        state = meta["trainer"]
+        self.step = meta["step"]
+        self.saved_step = self.step
+        self.skipped = state["skipped"]
+        self.skipped_in_a_row = state["skipped_in_a_row"]
+        self.overflows = state["fp16_overflows"]
+        self.loss_ema = state["loss_ema"]
+        self.sampler.load_state_dict(meta["sampler"])
+        if self.mixture is not None:
+            self.mixture.resume(meta["mixture"], self.step)
+            torch.distributed.barrier()  # every rank has read the decisions log before rank 0 cuts it
+            self.mixture.cut_log(self.step)
+        elif meta["mixture"] is not None:
+            raise ConfigError(
+                "batch.mixture",
+                f"the checkpoint at step {self.step} was trained with an online mixture; "
+                f"resume it with the same setting (a fixed blend now would silently "
+                f"change the data)",
+            )
+        if self.log is not None:
+            self.log.truncate(self.step)  # steps after the checkpoint were lost with the failed job
+            how = " (universal form, another layout)" if self.engine.load_universal_checkpoint() else ""
+            print(f"resumed from {step_dir}{how} at step {self.step}", flush=True)
+            change = schedule_change(saved_recipe(meta), self.recipe, self.step)
+            if change:
+                print(change, flush=True)

@@ -1,0 +1,348 @@
+"""BLOOM as readable single-device PyTorch: the one model that trains, at every layout.
+
+The architecture of BLOOM (BigScience, "BLOOM: A 176B-Parameter Open-Access Multilingual
+Language Model", 2022, §3.2) and of Hugging Face's ``BloomForCausalLM``:
+
+    word embedding → embed_ln → N × [x + attn(ln1(x)); x + mlp(ln2(x))] → final_ln → x @ Eᵀ
+
+* ALiBi instead of position embeddings (§3.2.2): each head adds −slope·(i − j) to the score of
+  query i on key j, so attention depends only on relative distance.
+* A LayerNorm right after the embedding (§3.2.2, "embedding LayerNorm"): it made the 104B
+  pilot runs stable.
+* The output projection is the transposed word embedding (tied, no separate LM head).
+* GeLU with the tanh approximation (HF ``bloom_gelu_forward``), biases everywhere, no dropout.
+
+Packed samples (``data_prep/FORMAT.md``): one row holds several documents; attention never
+crosses a document boundary. ``segment_ids`` [B, T] tells each position its document (1, 2, ...)
+and marks padding with 0; :func:`attention_bias` turns it into a mask with ALiBi folded in.
+
+Made to be parallelised from outside (``training/parallel/parallelize.py``), not from in here:
+
+* :meth:`Bloom.layers` is the model as a flat list of layers, each mapping the pair
+  ``(hidden, segment_ids)`` to the next pair; the first takes ``(input_ids, segment_ids)``.
+  Pipeline parallelism hands these very modules to DeepSpeed as its pipeline layers, and
+  :meth:`Bloom.forward` runs the same list, so there is one model whatever the layout.
+* Tensor parallelism swaps ``nn.Linear``/``nn.Embedding`` for megatron-core layers in place.
+  Attention therefore reads its number of heads off ``attn.qkv.weight`` and its first head off
+  ``attn.first_head``; the fused qkv output is laid out per head ([heads, 3, head_dim], as HF
+  Bloom), so contiguous row chunks of the qkv weight are whole heads. The embedding's
+  ``first_row`` and ``project_input`` are what its vocabulary-parallel form sets.
+* Initialisation (:func:`init_weights`) draws every parameter from a generator seeded by the
+  seed and the parameter's *name*, so a module initialises the same wherever it lives and a
+  TP rank's slice is the slice of the full tensor: the same seed is the same function at any
+  layout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from functools import lru_cache
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from training.config import ModelConfig
+
+IGNORE_INDEX = -100
+"""Label of positions the loss skips (padding, document ends); ``F.cross_entropy``'s default."""
+
+Activations = tuple[torch.Tensor, torch.Tensor]
+"""What flows between layers: (hidden [B, T, H] — input_ids [B, T] before the first —, segment_ids [B, T])."""
+
+NORMS = ("embed_ln", "final_ln", "ln1", "ln2")
+"""Names of the LayerNorm modules (weight 1, bias 0 at init)."""
+
+
+# ----------------------------------------------------------------------------- ALiBi and masks
+
+
+@lru_cache(maxsize=16)
+def alibi_slopes(num_heads: int) -> torch.Tensor:
+    """ALiBi slopes [num_heads] (float32), computed as HF ``build_alibi_tensor`` does.
+
+    For n a power of two the slopes are the geometric sequence 2^(−8i/n), i = 1..n (Press et al.,
+    "Train Short, Test Long", §3). Otherwise take the slopes of the closest smaller power of two c
+    and add every other slope of the 2c sequence (2^(−8i/2c) for odd i) for the remaining heads.
+    """
+    closest = 2 ** math.floor(math.log2(num_heads))
+    base = torch.tensor(2 ** (-(2 ** -(math.log2(closest) - 3))), dtype=torch.float32)  # = 2^(−8/c)
+    slopes = torch.pow(base, torch.arange(1, 1 + closest, dtype=torch.int32))
+    if closest != num_heads:
+        extra_base = torch.tensor(2 ** (-(2 ** -(math.log2(2 * closest) - 3))), dtype=torch.float32)
+        remaining = min(closest, num_heads - closest)
+        extra = torch.pow(extra_base, torch.arange(1, 1 + 2 * remaining, 2, dtype=torch.int32))
+        slopes = torch.cat([slopes, extra])
+    return slopes
+
+
+def segment_ids_from_offsets(doc_offsets: list[list[int]], lengths: list[int], T: int) -> torch.Tensor:
+    """Document index of every position of a padded batch: LongTensor [B, T].
+
+    ``doc_offsets[b]`` and ``lengths[b]`` are a shard row's columns (first offset 0, strictly
+    increasing, all below the length, length ≤ T). Positions of the k-th document get k (1-based);
+    padding positions (≥ length) get 0.
+    """
+    out = torch.zeros(len(lengths), T, dtype=torch.long)
+    for b, (offsets, n) in enumerate(zip(doc_offsets, lengths)):
+        if (
+            not (0 < n <= T)
+            or not offsets
+            or offsets[0] != 0
+            or offsets[-1] >= n
+            or any(a >= c for a, c in zip(offsets, offsets[1:]))
+        ):
+            raise ValueError(f"sample {b}: bad doc_offsets {offsets} for length {n} (T={T})")
+        # number of offsets ≤ position = 1-based index of the document holding it
+        out[b, :n] = torch.bucketize(torch.arange(n), torch.tensor(offsets), right=True)
+    return out
+
+
+def attention_bias(segment_ids: torch.Tensor, slopes: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Additive attention bias [B, h, T, T] for ``scaled_dot_product_attention``.
+
+    bias[b, n, i, j] = −slopes[n]·(i − j) where key j ≤ query i and both lie in the same
+    document (same nonzero segment id); the dtype's most negative value elsewhere. Not −inf:
+    a padding query (segment 0) keeps its own position so that no softmax row is all −inf (NaN).
+    """
+    T = segment_ids.shape[1]
+    pos = torch.arange(T, device=segment_ids.device)
+    seg_q, seg_k = segment_ids[:, :, None], segment_ids[:, None, :]
+    allowed = (pos[None, :, None] >= pos[None, None, :]) & (seg_q == seg_k) & (seg_q != 0)
+    allowed |= torch.eye(T, dtype=torch.bool, device=segment_ids.device)
+    alibi = slopes.float()[:, None, None] * (pos[None, :] - pos[:, None])  # [h, T, T]: −slope·(i − j)
+    bias = torch.where(allowed[:, None], alibi[None], torch.finfo(dtype).min)
+    return bias.to(dtype)
+
+
+PAD_LOGIT = -1e4  # exp(-1e4 - max) is 0 in fp32; finite, so a slice of only padding is no NaN
+
+
+def mask_padded_vocab(logits: torch.Tensor, vocab_size: int, first_id: int = 0) -> torch.Tensor:
+    """Give the padding columns (token ids >= ``vocab_size``; logits' column 0 is id ``first_id``)
+    the logit PAD_LOGIT, in place.
+
+    The table is padded only so it splits evenly over TP ranks. Masked, padding rows carry no
+    probability and get no gradient, so the model does not depend on how far it is padded and a
+    checkpoint re-padded for another TP is the same model. In place on the projection's output is
+    safe: the matmul's backward needs its inputs, not its output."""
+    start = max(0, vocab_size - first_id)
+    if start < logits.shape[-1]:
+        logits[..., start:] = PAD_LOGIT
+    return logits
+
+
+# ----------------------------------------------------------------------------- modules
+
+
+class Embedding(nn.Module):
+    """The word embedding, used at both ends (tied): ``(input_ids, segment_ids) → (hidden,
+    segment_ids)``, and with ``project=True`` the output projection ``(hidden, _) → logits [B, T, V]``.
+
+    The projection goes through ``forward`` (not a method of its own) because ZeRO-3 gathers a
+    module's partitioned weights around its forward calls. V is the padded vocabulary; padding
+    columns are masked (:func:`mask_padded_vocab`)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(cfg.padded_vocab(), cfg.hidden_size)
+        self.vocab_size = cfg.vocab_size
+        # Set by tensor parallelism: the token id of this rank's first row, and an op that makes
+        # the projection's input gradient sum over the ranks that each hold part of the vocabulary.
+        self.first_row = 0
+        self.project_input: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
+
+    def forward(self, x: Activations, project: bool = False) -> Activations | torch.Tensor:
+        if project:
+            hidden = x[0] if self.project_input is None else self.project_input(x[0])
+            return mask_padded_vocab(F.linear(hidden, self.word_embeddings.weight), self.vocab_size, self.first_row)
+        input_ids, segment_ids = x
+        return self.word_embeddings(input_ids), segment_ids
+
+
+class LayerNorm(nn.LayerNorm):
+    """``nn.LayerNorm`` over the hidden state of an ``(hidden, segment_ids)`` pair."""
+
+    def forward(self, x: Activations) -> Activations:  # type: ignore[override]
+        hidden, segment_ids = x
+        return super().forward(hidden), segment_ids
+
+
+class Attention(nn.Module):
+    """Causal self-attention with ALiBi, kept inside each document: x [B, T, H], segment_ids [B, T] → [B, T, H].
+
+    Its heads are whatever ``qkv`` produces (``qkv.weight.shape[0] // (3·head_dim)``), starting at
+    head ``first_head`` of the model's ``num_heads``, so a TP rank holding a slice of the qkv rows
+    computes its heads unchanged.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        h = cfg.hidden_size
+        self.head_dim = cfg.head_dim
+        self.total_heads = cfg.num_heads
+        self.first_head = 0
+        self.kernel = "flex" if cfg.attention == "flex" else "sdpa"  # auto: the trainer measures, then sets it
+        self.qkv = nn.Linear(h, 3 * h)  # output rows: [heads, 3 (q, k, v), head_dim]
+        self.dense = nn.Linear(h, h)
+
+    @property
+    def num_heads(self) -> int:
+        return self.qkv.weight.shape[0] // (3 * self.head_dim)
+
+    def forward(self, x: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        # HF Bloom's layout: view the fused output as [B, T, heads, 3, head_dim].
+        qkv = self.qkv(x).view(B, T, self.num_heads, 3, self.head_dim)
+        q, k, v = (qkv[..., i, :].transpose(1, 2) for i in range(3))  # each [B, heads, T, head_dim]
+        slopes = alibi_slopes(self.total_heads)[self.first_head : self.first_head + self.num_heads].to(x.device)
+        if self.kernel == "flex":
+            from training.model.attention import flex_document_attention
+
+            out = flex_document_attention(q, k, v, segment_ids, slopes)
+        else:
+            bias = attention_bias(segment_ids, slopes, q.dtype)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # scale 1/sqrt(head_dim)
+        return self.dense(out.transpose(1, 2).reshape(B, T, -1))
+
+
+class MLP(nn.Module):
+    """H → ffn_mult·H → GeLU (tanh approximation, as BLOOM) → H."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.fc1 = nn.Linear(cfg.hidden_size, cfg.ffn_mult * cfg.hidden_size)
+        self.fc2 = nn.Linear(cfg.ffn_mult * cfg.hidden_size, cfg.hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    """Pre-LN transformer block: (hidden [B, T, H], segment_ids [B, T]) → (hidden, segment_ids)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layernorm_eps)
+        self.attn = Attention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layernorm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: Activations) -> Activations:
+        hidden, segment_ids = x
+        hidden = hidden + self.attn(self.ln1(hidden), segment_ids)
+        return hidden + self.mlp(self.ln2(hidden)), segment_ids
+
+
+class Bloom(nn.Module):
+    """The whole model: input_ids [B, T], segment_ids [B, T] → logits [B, T, V] (V: padded vocabulary).
+
+    ``Bloom(cfg, seed)`` is initialised by :func:`init_weights`; built under
+    ``torch.device("meta")`` it holds no memory until ``to_empty`` + ``init_weights``.
+    """
+
+    def __init__(self, cfg: ModelConfig, seed: int = 0):
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        self.embedding = Embedding(cfg)
+        self.embed_ln = LayerNorm(cfg.hidden_size, eps=cfg.layernorm_eps)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.final_ln = LayerNorm(cfg.hidden_size, eps=cfg.layernorm_eps)
+        if self.embed_ln.weight.device.type != "meta":
+            init_weights(self, "", cfg, seed)
+
+    def layers(self) -> list[tuple[str, nn.Module]]:
+        """The layers in order with their names in ``state_dict``; the output projection
+        (``embedding`` with ``project=True``) follows the last."""
+        return [
+            ("embedding", self.embedding),
+            ("embed_ln", self.embed_ln),
+            *((f"blocks.{i}", b) for i, b in enumerate(self.blocks)),
+            ("final_ln", self.final_ln),
+        ]
+
+    def forward(self, input_ids: torch.Tensor, segment_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """segment_ids from :func:`segment_ids_from_offsets`; None: each row is one document, unpadded."""
+        x: Activations = (input_ids, torch.ones_like(input_ids) if segment_ids is None else segment_ids)
+        for _, layer in self.layers():
+            x = layer(x)
+        return self.embedding(x, project=True)
+
+    @staticmethod
+    def loss(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = IGNORE_INDEX) -> torch.Tensor:
+        """Mean cross-entropy over positions whose label is not ``ignore_index``.
+
+        logits [B, T, V], labels [B, T] (already shifted: labels[t] is the token after t).
+        Computed in fp32 whatever the logits' dtype: bf16 log-softmax over 250k entries is too coarse.
+        """
+        return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=ignore_index)
+
+    def num_params(self) -> int:
+        """Parameters, the tied embedding counted once (bloom-560m: 559,214,592)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def flops_per_token(self, seq_len: int) -> int:
+        """Training FLOPs (forward + backward) per token: 6·N + 12·L·H·T.
+
+        The estimate of PaLM (Chowdhery et al. 2022, Appendix B: 6N + 12·L·H·Q·T, with H·Q =
+        hidden size here): 2 FLOPs per parameter per token forward and 4 backward, plus the two
+        attention matmuls (QKᵀ and attention·V, 2·T·H each forward) per layer. N includes the
+        tied embedding because it is also the output projection (2·V·H per token forward). It
+        equals Megatron-LM's count (Narayanan et al. 2021, §5.1) without recomputation, up to the
+        biases and LayerNorms; recomputation (activation checkpointing) is not counted, as for MFU.
+        """
+        return 6 * self.num_params() + 12 * self.cfg.num_layers * self.cfg.hidden_size * seq_len
+
+
+# ----------------------------------------------------------------------------- initialisation
+
+
+def _name_seed(seed: int, name: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "little") & (2**63 - 1)
+
+
+def full_shapes(cfg: ModelConfig) -> dict[str, torch.Size]:
+    """Every parameter's name and whole (unsharded) shape at a config."""
+    return dict(_shapes(tuple(sorted(dataclasses.asdict(cfg).items()))))
+
+
+@lru_cache(maxsize=4)
+def _shapes(cfg_items: tuple) -> tuple:
+    with torch.device("meta"):
+        return tuple((n, p.shape) for n, p in Bloom(ModelConfig(**dict(cfg_items))).named_parameters())
+
+
+def initial_value(name: str, shape: torch.Size, cfg: ModelConfig, seed: int) -> torch.Tensor:
+    """The whole initial tensor of parameter ``name`` (a ``Bloom.state_dict()`` name).
+
+    BLOOM/HF init: normal(0, init_std) for linear and embedding weights, zero biases, LayerNorms
+    weight 1 and bias 0. The embedding's padding rows (ids ≥ vocab_size) start at zero: they are
+    never looked up and their logits are masked, so any value would do; zero is the same at any
+    padding. Each weight's generator is seeded by (seed, name), so the value does not depend on
+    which other modules exist on this rank or in which order they were built.
+    """
+    module, leaf = name.rsplit(".", 1)
+    if module.rsplit(".", 1)[-1] in NORMS:
+        return torch.ones(shape) if leaf == "weight" else torch.zeros(shape)
+    if leaf == "bias":
+        return torch.zeros(shape)
+    g = torch.Generator().manual_seed(_name_seed(seed, name))
+    w = torch.empty(shape).normal_(0.0, cfg.init_std, generator=g)
+    if name == "embedding.word_embeddings.weight":
+        w[cfg.vocab_size :] = 0
+    return w
+
+
+def init_weights(module: nn.Module, prefix: str, cfg: ModelConfig, seed: int) -> None:
+    """Initialise every parameter of ``module`` (whose parameters are named ``prefix + local
+    name`` in ``Bloom.state_dict()``) with :func:`initial_value`. (Tensor-parallel slices are
+    filled by ``training.parallel.parallelize.build_on_device`` from the same values.)"""
+    shapes = full_shapes(cfg)
+    with torch.no_grad():
+        for local, p in module.named_parameters():
+            name = prefix + local
+            p.copy_(initial_value(name, shapes[name], cfg, seed))

@@ -1,0 +1,137 @@
+"""torch.distributed and megatron-core's model-parallel groups for one rank.
+
+:func:`init_distributed` starts torch.distributed (gloo on CPU, nccl on GPUs) and megatron-core's
+groups; their rank order — tp fastest, then dp, then pp — is the order of DeepSpeed's
+``PipeModelDataParallelTopology``, so both frameworks agree on every group (checked).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from training.config import ParallelConfig
+from training.parallel.shm import unlink_own_buffer
+
+
+@dataclass
+class Mesh:
+    """This rank's place in the TP × DP × PP grid."""
+
+    rank: int
+    world: int
+    tp: int
+    dp: int
+    pp: int
+    tp_rank: int
+    dp_rank: int
+    pp_rank: int
+
+
+# Ranks started by srun or mpirun directly (DeepSpeed's slurm / openmpi / mpich runners) have no
+# launcher setting torch's variables; each launcher names them its own way.
+LAUNCHER_RANK_ENV = (
+    ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+)
+
+
+def rank_env_from_launcher(env: Any = os.environ) -> None:
+    """Set RANK, WORLD_SIZE and LOCAL_RANK from srun's or mpirun's variables when they are unset."""
+    if "RANK" in env:
+        return
+    for rank, size, local in LAUNCHER_RANK_ENV:
+        if rank in env and size in env:
+            env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"] = env[rank], env[size], env.get(local, "0")
+            return
+
+
+def init_distributed(parallel: ParallelConfig, seed: int) -> Mesh:
+    import deepspeed
+    from megatron.core import parallel_state, tensor_parallel
+
+    rank_env_from_launcher()
+    backend = parallel.backend
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if torch.cuda.is_available():
+        # Before any communicator exists: NCCL binds each one to the current device, and with
+        # every rank still on cuda:0 the ranks of a node would collide on one GPU.
+        # modulo: launchers that give each process one GPU (srun) still number LOCAL_RANK 0..n-1
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
+    if not torch.distributed.is_initialized():
+        deepspeed.init_distributed(dist_backend=backend, verbose=False)
+        torch.distributed.barrier()  # every rank has mapped every rank's CPU all-reduce buffer by now
+        unlink_own_buffer(torch.distributed.get_rank())  # no kill can leave it in /dev/shm (training/parallel/shm.py)
+    world = torch.distributed.get_world_size()
+    parallel.check_world(world)
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=parallel.tp, pipeline_model_parallel_size=parallel.pp
+    )
+    rank = torch.distributed.get_rank()
+    mesh = Mesh(
+        rank,
+        world,
+        parallel.tp,
+        parallel.dp,
+        parallel.pp,
+        parallel_state.get_tensor_model_parallel_rank(),
+        parallel_state.get_data_parallel_rank(),
+        parallel_state.get_pipeline_model_parallel_rank(),
+    )
+    # Cross-check with DeepSpeed's topology: the two frameworks must agree on who is who.
+    from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
+
+    topo = PipeModelDataParallelTopology(num_pp=parallel.pp, num_mp=parallel.tp, num_dp=parallel.dp)
+    coord = topo.get_coord(rank)
+    assert (coord.pipe, coord.data, coord.model) == (mesh.pp_rank, mesh.dp_rank, mesh.tp_rank), (coord, mesh)
+    if torch.cuda.is_available():
+        # megatron's CUDA RNG tracker, which its TP layers expect to exist
+        tensor_parallel.model_parallel_cuda_manual_seed(seed)
+    return mesh
+
+
+def tp_rank_and_size() -> tuple[int, int]:
+    """(TP rank, TP size); (0, 1) before megatron's groups exist."""
+    from megatron.core import parallel_state
+
+    if not parallel_state.model_parallel_is_initialized():
+        return 0, 1
+    return parallel_state.get_tensor_model_parallel_rank(), parallel_state.get_tensor_model_parallel_world_size()
+
+
+class DeepSpeedMPU:
+    """megatron-core's groups in the interface DeepSpeed expects as ``mpu`` (without PP, where no
+    pipeline grid tells DeepSpeed which ranks are tensor-parallel peers rather than replicas)."""
+
+    def __init__(self) -> None:
+        from megatron.core import parallel_state as ps
+
+        self.ps = ps
+
+    def get_model_parallel_rank(self) -> int:
+        return self.ps.get_tensor_model_parallel_rank()
+
+    def get_model_parallel_world_size(self) -> int:
+        return self.ps.get_tensor_model_parallel_world_size()
+
+    def get_model_parallel_group(self) -> Any:
+        return self.ps.get_tensor_model_parallel_group()
+
+    # the same under megatron's newer names (DeepSpeed's universal-checkpoint loader asks for these)
+    get_tensor_model_parallel_rank = get_model_parallel_rank
+    get_tensor_model_parallel_world_size = get_model_parallel_world_size
+    get_tensor_model_parallel_group = get_model_parallel_group
+
+    def get_data_parallel_rank(self) -> int:
+        return self.ps.get_data_parallel_rank()
+
+    def get_data_parallel_world_size(self) -> int:
+        return self.ps.get_data_parallel_world_size()
+
+    def get_data_parallel_group(self) -> Any:
+        return self.ps.get_data_parallel_group()
