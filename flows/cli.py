@@ -24,7 +24,7 @@ import typer
 from rich.console import Console
 
 from bloomline.errors import BloomlineError, ConfigError
-from flows.params import masked
+from flows.params import hand
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_CONFIG = REPO / "configs" / "data" / "demo.yaml"
@@ -189,16 +189,15 @@ def pipeline(
         if dask_address:
             cfg.data.dask.address = dask_address
         check_inputs(cfg.data)
-        import flows.prepare
         from flows.pipeline import pipeline as pipeline_flow
 
         with owned(out, "bloomline pipeline"):
-            flows.prepare.PROGRESS = progress = RichProgress()
+            progress = RichProgress()
             try:
-                res = pipeline_flow(masked(to_dict(cfg)), str(out.resolve()))
+                sent, local = hand(to_dict(cfg), progress)
+                res = pipeline_flow(sent, str(out.resolve()), local=local)
             finally:
                 progress.stop()
-                flows.prepare.PROGRESS = None
         from flows.summary import print_pipeline
 
         print_pipeline(res, console)
@@ -262,7 +261,8 @@ def train(
         from flows.train import train as train_flow
 
         with owned(out, "bloomline train"):
-            res = train_flow(masked(to_dict(recipe)), str(data.resolve()), str(out.resolve()))
+            sent, local = hand(to_dict(recipe))
+            res = train_flow(sent, str(data.resolve()), str(out.resolve()), local=local)
         last = res.get("last", {})
         if res["stopped_by_kill_switch"]:
             console.print(
@@ -319,11 +319,9 @@ def evaluate(
         from training.checkpoint.run_dir import RunDir
 
         with owned(out or RunDir.of_checkpoint(checkpoint).root, "bloomline evaluate"):
+            sent, local = hand(to_dict(cfg))
             res = evaluate_flow(
-                str(checkpoint.resolve()),
-                str(data.resolve()),
-                masked(to_dict(cfg)),
-                str(out.resolve()) if out else None,
+                str(checkpoint.resolve()), str(data.resolve()), sent, str(out.resolve()) if out else None, local=local
             )
         console.print(
             f"[bold green]done[/]: step {res['step']}, {res['tokens']:,} tokens in {res['seconds']:.1f} s; "

@@ -1,32 +1,51 @@
-"""Flow parameters without secrets. Prefect keeps every flow run's parameters in its database, so
-a caller in this process passes them masked (:func:`masked`) and the flow takes the real values
-back (:func:`real`), held here, in memory, keyed by the masked form. A flow run started from
-elsewhere (a deployment run from the API) gets its parameters as they were sent."""
+"""Flow parameters without secrets. Prefect keeps every flow run's parameters in its database, so a
+caller in this process passes them masked, and hands the real values (and a live progress
+display, which is no JSON either) beside them in a :class:`Local`, which Prefect does not record.
+A flow run started elsewhere (a deployment run from the API) has no Local: it runs on its
+parameters as they were sent, with no display. Nothing is held between calls: what a flow runs
+on is what its caller passed it."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 from bloomline.secrets import mask_tree, remember
 
-_REAL: dict[str, Any] = {}
+
+class Local:
+    """What a caller in this process hands a flow beside its JSON parameters: ``params``, the
+    parameters with their real values (their masked form is the flow's recorded parameter), and
+    ``progress``, a live display. Prefect records it as ``"<Local>"``: its encoder cannot read an
+    object with slots and no iteration (prefect.flows.Flow.serialize_parameters' fallback), so
+    neither a secret nor the display reaches the API."""
+
+    __slots__ = ("params", "progress")
+
+    def __init__(self, params: Any = None, progress: Any = None):
+        self.params = params
+        self.progress = progress
+
+    def __iter__(self):  # what makes Prefect's encoder give up (dict(obj) fails, vars(obj) too)
+        raise TypeError("a Local stays in this process")
+
+    def __repr__(self) -> str:
+        return "<Local>"
 
 
-def _key(params: Any) -> str:
-    return hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def masked(params: Any) -> Any:
-    """``params`` with its secrets masked, to hand to a flow; the real ones stay in this process."""
+def hand(params: Any, progress: Any = None) -> tuple[Any, Local]:
+    """(``params`` with its secrets masked, for the flow's record; the :class:`Local` holding the
+    real ones and ``progress``, for the flow's ``local`` argument)."""
     m = mask_tree(params)
     if m != params:
-        _REAL[_key(m)] = params
         remember(params)  # an error quoting one of them, in any form, is masked too
-    return m
+    return m, Local(params, progress)
 
 
-def real(params: Any) -> Any:
-    """The real parameters behind ``params`` when a caller in this process masked them, else ``params``."""
-    return _REAL.get(_key(params), params)
+def real(params: Any, local: Local | None) -> Any:
+    """The parameters a flow runs on: the real ones its caller handed in ``local``, else ``params``
+    as sent. Refuses a Local that does not belong to ``params`` (a caller's mistake, not a user's)."""
+    if local is None or local.params is None:
+        return params
+    if mask_tree(local.params) != params:
+        raise ValueError("the Local handed to this flow holds other parameters than the flow's")
+    return local.params

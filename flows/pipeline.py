@@ -35,7 +35,7 @@ from data_prep.shards import manifest_path, manifest_sha256
 from eval.results import clear_evaluations, copy_evaluations, results_dir
 from eval.tasks import data_digest
 from flows.config import PipelineConfig
-from flows.params import masked, real
+from flows.params import Local, hand, real
 from flows.runlock import owns
 from flows.stages import StageKey, code_digest, completed, mark_complete, why_rerun
 from training.checkpoint.load import weights_digest
@@ -177,15 +177,18 @@ def evaluations_of(folder: RunDir, key: StageKey, restore_from: Path | None = No
 
 
 @flow(name="pipeline", persist_result=False)
-@owns(lambda config, out: out, "flow pipeline")
-def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
-    """The main job (see the module docstring); returns the record of every stage and where the outputs are."""
+@owns(lambda config, out, local: out, "flow pipeline")
+def pipeline(config: dict[str, Any], out: str, local: Local | None = None) -> dict[str, Any]:
+    """The main job (see the module docstring); returns the record of every stage and where the
+    outputs are (``local``: flows/params.py, the real config and the prepare stage's progress
+    display from a caller in this process)."""
     log = get_run_logger()
-    cfg = from_dict(PipelineConfig, real(config))
+    cfg = from_dict(PipelineConfig, real(config, local))
+    progress = local.progress if local is not None else None
     run = Path(out).resolve()
     run.mkdir(parents=True, exist_ok=True)
     stages = Stages(run, log)
-    data_dir = data_stage(cfg, run, stages)
+    data_dir = data_stage(cfg, run, stages, progress)
     folder, ek = train_stage(cfg.train, data_dir, run, stages, log)
     dashboard = evaluate_stage(cfg.train, data_dir, folder, ek, run, stages, log)
     result: dict[str, Any] = {
@@ -203,7 +206,7 @@ def pipeline(config: dict[str, Any], out: str) -> dict[str, Any]:
     return result
 
 
-def data_stage(cfg: PipelineConfig, run: Path, stages: Stages) -> Path:
+def data_stage(cfg: PipelineConfig, run: Path, stages: Stages, progress: Any = None) -> Path:
     """1. The prepared data (``bloomline prepare``), checked against contract 1 even when reused."""
     from data_prep.shards import load_manifest
     from flows.prepare import prepare
@@ -212,7 +215,8 @@ def data_stage(cfg: PipelineConfig, run: Path, stages: Stages) -> Path:
     data_dir = pk.folder(run)
 
     def do_prepare() -> dict[str, Any]:
-        m = prepare(masked(to_dict(cfg.data)), str(data_dir))
+        sent, local = hand(to_dict(cfg.data), progress)
+        m = prepare(sent, str(data_dir), local=local)
         return {
             "data": str(data_dir),
             "manifest_sha256": manifest_sha256(data_dir),
@@ -246,7 +250,8 @@ def train_stage(recipe: Any, data_dir: Path, run: Path, stages: Stages, log: Any
     def do_train() -> dict[str, Any]:
         validate(recipe, data_dir)
         evaluations_of(folder, ek)  # the watcher evaluates with this recipe's settings: no mixing with others
-        res = train(masked(to_dict(recipe)), str(data_dir), str(folder.root))
+        sent, local = hand(to_dict(recipe))
+        res = train(sent, str(data_dir), str(folder.root), local=local)
         if res["stopped_by_kill_switch"]:
             raise BloomlineError(
                 f"stopped by the kill switch at step {res['step']}/{res['steps']}: remove "
@@ -283,9 +288,9 @@ def evaluate_stage(
     def do_evaluate() -> dict[str, Any]:
         evaluations_of(folder, ek)  # made with other settings, or unknown: evaluate every checkpoint
         todo = [s for s in folder.complete_steps() if s not in evaluated_steps(train_dir)]
-        settings = masked(to_dict(recipe.evaluation.settings))
+        settings, local = hand(to_dict(recipe.evaluation.settings))
         for step in todo:
-            evaluate_flow(str(folder.step_dir(step)), str(data_dir), settings, str(train_dir))
+            evaluate_flow(str(folder.step_dir(step)), str(data_dir), settings, str(train_dir), local=local)
         copy_evaluations(train_dir, kept)
         return {
             "evaluated": evaluated_steps(train_dir),

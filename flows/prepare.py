@@ -25,7 +25,7 @@ from bloomline.config import from_dict, to_dict
 from bloomline.secrets import install_log_masking, mask_text, mask_tree
 from data_prep.config import PrepareConfig
 from data_prep.pipeline import Progress, run_all
-from flows.params import masked, real
+from flows.params import Local, hand, real
 from flows.runlock import owns
 from flows.summary import summary_rows
 
@@ -106,21 +106,17 @@ def _stage(name: str, fn: Callable[..., Any], *args: Any) -> Any:
     return task(fn, name=name, cache_policy=NONE, persist_result=False)(*args)
 
 
-# Set by the CLI: a live progress display is not a flow parameter (parameters go to the API as JSON).
-PROGRESS: Progress | None = None
-
-
 @flow(name="prepare", log_prints=False, persist_result=False)
-@owns(lambda config, out, strict: out, "flow prepare")
-def prepare(config: dict[str, Any], out: str, strict: bool = False) -> dict[str, Any]:
-    """Raw corpora → length-bucketed Arrow shards + manifest.json in ``out``."""
-    cfg = from_dict(PrepareConfig, real(config))
+@owns(lambda config, out, strict, local: out, "flow prepare")
+def prepare(config: dict[str, Any], out: str, strict: bool = False, local: Local | None = None) -> dict[str, Any]:
+    """Raw corpora → length-bucketed Arrow shards + manifest.json in ``out`` (``local``:
+    flows/params.py, the real config and a progress display from a caller in this process)."""
+    cfg = from_dict(PrepareConfig, real(config, local))
+    progress = local.progress if local is not None and local.progress is not None else Progress()
     log = get_run_logger()
     log.info("preparing %d source(s) into %s", len(cfg.sources), out)
     with dask_client(cfg) as client:
-        manifest = run_all(
-            cfg, out, strict=strict, map_fn=dask_map(client), stage=_stage, progress=PROGRESS or Progress()
-        )
+        manifest = run_all(cfg, out, strict=strict, map_fn=dask_map(client), stage=_stage, progress=progress)
     rows = summary_rows(manifest)
     create_table_artifact(
         key="prepare-summary",
@@ -140,9 +136,5 @@ def prepare(config: dict[str, Any], out: str, strict: bool = False) -> dict[str,
 
 
 def run_prepare(cfg: PrepareConfig, out: str, strict: bool = False, progress: Progress | None = None) -> dict[str, Any]:
-    global PROGRESS
-    PROGRESS = progress
-    try:
-        return prepare(masked(to_dict(cfg)), str(out), strict)
-    finally:
-        PROGRESS = None
+    config, local = hand(to_dict(cfg), progress)
+    return prepare(config, str(out), strict, local=local)

@@ -26,7 +26,7 @@ from bloomline.secrets import mask_tree
 from data_prep.shards import check_model_fits, load_manifest
 from eval.publish import retract_after
 from eval.reference import reference_curve
-from flows.params import real
+from flows.params import Local, real
 from flows.progress import TrainProgress
 from flows.runlock import owns
 from training.checkpoint.meta import read_meta, saved_recipe, trained_on
@@ -301,11 +301,12 @@ def _error_line(log_file: Path) -> str | None:
 
 
 @flow(name="train", persist_result=False)
-@owns(lambda recipe, data, out: out, "flow train")
-def train(recipe: dict[str, Any], data: str, out: str) -> dict[str, Any]:
-    """Train (or resume) the recipe on prepared data; restarts from ``latest`` after a failure."""
+@owns(lambda recipe, data, out, local: out, "flow train")
+def train(recipe: dict[str, Any], data: str, out: str, local: Local | None = None) -> dict[str, Any]:
+    """Train (or resume) the recipe on prepared data; restarts from ``latest`` after a failure
+    (``local``: flows/params.py, the real recipe from a caller in this process)."""
     log = get_run_logger()
-    r = from_dict(TrainRecipe, real(recipe))
+    r = from_dict(TrainRecipe, real(recipe, local))
     r.resolve_paths(Path.cwd())
     reference = validate(r, data)
     run = Path(out).resolve()
