@@ -24,7 +24,7 @@ from eval import page
 from eval.metrics import regressions
 from eval.mixture_page import mixture_page
 from eval.page import plotly_text as T
-from eval.results import read_generations, read_results, validation_rows
+from eval.results import is_language, of_languages, read_generations, read_results, validation_rows
 from eval.task_pages import overview, task_pages
 from training.checkpoint.run_dir import RunDir
 from training.loop.metrics_log import read_metrics
@@ -80,7 +80,7 @@ def all_regressions(rows: list[dict[str, Any]], threshold: float) -> list[dict[s
     by_step = {s: [r for r in rows if r["step"] == s] for s in steps}
     out = []
     for a, b in zip(steps, steps[1:]):
-        before = {r["lang"]: r for r in by_step[a] if r["scope"] == "language"}
+        before = {r["lang"]: r for r in by_step[a] if is_language(r)}
         out += regressions(by_step[b], before, threshold)
     return out
 
@@ -92,7 +92,7 @@ def figures(run_dir: Path, threshold: float) -> list[Figure]:
     """(title, plotly figure) of every chart, in page order; every text in them from data or a
     model is escaped for plotly (eval/page.py plotly_text)."""
     rows = validation_rows(read_results(run_dir))
-    langs = [r for r in rows if r["scope"] == "language"]
+    langs = of_languages(rows)
     names = sorted({r["lang"] for r in langs})
     figs = [bpb_lines(langs, names), bpb_heatmap(rows, langs, names), groups(rows)]
     tasks = overview(run_dir)
@@ -138,10 +138,8 @@ def groups(rows: list[dict[str, Any]]) -> Figure:
     import plotly.graph_objects as go
 
     f = go.Figure()
-    for r_ in sorted({(r["lang"], r["weighting"]) for r in rows if r["scope"] != "language"}):
-        pts = sorted(
-            (r["step"], r["bpb"]) for r in rows if (r["lang"], r["weighting"]) == r_ and r["scope"] != "language"
-        )
+    for r_ in sorted({(r["lang"], r["weighting"]) for r in rows if not is_language(r)}):
+        pts = sorted((r["step"], r["bpb"]) for r in rows if (r["lang"], r["weighting"]) == r_ and not is_language(r))
         f.add_trace(
             go.Scatter(
                 x=[p[0] for p in pts],

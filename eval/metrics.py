@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bloomline import languages
+from eval.results import is_language
 
 LN2 = math.log(2.0)
 GROUPS = ("niger-congo", "indic", "other", "code")
@@ -124,7 +125,7 @@ def regressions(
     out = []
     for r in rows:
         old = before.get(r["lang"])
-        if r["scope"] != "language" or old is None or not (old["bpb"] > 0 and math.isfinite(r["bpb"])):
+        if not is_language(r) or old is None or not (old["bpb"] > 0 and math.isfinite(r["bpb"])):
             continue
         change = (r["bpb"] - old["bpb"]) / old["bpb"]
         if change > threshold:

@@ -15,7 +15,7 @@ import numpy as np
 
 from eval import page
 from eval.page import plotly_text as T
-from eval.results import read_results, validation_rows
+from eval.results import of_languages, read_results, validation_rows
 from training.checkpoint.run_dir import RunDir
 from training.data.online_mixture import read_log
 from training.loop.metrics_log import read_metrics
@@ -63,9 +63,7 @@ def mixture_figures(run_dir: Path) -> list[tuple[str, Any]]:
     f.update_layout(xaxis_title="step", yaxis_title="training tokens seen", height=480)
     figs.append(("Tokens seen per language", f))
 
-    rows = (
-        [r for r in validation_rows(read_results(run_dir)) if r["scope"] == "language"] if run.results.is_dir() else []
-    )
+    rows = of_languages(validation_rows(read_results(run_dir))) if run.results.is_dir() else []
     f = go.Figure()
     for lang in langs:
         pts = sorted((r["tokens_seen"], r["bpb"], r["step"]) for r in rows if r["lang"] == lang)

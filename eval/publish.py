@@ -8,13 +8,24 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
 import pyarrow as pa
 
 from eval.evaluate import evaluate
 from eval.metrics import regressions
-from eval.results import SCHEMA, VALIDATION, forget_after, read_results, validation_rows, write_results
+from eval.results import (
+    SCHEMA,
+    VALIDATION,
+    ResultRow,
+    ValidationRow,
+    forget_after,
+    is_language,
+    of_languages,
+    read_results,
+    validation_rows,
+    write_results,
+)
 from training.checkpoint.run_dir import RunDir
 from training.config import EvalConfig
 from training.data.online_mixture import write_feedback
@@ -27,7 +38,7 @@ def previous_rows(run_dir: Path, step: int) -> dict[str, dict[str, Any]]:
     if not earlier:
         return {}
     last = max(earlier)
-    return {r["lang"]: r for r in t if r["step"] == last and r["scope"] == "language"}
+    return {r["lang"]: r for r in t if r["step"] == last and is_language(r)}
 
 
 def write_tensorboard(run_dir: Path, rows: list[dict[str, Any]]) -> None:
@@ -39,14 +50,10 @@ def write_tensorboard(run_dir: Path, rows: list[dict[str, Any]]) -> None:
     w = SummaryWriter(str(RunDir(run_dir).tensorboard), filename_suffix=".eval")
     for r in rows:
         if r["task"] != VALIDATION and r["value"] is not None and math.isfinite(r["value"]):
-            name = r["lang"] if r["scope"] == "language" else f"{r['lang']}-{r['weighting']}"
+            name = r["lang"] if is_language(r) else f"{r['lang']}-{r['weighting']}"
             w.add_scalar(f"eval/{r['task']}/{name}/{r['metric']}", r["value"], r["step"])
     for r in validation_rows(pa.Table.from_pylist(rows, schema=SCHEMA)):
-        name = (
-            r["lang"]
-            if r["scope"] == "language"
-            else f"{r['lang']}-{'tokens' if r['weighting'] == 'tokens' else 'mean'}"
-        )
+        name = r["lang"] if is_language(r) else f"{r['lang']}-{'tokens' if r['weighting'] == 'tokens' else 'mean'}"
         for tag, v in (
             (f"lm-loss-validation/{name}/lm loss validation", r["loss"]),
             (f"lm-loss-validation/{name}/lm loss validation ppl", r["ppl"]),
@@ -68,13 +75,33 @@ def retract_after(run_dir: str | Path, step: int) -> list[int]:
     return sorted(set(forget_after(run_dir, step)) | set(drop_feedback_after(RunDir(Path(run_dir)), step)))
 
 
+class Evaluation(TypedDict):
+    """What one checkpoint's evaluation hands the flow that ran it (flows/evaluate.py, the CLI)."""
+
+    step: int
+    results: str
+    """The results file written (contract 3)."""
+    dashboard: str
+    rows: list[ValidationRow]
+    """The validation task's rows, wide."""
+    task_rows: list[ResultRow]
+    """Every task's rows, long (the results file's)."""
+    generations: list[dict[str, Any]]
+    regressions: list[dict[str, Any]]
+    """Languages whose bits per byte rose past the threshold since the previous evaluation."""
+    previous: dict[str, ValidationRow]
+    seconds: float
+    tokens: int
+    task_seconds: dict[str, float]
+
+
 def run_evaluation(
     ckpt_dir: str | Path,
     data_dir: str | Path,
     cfg: EvalConfig,
     out: str | Path | None = None,
     progress: Callable[[str], None] = lambda msg: None,
-) -> dict[str, Any]:
+) -> Evaluation:
     """Evaluate one checkpoint and publish its results into ``out`` (default: the checkpoint's run)."""
     ckpt_dir = Path(ckpt_dir)
     run_dir = Path(out).resolve() if out else RunDir.of_checkpoint(ckpt_dir).root
@@ -84,7 +111,7 @@ def run_evaluation(
     path = write_results(run_dir, step, ev.rows, ev.generations)
     val = validation_rows(pa.Table.from_pylist(ev.rows, schema=SCHEMA))
     # what an online mixture steered by evaluations reads (training/data/online_mixture.py)
-    langs = [r for r in val if r["scope"] == "language"]
+    langs = of_languages(val)
     write_feedback(run_dir, step, {r["lang"]: r["bpb"] for r in langs}, {r["lang"]: r["tokens_seen"] for r in langs})
     write_tensorboard(run_dir, ev.rows)
     from eval.dashboard import build  # the dashboard reads the results table this module writes

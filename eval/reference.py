@@ -16,7 +16,7 @@ from typing import Any
 from bloomline.errors import ConfigError
 from bloomline.io import read_json
 from data_prep.shards import load_manifest
-from eval.results import read_results, validation_rows
+from eval.results import of_languages, read_results, validation_rows
 from training.checkpoint.meta import read_meta
 from training.checkpoint.run_dir import RunDir
 from training.data.mixture import ReferenceCurve
@@ -42,7 +42,7 @@ def reference_curve(
     ref = RunDir(Path(ref_dir).resolve())
     if not ref.results.is_dir():
         raise ConfigError(KEY, f"{ref.root} has no evaluation results ({ref.results})")
-    rows = [r for r in validation_rows(read_results(ref.root)) if r["scope"] == "language"]
+    rows = of_languages(validation_rows(read_results(ref.root)))
     if not rows:
         raise ConfigError(KEY, f"{ref.results} holds no per-language results")
     theirs = sorted({r["lang"] for r in rows})

@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from eval import page
 from eval.page import plotly_text as T
-from eval.results import VALIDATION, read_results
+from eval.results import VALIDATION, is_language, read_results
 
 
 def task_rows(run_dir: Path) -> list[dict[str, Any]]:
@@ -53,7 +53,7 @@ def signal(rows: list[dict[str, Any]], task: str) -> list[dict[str, Any]]:
     2 stderr, and Spearman's ρ over the checkpoints."""
     floor = chance(task)
     out = []
-    lang_rows = [r for r in rows if r["task"] == task and r["scope"] == "language" and r["metric"] != "skipped"]
+    lang_rows = [r for r in rows if r["task"] == task and is_language(r) and r["metric"] != "skipped"]
     for metric, lang in sorted({(r["metric"], r["lang"]) for r in lang_rows}):
         pts = sorted(
             (r["step"], r["value"], r["stderr"])
@@ -84,7 +84,7 @@ def _figures(rows: list[dict[str, Any]], task: str) -> list[tuple[str, Any]]:
     import plotly.graph_objects as go
 
     figs = []
-    mine = [r for r in rows if r["task"] == task and r["scope"] == "language" and r["metric"] != "skipped"]
+    mine = [r for r in rows if r["task"] == task and is_language(r) and r["metric"] != "skipped"]
     floor = chance(task)
     for metric in sorted({r["metric"] for r in mine}):
         rs = [r for r in mine if r["metric"] == metric]

@@ -19,6 +19,7 @@ from prefect.cache_policies import NONE
 from bloomline.config import from_dict, to_dict
 from bloomline.secrets import mask_text, mask_tree
 from eval.publish import run_evaluation
+from eval.results import is_language, of_languages
 from flows.params import Local, real
 from flows.runlock import owns
 from training.checkpoint.run_dir import RunDir
@@ -31,7 +32,7 @@ def artifact_key(*parts: str) -> str:
 
 
 def summary_markdown(res: dict[str, Any], top: int = 5) -> str:
-    langs = [r for r in res["rows"] if r["scope"] == "language" and math.isfinite(r["bpb"])]
+    langs = [r for r in of_languages(res["rows"]) if math.isfinite(r["bpb"])]
     by_bpb = sorted(langs, key=lambda r: r["bpb"])
     lines = [
         f"# Evaluation at step {res['step']}",
@@ -102,9 +103,7 @@ def evaluate_flow(
     run = Path(res["results"]).parents[2].name
     cols = ("lang", "family", "loss", "ppl", "bpb", "tokens", "bytes", "docs", "tokens_seen")
     table = [
-        {k: (round(r[k], 6) if isinstance(r[k], float) else r[k]) for k in cols}
-        for r in res["rows"]
-        if r["scope"] == "language"
+        {k: (round(r[k], 6) if isinstance(r[k], float) else r[k]) for k in cols} for r in res["rows"] if is_language(r)
     ]
     create_table_artifact(mask_tree(table), key=artifact_key("evaluation", run), description=f"step {res['step']}")
     tasks = [
@@ -113,7 +112,7 @@ def evaluate_flow(
             for k in ("task", "lang", "metric", "value", "stderr", "n", "note")
         }
         for r in res["task_rows"]
-        if r["task"] != "validation" and r["scope"] == "language"
+        if r["task"] != "validation" and is_language(r)
     ]
     if tasks:
         create_table_artifact(

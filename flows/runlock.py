@@ -138,6 +138,7 @@ def owns(folder_of: Callable[..., Any], command: str) -> Callable:
     lock first, this is the re-entrant case; a flow run ``bloomline serve`` starts takes it here."""
     import functools
     import inspect
+    import typing
 
     def wrap(fn: Callable) -> Callable:
         sig = inspect.signature(fn)
@@ -151,6 +152,14 @@ def owns(folder_of: Callable[..., Any], command: str) -> Callable:
             with acquire(folder_of(**bound.arguments), command, say=get_run_logger().warning):
                 return fn(*args, **kwargs)
 
+        # the flow's annotations resolved where they were written: Prefect reads them from the
+        # wrapper, whose module does not know the flow's own types (flows/params.py Local)
+        hints = typing.get_type_hints(fn)
+        run.__annotations__ = hints
+        run.__signature__ = sig.replace(  # type: ignore[attr-defined]
+            parameters=[q.replace(annotation=hints.get(q.name, q.annotation)) for q in sig.parameters.values()],
+            return_annotation=hints.get("return", sig.return_annotation),
+        )
         return run
 
     return wrap

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypedDict
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
@@ -300,19 +300,27 @@ def _error_line(log_file: Path) -> str | None:
     return next((l.removeprefix("error: ") for l in reversed(lines) if l.startswith("error: ")), None)
 
 
-@flow(name="train", persist_result=False)
-@owns(lambda recipe, data, out, local: out, "flow train")
-def train(recipe: dict[str, Any], data: str, out: str, local: Local | None = None) -> dict[str, Any]:
-    """Train (or resume) the recipe on prepared data; restarts from ``latest`` after a failure
-    (``local``: flows/params.py, the real recipe from a caller in this process)."""
-    log = get_run_logger()
-    r = from_dict(TrainRecipe, real(recipe, local))
-    r.resolve_paths(Path.cwd())
-    reference = validate(r, data)
-    run = Path(out).resolve()
+class TrainResult(TypedDict):
+    """What the train flow hands its caller (the CLI, the pipeline's train stage)."""
+
+    step: int
+    """The latest checkpoint's step."""
+    steps: int
+    """The recipe's steps."""
+    last: dict[str, Any]
+    """The last metrics.jsonl row (loss, tokens/s, ...)."""
+    attempts: int
+    stopped_by_kill_switch: bool
+    evaluation: Optional[dict[str, Any]]
+    """The evaluation watcher's outcome (evaluated and skipped steps), None without one."""
+
+
+def open_run(r: TrainRecipe, run: Path, reference: Any, log: Any) -> RunDir:
+    """The run folder made ready for the ranks: the recipe (for people: secrets masked), what a
+    killed job left beyond ``latest`` removed, an online mixture's reference written."""
     run.mkdir(parents=True, exist_ok=True)
     folder = RunDir(run)
-    write_json_atomic(folder.recipe, mask_tree(to_dict(r)))  # for people: secrets masked
+    write_json_atomic(folder.recipe, mask_tree(to_dict(r)))
     resumed_at = folder.latest_step() or 0
     # A killed job may have left checkpoint folders beyond `latest` and evaluations of them: the
     # ranks redo those steps from `latest`, so nothing may read that future meanwhile (this flow
@@ -327,23 +335,21 @@ def train(recipe: dict[str, Any], data: str, out: str, local: Local | None = Non
             discarded or "-",
             retracted or "-",
         )
-    online = r.batch.online
     if reference is not None:  # checked by validate(), read by every rank from the run folder
         curve, checked = reference
         write_reference(run, curve, checked)
         log.info(
             "mixture reference: %s (%d languages, %d evaluations)",
-            online.reference,
+            r.batch.online.reference,
             checked["languages"],
             checked["evaluations"],
         )
-    recipe_file = ranks_recipe(r, folder)
-    world = r.parallel.world_size
-    attempts = r.checkpoint.max_restarts + 1
-    # One log folder per invocation, so an old run's last lines are never taken for this one's.
-    runs = sorted(folder.logs.glob("run-*")) if folder.logs.exists() else []
-    logs = folder.logs / f"run-{len(runs) + 1:03d}"
-    env = job_env(r, logs)
+    return folder
+
+
+def before_ranks(r: TrainRecipe, run: Path, data: str, logs: Path, env: dict[str, str], log: Any) -> None:
+    """What the ranks' start needs said or done first: a resume on another layout announced and
+    its checkpoint converted, DeepSpeed's one-time CPU kernel build announced."""
     notice = resume_notice(run, r)
     if notice:
         log.warning(notice)
@@ -352,49 +358,78 @@ def train(recipe: dict[str, Any], data: str, out: str, local: Local | None = Non
     )
     if converted:
         log.info("checkpoint laid out for the new layout (universal checkpoint): %s", converted)
-    watcher = start_watcher(run, r, data, logs / "evaluation.log", env) if r.evaluation.enabled else None
-    if watcher:
-        log.info(
-            "evaluating each checkpoint in a separate process (pid %d, log %s)", watcher.pid, logs / "evaluation.log"
-        )
     if env.get("DS_ACCELERATOR") == "cpu" and not cpu_comm_kernel_built():
         log.info(
             "first run on this machine: DeepSpeed builds its CPU communication kernel before the first step "
             "(about 30 s; cached for the runs after)"
         )
-    try:
 
-        def once(attempt: int, log_file: Path) -> int:
-            log.info(
-                "attempt %d/%d: %d ranks (tp=%d pp=%d dp=%d), from step %d",
-                attempt,
-                attempts,
-                world,
-                r.parallel.tp,
-                r.parallel.pp,
-                r.parallel.dp,
-                folder.latest_step() or 0,
-            )
-            progress = TrainProgress(folder.metrics, r.train.steps, log.info, every_s=PROGRESS_EVERY_S)
-            rc = task(run_job, name=f"ranks-attempt-{attempt}", cache_policy=NONE, persist_result=False)(
-                launch_command(recipe_file, data, str(run), world, r.launch), log_file, env, poll=progress
-            )
-            progress()  # the last steps, if the job ended between two polls
-            return rc
 
-        def failed(rc: int, log_file: Path) -> None:
-            tail = log_file.read_text(errors="replace").splitlines()[-15:]
-            log.warning(
-                "the job failed (exit %s) at step %d; last lines:\n%s", rc, folder.latest_step() or 0, "\n".join(tail)
-            )
+def run_ranks(
+    r: TrainRecipe, folder: RunDir, data: str, recipe_file: Path, logs: Path, env: dict[str, str], log: Any
+) -> int:
+    """The ranks, started again from ``latest`` after each failure up to ``checkpoint.max_restarts``
+    times, progress logged as they go; the attempts made."""
+    world = r.parallel.world_size
+    attempts = r.checkpoint.max_restarts + 1
 
-        tries = restarted(
-            once,
+    def once(attempt: int, log_file: Path) -> int:
+        log.info(
+            "attempt %d/%d: %d ranks (tp=%d pp=%d dp=%d), from step %d",
+            attempt,
             attempts,
-            logs,
-            failed,
-            f"training failed {attempts} times (checkpoint.max_restarts={r.checkpoint.max_restarts}); see {logs}",
+            world,
+            r.parallel.tp,
+            r.parallel.pp,
+            r.parallel.dp,
+            folder.latest_step() or 0,
         )
+        progress = TrainProgress(folder.metrics, r.train.steps, log.info, every_s=PROGRESS_EVERY_S)
+        rc = task(run_job, name=f"ranks-attempt-{attempt}", cache_policy=NONE, persist_result=False)(
+            launch_command(recipe_file, data, str(folder.root), world, r.launch), log_file, env, poll=progress
+        )
+        progress()  # the last steps, if the job ended between two polls
+        return rc
+
+    def failed(rc: int, log_file: Path) -> None:
+        tail = log_file.read_text(errors="replace").splitlines()[-15:]
+        log.warning(
+            "the job failed (exit %s) at step %d; last lines:\n%s", rc, folder.latest_step() or 0, "\n".join(tail)
+        )
+
+    return restarted(
+        once,
+        attempts,
+        logs,
+        failed,
+        f"training failed {attempts} times (checkpoint.max_restarts={r.checkpoint.max_restarts}); see {logs}",
+    )
+
+
+@flow(name="train", persist_result=False)
+@owns(lambda recipe, data, out, local: out, "flow train")
+def train(recipe: dict[str, Any], data: str, out: str, local: Local | None = None) -> TrainResult:
+    """Train (or resume) the recipe on prepared data; restarts from ``latest`` after a failure
+    (``local``: flows/params.py, the real recipe from a caller in this process)."""
+    log = get_run_logger()
+    r = from_dict(TrainRecipe, real(recipe, local))
+    r.resolve_paths(Path.cwd())
+    reference = validate(r, data)
+    run = Path(out).resolve()
+    folder = open_run(r, run, reference, log)
+    recipe_file = ranks_recipe(r, folder)
+    # One log folder per invocation, so an old run's last lines are never taken for this one's.
+    runs = sorted(folder.logs.glob("run-*")) if folder.logs.exists() else []
+    logs = folder.logs / f"run-{len(runs) + 1:03d}"
+    env = job_env(r, logs)
+    before_ranks(r, run, data, logs, env, log)
+    watcher = start_watcher(run, r, data, logs / "evaluation.log", env) if r.evaluation.enabled else None
+    if watcher:
+        log.info(
+            "evaluating each checkpoint in a separate process (pid %d, log %s)", watcher.pid, logs / "evaluation.log"
+        )
+    try:
+        tries = run_ranks(r, folder, data, recipe_file, logs, env, log)
     except BaseException:
         if watcher:  # a failed run: no waiting for evaluations
             stop_watcher(watcher, run, r, log, drain_s=0, why="training stopped with an error before it was evaluated")
@@ -405,15 +440,12 @@ def train(recipe: dict[str, Any], data: str, out: str, local: Local | None = Non
             recipe_file.unlink(missing_ok=True)
     evaluation = stop_watcher(watcher, run, r, log) if watcher else None
     step = folder.latest_step() or 0
-    metrics = folder.metrics
-    records = read_metrics(metrics)[0]
-    last = records[-1] if records else {}
-    stopped = folder.stop.exists() and step < r.train.steps
+    records = read_metrics(folder.metrics)[0]
     return {
         "step": step,
         "steps": r.train.steps,
-        "last": last,
+        "last": records[-1] if records else {},
         "attempts": tries,
-        "stopped_by_kill_switch": stopped,
+        "stopped_by_kill_switch": folder.stop.exists() and step < r.train.steps,
         "evaluation": evaluation,
     }
