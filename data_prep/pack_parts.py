@@ -17,7 +17,7 @@ from data_prep.config import PrepareConfig
 from data_prep.document import Document, Ledger
 from data_prep.droplog import DROP_SCHEMA, DropLog, pack_dropped_path, write_rows
 from data_prep.packing import BucketPacker
-from data_prep.pii import redact
+from data_prep.pii import PIIRedactor
 from data_prep.shards import ShardWriter
 from data_prep.split import held_out
 from data_prep.step import drop_document, failure
@@ -58,8 +58,8 @@ def pack_part(part: dict[str, Any], cfg: PrepareConfig, out: str, tok_sha: str, 
         "shards": shards,
         "ledger": packing.ledger.to_dict(),
         "docs": packing.docs,
-        "pii": dict(sorted(packing.pii_counts.items())),
-        "seconds": packing.secs,
+        "pii": dict(sorted(packing.pii.counts.items())),
+        "seconds": {**{st.name: st.seconds for st in packing.steps}, **packing.secs},
     }
     write_json_atomic(done, result)
     return result
@@ -78,8 +78,10 @@ class PartPacking:
         self.ledger = Ledger(DropLog(cfg.dropped_text_chars))
         self.packers = {s: BucketPacker(cfg.pack.buckets, cfg.pack.max_open_samples) for s in ("train", "valid")}
         self.writers: dict[tuple[str, int], ShardWriter] = {}
-        self.secs = {"pii": 0.0, "tokenize": 0.0, "pack": 0.0, "write": 0.0}
-        self.pii_counts: dict[str, int] = {}
+        self.secs = {"tokenize": 0.0, "pack": 0.0, "write": 0.0}
+        self.pii = PIIRedactor(cfg.pii, self.ledger, strict)
+        self.steps = [self.pii] if cfg.pii.enabled else []
+        """The per-document steps before tokenizing (datatrove-style: a list run over documents)."""
         self.docs = {"train": 0, "valid": 0}
 
     def failed(self, step: str, e: Exception, doc: Document) -> None:
@@ -87,28 +89,22 @@ class PartPacking:
 
     def documents(self, slices: list[list[int]], split_rule: Any) -> Iterator[tuple[str, Document]]:
         """(split, document) of the part's slices of chunks, in order: the ones dedup dropped left
-        out, PII redacted (a document redaction fails on booked and left out)."""
+        out, then through the stage's steps (PII redaction; a document a step fails on is booked
+        and left out)."""
+        docs: Iterable[Document] = self.read(slices)
+        for step in self.steps:
+            docs = step.run(docs)
+        for doc in docs:
+            yield ("valid" if held_out(doc.meta["valid_draw"], split_rule) else "train"), doc
+
+    def read(self, slices: list[list[int]]) -> Iterator[Document]:
         columns = ("pos", "id", "loc", "text", "valid_draw")
         for cid, start, end in slices:
             drops = dropped_positions(self.paths, cid)
             t = chunk_table(self.paths, cid, list(columns)).slice(start, end - start)
             for pos, doc_id, loc, text, u in zip(*(t.column(c).to_pylist() for c in columns)):
-                if pos in drops:
-                    continue
-                doc = Document(text=text, lang=self.lang, id=doc_id, loc=loc)
-                if self.cfg.pii.enabled:
-                    tp = time.perf_counter()
-                    try:
-                        doc.text, counts = redact(text, self.cfg.pii.kinds)
-                    except Exception as e:  # noqa: BLE001 - one document's failure is that document's error
-                        self.failed("pii", e, doc)
-                        continue
-                    finally:
-                        self.secs["pii"] += time.perf_counter() - tp
-                    for kind, n in counts.items():
-                        self.pii_counts[kind] = self.pii_counts.get(kind, 0) + n
-                        self.ledger.pii(self.lang, kind, n)
-                yield ("valid" if held_out(u, split_rule) else "train"), doc
+                if pos not in drops:
+                    yield Document(text=text, lang=self.lang, id=doc_id, loc=loc, pos=pos, meta={"valid_draw": u})
 
     def encode(self, batch: list[Document]) -> list[tuple[Document, list[int]]]:
         """The batch's token ids; when the batch fails, document by document, those that fail booked."""

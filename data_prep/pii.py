@@ -19,6 +19,10 @@ from __future__ import annotations
 
 import re
 
+from data_prep.config import PIIConfig
+from data_prep.document import Document, Ledger
+from data_prep.step import PipelineStep
+
 PLACEHOLDERS = {"email": "<EMAIL>", "ip_address": "<IP_ADDRESS>", "phone": "<PHONE>"}
 
 _EMAIL = re.compile(r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@(?:[A-Za-z0-9-]{1,63}\.)+[A-Za-z]{2,24}(?![\w-])")
@@ -87,3 +91,24 @@ def redact(
         text = _PHONE.sub(phone_sub, text)
         counts["phone"] = n
     return text, {k: v for k, v in counts.items() if v}
+
+
+class PIIRedactor(PipelineStep):
+    """The redaction as a pipeline step (the pack stage's first): each document's PII replaced by
+    placeholders, the counts booked per language in the ledger (``pii``) and in the step's stats;
+    a document redaction fails on is booked as ``pii.<exception>`` (data_prep/step.py)."""
+
+    name = "pii"
+
+    def __init__(self, cfg: PIIConfig, ledger: Ledger, strict: bool = False):
+        super().__init__(ledger, strict)
+        self.kinds = tuple(cfg.kinds)
+        self.counts: dict[str, int] = {}
+
+    def process(self, doc: Document) -> Document:
+        doc.text, counts = redact(doc.text, self.kinds)
+        for kind, n in counts.items():
+            self.counts[kind] = self.counts.get(kind, 0) + n
+            self.stats[kind] += n
+            self.ledger.pii(doc.lang, kind, n)
+        return doc

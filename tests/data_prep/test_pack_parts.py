@@ -19,6 +19,7 @@ def marked(tmp_path, monkeypatch):
     """The English sample with two documents marked, PII redaction failing on one and the
     tokenizer on the other (as a library meeting input it was not written for)."""
     import data_prep.pack_parts as pack_parts
+    import data_prep.pii as pii
 
     src = tmp_path / "in"
     src.mkdir()
@@ -26,7 +27,7 @@ def marked(tmp_path, monkeypatch):
     docs[2]["text"] += " MARK-PII"
     docs[5]["text"] += " MARK-TOKENIZE"
     (src / "en.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
-    real_redact, real_processor = pack_parts.redact, pack_parts.processor
+    real_redact, real_processor = pii.redact, pack_parts.processor
 
     def redact(text, kinds):
         if "MARK-PII" in text:
@@ -45,7 +46,7 @@ def marked(tmp_path, monkeypatch):
                 raise RuntimeError("the tokenizer failed")
             return self.sp.encode(x)
 
-    monkeypatch.setattr(pack_parts, "redact", redact)
+    monkeypatch.setattr(pii, "redact", redact)
     monkeypatch.setattr(pack_parts, "processor", lambda *a: Tokenizer(real_processor(*a)))
     cfg = load_config(
         PrepareConfig, REPO / "configs/data/demo.yaml", ["langid.enabled=false", "tokenizer.vocab_size=1000"]
