@@ -18,7 +18,7 @@ from typing import Callable, Iterable
 LAYERS = ("bloomline", "data_prep", "training", "eval", "flows")
 """The packages, lowest first: each imports only those to its left."""
 ROOMS = {"training": ("config", "model", "parallel", "checkpoint", "planning", "data", "loop")}
-"""Within a package, its sub-packages (and its top-level modules, by name), lowest first: each
+"""Within a package, its sub-packages, lowest first: each
 imports only itself and those to its left. training: the recipe; the model, single-device; the
 parallelism applied to it from outside; the run folder and its checkpoints; what a layout costs;
 the data feed; the loop that drives them all."""

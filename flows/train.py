@@ -82,7 +82,7 @@ def validate(recipe: TrainRecipe, data_dir: str | Path) -> Optional[tuple[Refere
 
 def fit_model_to_data(recipe: TrainRecipe, data_dir: str | Path) -> list[str]:
     """The model's values left to the data, filled from ``data_dir``'s manifest
-    (training/config.py ``ModelConfig.fit_to_data``); one line per value derived."""
+    (training/config/model.py ``ModelConfig.fit_to_data``); one line per value derived."""
     if isinstance(recipe.model, str):
         raise ConfigError("model", f"unresolved model recipe '{recipe.model}'")
     m = load_manifest(data_dir)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from bloomline.errors import ConfigError
+from bloomline.task_spec import TaskSpec
 from eval.results import VALIDATION
 from eval.tasks.base import Task
-from training.config import TaskSpec
 
 REGISTRY = {
     VALIDATION: "eval.tasks.validation:Validation",

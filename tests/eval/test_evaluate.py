@@ -274,8 +274,8 @@ def test_every_results_column_is_documented():
 
 def test_an_unknown_task_or_one_without_its_data_is_refused_naming_the_key():
     from bloomline.errors import ConfigError
+    from bloomline.task_spec import TaskSpec
     from eval.tasks import check
-    from training.config import TaskSpec
 
     with pytest.raises(ConfigError, match=r"tasks.*unknown task 'xstory' \(known: belebele, continuation, flores, "):
         check([TaskSpec(name="xstory")])

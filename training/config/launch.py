@@ -1,0 +1,47 @@
+"""Which machines run the ranks and the NCCL settings they get: ``launch:``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from bloomline.config import check
+
+BLOOM_NCCL_ENV = {"NCCL_ASYNC_ERROR_HANDLING": "1"}
+LAUNCHERS = ("pdsh", "openmpi", "slurm", "mpich", "impi", "mvapich")
+
+
+@dataclass
+class LaunchConfig:
+    """Where the ranks run: one node (default) or several, started by DeepSpeed's launcher
+    (docs: README, "Training on several nodes"). Not part of what a run computes: the same run
+    may resume on other machines."""
+
+    hostfile: Optional[str] = None
+    """DeepSpeed hostfile (``host slots=N`` per line); None: this machine, tp·pp·dp local ranks."""
+    launcher: str = "pdsh"
+    """How DeepSpeed reaches the other nodes: pdsh (ssh), openmpi, slurm (srun), mpich, impi, mvapich."""
+    launcher_args: str = ""
+    """Extra arguments for that launcher (``srun``'s ``--partition=...``, ``mpirun``'s ``--bind-to none``)."""
+    master_addr: Optional[str] = None
+    """Address of the first node, where rank 0's rendezvous listens; None: the hostfile's first host
+    (DeepSpeed asks it over ssh), 127.0.0.1 on one node."""
+    master_port: Optional[int] = None
+    """Rendezvous port; None: a free port on one node, 29500 on several (every node must use the same)."""
+    no_ssh: bool = False
+    """Start only this node's ranks (``node_rank``); run the same command on every node (no ssh needed)."""
+    node_rank: int = 0
+    """This node's index in the hostfile, with ``no_ssh``."""
+    nccl: dict[str, str] = field(default_factory=lambda: dict(BLOOM_NCCL_ENV))
+    """NCCL_* variables set for every rank on every node (DeepSpeed's launcher exports them); BLOOM's by default."""
+
+    def validate(self) -> None:
+        check(self.launcher in LAUNCHERS, "launcher", f"'{self.launcher}': use one of {', '.join(LAUNCHERS)}")
+        check(
+            all(k.startswith("NCCL_") for k in self.nccl),
+            "nccl",
+            f"only NCCL_* variables belong here, got {sorted(k for k in self.nccl if not k.startswith('NCCL_'))}",
+        )
+        check(self.master_port is None or 0 < self.master_port < 65536, "master_port", "must be in 1..65535")
+        check(self.node_rank >= 0, "node_rank", "must be >= 0")
+        check(not self.no_ssh or self.hostfile is not None, "no_ssh", "needs a hostfile (which node is which)")
