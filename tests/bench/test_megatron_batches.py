@@ -14,7 +14,7 @@ sys.path.insert(0, str(REPO))
 from bench.fixed_sampler import MegatronBatches  # noqa: E402
 from training.data.shard_reader import ShardIndex  # noqa: E402
 
-sys.path.insert(0, str(REPO / "tests" / "training"))
+sys.path.insert(0, str(REPO / "tests" / "training" / "data"))
 from test_sampler import write_prepared  # noqa: E402
 
 

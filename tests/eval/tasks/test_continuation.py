@@ -63,10 +63,11 @@ def test_every_language_of_the_data_gets_its_rows(demo_data):
     import sentencepiece as spm
 
     from bloomline.config import load_config
+    from bloomline.task_spec import TaskSpec
     from data_prep.tokenizer import token_bytes
     from eval.tasks import make
     from eval.tasks.base import Context
-    from training.config import EvalConfig, ModelConfig, TaskSpec
+    from training.config import EvalConfig, ModelConfig
     from training.data.shard_reader import ShardIndex
     from training.model.bloom import Bloom
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import torch
 
 from bloomline.config import load_config
-from training.config import EvalConfig, ModelConfig, TaskSpec
+from bloomline.task_spec import TaskSpec
+from training.config import EvalConfig, ModelConfig
 
 REPO = Path(__file__).resolve().parents[3]
 PAIRS = {

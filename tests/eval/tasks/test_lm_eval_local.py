@@ -11,8 +11,9 @@ import torch
 
 from bloomline.config import load_config
 from bloomline.io import sha256_file
+from bloomline.task_spec import TaskSpec
 from training.checkpoint.meta import make_meta
-from training.config import EvalConfig, TaskSpec, TrainRecipe
+from training.config import EvalConfig, TrainRecipe
 from training.model.bloom import Bloom
 
 REPO = Path(__file__).resolve().parents[3]
