@@ -32,7 +32,7 @@ from typing import Any
 
 from bloomline.host import available_cpus
 from training.checkpoint.meta import model_config, read_meta
-from training.parallel.layout import LAYOUT_KEYS, bloom_name, layout_label, layout_name
+from training.parallel.layout import EMBEDDING, LAYOUT_KEYS, bloom_name, layout_label, layout_name, tp_dim
 
 MARKER = "bloomline_layout.json"  # in step_N/universal: written last, says which layout it is laid out for
 
@@ -40,20 +40,26 @@ MARKER = "bloomline_layout.json"  # in step_N/universal: written last, says whic
 def check_convertible(step_dir: Path, meta: dict[str, Any], target: dict[str, int]) -> None:
     """Raise ValueError for a layout change we cannot make (``meta``: the step's bloomline.json).
 
-    * Only between ZeRO stages 1 and 2. ZeRO-3: DeepSpeed 0.19 converts such a checkpoint, but its
-      ZeRO-1/2 loader rejects the result (no ds_version in the merged optimizer state) and its
-      ZeRO-3 loader expects per-rank optimizer files a universal checkpoint lacks (measured here).
-      ZeRO-0: no ZeRO optimizer, so DeepSpeed neither writes the partitioned state the converter
-      reads nor loads weights from a universal checkpoint.
+    * ZeRO stages 1, 2 and 3, in any direction; a ZeRO-3 side with tp=1. DeepSpeed 0.19 converts
+      and loads ZeRO-3's universal form in another shape than ZeRO-1/2's (:func:`_zero3_form` puts
+      it in the target's); its ZeRO-3 converter does not merge TP slices.
+    * Not ZeRO-0: no ZeRO optimizer, so DeepSpeed neither writes the partitioned state the
+      converter reads nor loads weights from a universal checkpoint.
     * No optimizer step taken yet (every step skipped, e.g. fp16 overflows): there are no Adam
       moments to convert, and DeepSpeed's converter fails on their absence."""
     source = meta["layout"]
-    if source["zero_stage"] not in (1, 2) or target["zero_stage"] not in (1, 2):
+    if source["zero_stage"] not in (1, 2, 3) or target["zero_stage"] not in (1, 2, 3):
         raise ValueError(
             f"{step_dir} (zero_stage={source['zero_stage']}) cannot be resumed with zero_stage="
-            f"{target['zero_stage']} and another layout: layout changes work between ZeRO stages 1 "
-            f"and 2; otherwise resume with the same tp/pp/dp/zero_stage"
+            f"{target['zero_stage']} and another layout: layout changes work between ZeRO stages 1, 2 "
+            f"and 3; otherwise resume with the same tp/pp/dp/zero_stage"
         )
+    for side, layout in (("the checkpoint", source), ("this run", target)):
+        if layout["zero_stage"] == 3 and layout["tp"] > 1:
+            raise ValueError(
+                f"{step_dir}: {side} has zero_stage=3 with tp={layout['tp']}: a layout change with ZeRO-3 "
+                f"works at tp=1; resume with the same tp/pp/dp/zero_stage"
+            )
     t = meta["trainer"]
     if int(meta["step"]) - int(t.get("skipped", 0)) - int(t.get("fp16_overflows", 0)) <= 0:
         raise ValueError(
@@ -127,6 +133,8 @@ def convert(step_dir: str | Path, layout: dict[str, int]) -> Path:
     shutil.rmtree(zero)
     staged.rename(zero)
     _strip_model_states(tmp)
+    _name_model_states(tmp, source, layout)
+    _zero3_form(tmp / "zero", source, layout, model)
     (tmp / MARKER).write_text(json.dumps({"layout": layout, "source_layout": source, "step": meta["step"]}))
     os.replace(tmp, out)
     # the converter also writes a 'latest_universal' pointer (to universal.tmp) we do not use
@@ -145,6 +153,78 @@ def _strip_model_states(folder: Path) -> None:
         sd = torch.load(f, map_location="cpu", weights_only=False)
         sd["module"] = None
         torch.save(sd, f)
+
+
+def _rank_files(layout: dict[str, int]) -> list[str]:
+    """The per-rank model-state files DeepSpeed reads for ``layout``: ZeRO-3 names one per DP and
+    TP rank, the other stages one per model-parallel rank."""
+    if layout["zero_stage"] == 3:
+        return [
+            f"zero_pp_rank_{d}_mp_rank_{t:02d}_model_states.pt"
+            for d in range(layout["dp"])
+            for t in range(layout["tp"])
+        ]
+    return [f"mp_rank_{t:02d}_model_states.pt" for t in range(layout["tp"])]
+
+
+def _name_model_states(folder: Path, source: dict[str, int], target: dict[str, int]) -> None:
+    """The run metadata under the file names the target layout's ranks read, when ZeRO-3 on either
+    side changes how they are named (the metadata is the same on every rank: rank 0's)."""
+    if 3 not in (source["zero_stage"], target["zero_stage"]):
+        return  # the same names: the converter's copies stand (PP's per-stage files included)
+    first = folder / _rank_files(source)[0]
+    staged = folder / "model_states.staged"
+    first.rename(staged)
+    for name in _rank_files(source)[1:]:
+        (folder / name).unlink(missing_ok=True)
+    for name in _rank_files(target):
+        shutil.copyfile(staged, folder / name)
+    staged.unlink()
+
+
+def _zero3_form(zero: Path, source: dict[str, int], target: dict[str, int], model: Any) -> None:
+    """The universal form in the shape the target's loader reads, when ZeRO-3 is on one side
+    (between ZeRO-1 and 2 nothing changes). DeepSpeed 0.19 writes and reads it in two shapes
+    (measured here): a ZeRO-3 source's parameter files hold flat tensors and no ``step.pt``, and its
+    ``zero/optimizer_state.pt`` keeps the Adam step and the hyperparameters under
+    ``optimizer_state_dict``; the ZeRO-1/2 loader reads ``{"param": whole tensor, "cat_dim": ...}``,
+    each parameter's ``step.pt``, and ``param_groups`` and ``ds_version`` at the top; the ZeRO-3
+    loader reads either tensor form and the step under ``optimizer_state_dict``."""
+    import deepspeed
+    import torch
+    from deepspeed.checkpoint import constants as c
+
+    from training.model.bloom import full_shapes
+
+    if 3 not in (source["zero_stage"], target["zero_stage"]):
+        return
+    path = zero / "optimizer_state.pt"
+    sd = torch.load(path, weights_only=False)
+    params = sorted(d for d in zero.iterdir() if d.is_dir())
+    nested = sd.get(c.OPTIMIZER_STATE_DICT) or {}
+    step = nested["state"][0]["step"] if "state" in nested else torch.load(params[0] / "step.pt", weights_only=False)
+    groups = sd.get("param_groups") or nested["param_groups"]
+    out = {k: sd[k] for k in (c.LOSS_SCALER, "dynamic_loss_scale", "overflow", c.CLIP_GRAD) if k in sd}
+    out["param_groups"] = groups
+    if target["zero_stage"] == 3:
+        out[c.OPTIMIZER_STATE_DICT] = {"state": {0: {"step": step}}, "param_groups": groups}
+    else:
+        out[c.DS_VERSION] = sd.get(c.DS_VERSION) or deepspeed.__version__
+        shapes = full_shapes(model)  # a ZeRO-3 source has tp=1 (check_convertible)
+        for d in params:
+            name = bloom_name(d.name, model.num_layers)
+            for key in ("fp32", "exp_avg", "exp_avg_sq"):
+                t = torch.load(d / f"{key}.pt", weights_only=False)
+                if isinstance(t, torch.Tensor):  # flat: whole, with the cut the TP loader slices by
+                    entry: dict[str, Any] = {c.PARAM: t.view(shapes[name])}
+                    if tp_dim(name) is not None:
+                        entry[c.CAT_DIM] = tp_dim(name)
+                    if name == EMBEDDING:
+                        entry[c.VOCAB_TENSOR] = True
+                    torch.save(entry, d / f"{key}.pt")
+            if not (d / "step.pt").exists():
+                torch.save(step, d / "step.pt")
+    torch.save(out, path)
 
 
 def _trim_vocab(folder: Path, rows: int) -> None:

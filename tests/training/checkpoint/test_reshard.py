@@ -35,14 +35,14 @@ def test_merge_patterns_name_each_parameter_by_its_cut(tp, pp):
 def test_unconvertible_checkpoints_are_refused_with_the_reason(tmp_path):
     z1 = {"tp": 1, "pp": 1, "dp": 2, "zero_stage": 1}
     meta = lambda layout, **kw: {"layout": layout, "step": 4, "trainer": {"skipped": 1, **kw}}  # noqa: E731
-    check_convertible(tmp_path, meta(z1), {**z1, "dp": 1, "zero_stage": 2})  # 1 and 2 convert freely
-    for src, dst in [
-        ({**z1, "zero_stage": 3}, z1),
-        (z1, {**z1, "zero_stage": 3}),
-        ({**z1, "zero_stage": 0}, z1),
-        (z1, {**z1, "zero_stage": 0}),
-    ]:
-        with pytest.raises(ValueError, match="layout changes work between ZeRO stages 1 and 2"):
+    check_convertible(tmp_path, meta(z1), {**z1, "dp": 1, "zero_stage": 2})  # 1, 2 and 3 convert freely
+    check_convertible(tmp_path, meta({**z1, "zero_stage": 3}), {**z1, "dp": 1})
+    check_convertible(tmp_path, meta(z1), {**z1, "zero_stage": 3})
+    for src, dst in [({**z1, "zero_stage": 0}, z1), (z1, {**z1, "zero_stage": 0})]:
+        with pytest.raises(ValueError, match="layout changes work between ZeRO stages 1, 2 and 3"):
+            check_convertible(tmp_path, meta(src), dst)
+    for src, dst in [({**z1, "zero_stage": 3, "tp": 2}, z1), (z1, {**z1, "zero_stage": 3, "tp": 2})]:
+        with pytest.raises(ValueError, match="zero_stage=3 with tp=2"):
             check_convertible(tmp_path, meta(src), dst)
     with pytest.raises(ValueError, match="every step so far was skipped"):
         check_convertible(tmp_path, meta(z1, fp16_overflows=3), {**z1, "dp": 1})
