@@ -45,6 +45,47 @@ def write_manifest(
     tok: dict[str, Any],
     part_results: list[dict],
 ) -> dict[str, Any]:
+    """The manifest of a finished run, from every stage's record, checked (the ledger balances, the
+    drop log matches it) and written atomically, last."""
+    ledger = merged_ledger(chunk_summaries, dedup, part_results)
+    shards = sorted((s for r in part_results for s in r["shards"]), key=lambda s: s["path"])
+    train_tokens, split_totals = shard_totals(shards)
+    langs = language_entries(ledger, part_results, train_tokens)
+    bad = check_dropped(paths.out, langs)
+    if bad:
+        raise RuntimeError("the drop log does not match the ledger (a bug): " + "; ".join(bad[:5]))
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "created_by": f"bloomline {bloomline.__version__}",
+        "fingerprint": plan_["fingerprint"],
+        "tokenizer": tokenizer_entry(paths, tok),
+        "buckets": list(cfg.pack.buckets),
+        "seq_len": cfg.pack.seq_len,
+        "shards": shards,
+        "splits": split_totals,
+        "blend": blend_weights(cfg, train_tokens),
+        "languages": langs,
+        "totals": {**ledger.totals(), "input_records": sum(e["docs_in"] for e in langs.values())},
+        "stages": stage_reports(cfg, paths, chunk_summaries, dedup, part_results),
+        "inputs": sorted({m["path"] for c in plan_["chunks"] for m in (c.get("members") or [c])}),
+        "seed": cfg.seed,
+        "dropped": {
+            "path": DROPPED_DIR,
+            "rows": sum(n for e in langs.values() for k in OUTCOMES for n in e[k].values()),
+            "text_chars": cfg.dropped_text_chars,
+        },
+        "scores": {"path": SCORES_DIR},
+        "config": mask_tree(to_dict(cfg)),  # no URL password or token in a file people share
+    }
+    if plan_.get("decontaminate"):  # what the data was cleaned against: each task file's sha256, items, n-grams
+        manifest["decontaminated_against"] = plan_["decontaminate"]
+    manifest["config"].pop("dask", None)
+    write_json_atomic(paths.manifest, manifest)
+    return manifest
+
+
+def merged_ledger(chunk_summaries: list[dict], dedup: dict[str, Any], part_results: list[dict]) -> Ledger:
+    """Every stage's ledger in one, which must balance: each document read is kept or dropped once."""
     ledger = Ledger()
     for s in chunk_summaries:
         ledger.merge(s["ledger"])
@@ -56,9 +97,13 @@ def write_manifest(
     bad = ledger.check_balance()
     if bad:
         raise RuntimeError("ledger does not balance (a bug): " + "; ".join(bad))
-    shards = sorted((s for r in part_results for s in r["shards"]), key=lambda s: s["path"])
+    return ledger
+
+
+def shard_totals(shards: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, dict[str, Any]]]:
+    """(training tokens per language, per split: rows, tokens, bucket tokens and padding share)."""
     train_tokens: dict[str, int] = {}
-    split_totals: dict[str, dict[str, int]] = {}
+    split_totals: dict[str, dict[str, Any]] = {}
     for s in shards:
         if s["split"] == "train":
             train_tokens[s["lang"]] = train_tokens.get(s["lang"], 0) + s["tokens"]
@@ -68,6 +113,12 @@ def write_manifest(
         t["bucket_tokens"] += s["rows"] * s["bucket"]
     for t in split_totals.values():
         t["padding_fraction"] = round(1 - t["tokens"] / t["bucket_tokens"], 6) if t["bucket_tokens"] else 0.0
+    return train_tokens, split_totals
+
+
+def language_entries(ledger: Ledger, part_results: list[dict], train_tokens: dict[str, int]) -> dict[str, Any]:
+    """The manifest's ``languages``: each language's ledger with its validation documents,
+    training tokens and name."""
     langs = ledger.to_dict()
     for r in part_results:
         e = langs[r["lang"]]
@@ -77,9 +128,14 @@ def write_manifest(
         e["train_tokens"] = train_tokens.get(lang, 0)
         if lang in languages.BY_CODE:
             e["name"] = languages.BY_CODE[lang].name
-    bad = check_dropped(paths.out, langs)
-    if bad:
-        raise RuntimeError("the drop log does not match the ledger (a bug): " + "; ".join(bad[:5]))
+    return langs
+
+
+def stage_reports(
+    cfg: PrepareConfig, paths: Paths, chunk_summaries: list[dict], dedup: dict[str, Any], part_results: list[dict]
+) -> dict[str, Any]:
+    """The manifest's ``stages``: each step's report summed over chunks and parts, with the kept
+    documents' score statistics."""
     steps = merge_reports(s["steps"] for s in chunk_summaries)
     if cfg.filters.enabled:
         steps.setdefault("quality", {})["kept_scores"] = kept_stats(paths.out, cfg.filters)
@@ -88,51 +144,23 @@ def write_manifest(
         "docs_out": sum(dedup["kept_docs"].values()),
     }
     steps["pii"] = merge_reports(r["pii"] for r in part_results)
-    sp_vocab = tok["vocab_size"]
-    manifest = {
-        "format_version": FORMAT_VERSION,
-        "created_by": f"bloomline {bloomline.__version__}",
-        "fingerprint": plan_["fingerprint"],
-        "tokenizer": {
-            "path": "tokenizer/tokenizer.model",
-            "vocab_size": sp_vocab,
-            "sha256": tok["sha256"],
-            "trained": tok["trained"],
-            "eos_id": 2,
-            "pad_id": 3,
-            "bos_id": 1,
-            "unk_id": 0,
-        },
-        "buckets": list(cfg.pack.buckets),
-        "seq_len": cfg.pack.seq_len,
-        "shards": shards,
-        "splits": split_totals,
-        "blend": blend_weights(cfg, train_tokens),
-        "languages": langs,
-        "totals": {**ledger.totals(), "input_records": sum(e["docs_in"] for e in langs.values())},
-        "stages": steps,
-        "inputs": sorted({m["path"] for c in plan_["chunks"] for m in (c.get("members") or [c])}),
-        "seed": cfg.seed,
-        "dropped": {
-            "path": DROPPED_DIR,
-            "rows": sum(n for e in langs.values() for k in OUTCOMES for n in e[k].values()),
-            "text_chars": cfg.dropped_text_chars,
-        },
-        "scores": {"path": SCORES_DIR},
-        "config": mask_tree(to_dict(cfg)),  # no URL password or token in a file people share
+    return steps
+
+
+def tokenizer_entry(paths: Paths, tok: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's ``tokenizer``: the model file, its size and sha256, and the ids of its
+    special pieces as the model itself gives them."""
+    sp = processor(str(paths.tokenizer), tok["sha256"])
+    entry = {
+        "path": "tokenizer/tokenizer.model",
+        "vocab_size": tok["vocab_size"],
+        "sha256": tok["sha256"],
+        "trained": tok["trained"],
+        "eos_id": int(sp.eos_id()),
+        "pad_id": int(sp.pad_id()),
+        "bos_id": int(sp.bos_id()),
+        "unk_id": int(sp.unk_id()),
     }
     if tok.get("trained"):
-        manifest["tokenizer"]["sample_weights"] = tok["sample_weights"]
-    if plan_.get("decontaminate"):  # what the data was cleaned against: each task file's sha256, items, n-grams
-        manifest["decontaminated_against"] = plan_["decontaminate"]
-    _sp_ids = processor(str(paths.tokenizer), tok["sha256"])
-    for key, fn in (
-        ("eos_id", _sp_ids.eos_id),
-        ("pad_id", _sp_ids.pad_id),
-        ("bos_id", _sp_ids.bos_id),
-        ("unk_id", _sp_ids.unk_id),
-    ):
-        manifest["tokenizer"][key] = int(fn())
-    manifest["config"].pop("dask", None)
-    write_json_atomic(paths.manifest, manifest)
-    return manifest
+        entry["sample_weights"] = tok["sample_weights"]
+    return entry
