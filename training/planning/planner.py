@@ -214,39 +214,7 @@ def plan(
     micro = max(gbs // (mbs * dp), 1)  # micro-batches per pipeline per iteration
     ckpt = r.activation_checkpointing
     state = model_state_bytes(r.precision, zero, dp)
-    act_bytes = 2 if r.precision in ("bf16", "fp16") else 4
-    full_layer = layer_activation_bytes(s, mbs, h, a, tp) * act_bytes / 2
-    kept_layer = 2 * s * mbs * h * act_bytes / 2
-
-    stages = []
-    for i, bounds in enumerate(stage_layout(m, pp)):
-        params, blocks, emb = stage_params(m, tp, bounds)
-        in_flight = min(pp - i, micro)
-        parts = {k: params * v / GIB for k, v in state.items()}
-        if zero == 3:  # the largest layer (the MLP's h → 4h weight) gathered whole, as DeepSpeed counts it
-            parts["weights"] += 4 * largest_layer(m, tp) / GIB
-        stored = blocks * (kept_layer if ckpt else full_layer) * in_flight + (full_layer if ckpt and blocks else 0)
-        parts["activations"] = stored / GIB
-        parts["pipeline_buffers"] = (in_flight * kept_layer / GIB) if pp > 1 else 0.0
-        parts["logits"] = (s * mbs * V / tp * (2 + 4 + 4) / GIB) if i == pp - 1 else 0.0
-        parts["overhead"] = device.overhead_gib
-        st = StagePlan(
-            i,
-            blocks,
-            emb,
-            params,
-            {k: round(v, 3) for k, v in parts.items()},
-            round(blocks * full_layer * in_flight / GIB, 3),
-            round(sum(parts.values()), 3),
-        )
-        if offload:
-            st.offload_memory_gib = round(
-                st.memory_gib - params * (state["optimizer"] + state["gradients"] - 2.0) / GIB
-                if zero <= 2
-                else st.memory_gib - params * state["optimizer"] / GIB,
-                3,
-            )
-        stages.append(st)
+    stages = stage_plans(m, r, (tp, pp, zero), micro, mbs, state, device, offload)
 
     worst = max(stages, key=lambda x: x.memory_gib)
     fits = worst.memory_gib <= device.memory_gib
@@ -296,6 +264,59 @@ def plan(
         out["offload"] = offload_costs(stages, state, dp, device, zero, out.get("iteration_seconds"))
     out["deepspeed_estimate"] = deepspeed_estimates(stages, dp, largest_layer(m, tp))
     return out
+
+
+def stage_plans(
+    m: Any,
+    r: Any,
+    par: tuple[int, int, int],
+    micro: int,
+    mbs: int,
+    state: dict[str, float],
+    device: Device,
+    offload: bool,
+) -> list[StagePlan]:
+    """Each pipeline stage's memory by part (model state, activations, pipeline buffers, logits,
+    overhead) at ``par`` = (tp, pp, zero_stage), ``micro`` micro-batches of ``mbs`` samples."""
+    tp, pp, zero = par
+    s, h, a = m.seq_len, m.hidden_size, m.num_heads
+    V = m.padded_vocab(tp)
+    ckpt = r.activation_checkpointing
+    act_bytes = 2 if r.precision in ("bf16", "fp16") else 4
+    full_layer = layer_activation_bytes(s, mbs, h, a, tp) * act_bytes / 2
+    kept_layer = 2 * s * mbs * h * act_bytes / 2
+
+    stages = []
+    for i, bounds in enumerate(stage_layout(m, pp)):
+        params, blocks, emb = stage_params(m, tp, bounds)
+        in_flight = min(pp - i, micro)
+        parts = {k: params * v / GIB for k, v in state.items()}
+        if zero == 3:  # the largest layer (the MLP's h → 4h weight) gathered whole, as DeepSpeed counts it
+            parts["weights"] += 4 * largest_layer(m, tp) / GIB
+        stored = blocks * (kept_layer if ckpt else full_layer) * in_flight + (full_layer if ckpt and blocks else 0)
+        parts["activations"] = stored / GIB
+        parts["pipeline_buffers"] = (in_flight * kept_layer / GIB) if pp > 1 else 0.0
+        parts["logits"] = (s * mbs * V / tp * (2 + 4 + 4) / GIB) if i == pp - 1 else 0.0
+        parts["overhead"] = device.overhead_gib
+        st = StagePlan(
+            i,
+            blocks,
+            emb,
+            params,
+            {k: round(v, 3) for k, v in parts.items()},
+            round(blocks * full_layer * in_flight / GIB, 3),
+            round(sum(parts.values()), 3),
+        )
+        if offload:
+            st.offload_memory_gib = round(
+                st.memory_gib - params * (state["optimizer"] + state["gradients"] - 2.0) / GIB
+                if zero <= 2
+                else st.memory_gib - params * state["optimizer"] / GIB,
+                3,
+            )
+        stages.append(st)
+
+    return stages
 
 
 def largest_layer(m: Any, tp: int) -> int:
