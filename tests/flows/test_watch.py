@@ -37,7 +37,7 @@ def test_newest_first_none_skipped_silently(tmp_path):
     assert pending(tmp_path) == [30, 20, 10]  # newest first; recorded ones are settled
     order = []
 
-    def evaluate(ckpt, data, settings, out):
+    def evaluate(ckpt, data, settings, out, local=None):
         step = int(ckpt.rsplit("_", 1)[1])
         order.append(step)
         if step == 20:
@@ -122,7 +122,7 @@ def test_the_watcher_never_deletes_a_checkpoint_being_saved(tmp_path):
     saving.mkdir()
     (saving / "mp_rank_00_model_states.pt").write_bytes(b"being written")
 
-    def evaluate(ckpt, data, settings, out):
+    def evaluate(ckpt, data, settings, out, local=None):
         write_results(out, int(ckpt.rsplit("_", 1)[1]), [], [])
 
     assert watch(tmp_path, tmp_path, recipe, done=lambda: True, evaluate=evaluate) == [20, 10]
