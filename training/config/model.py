@@ -56,7 +56,9 @@ class ModelConfig:
             "ffn_mult",
             "make_vocab_divisible_by",
         ):
-            check(getattr(self, k) is None and k in DATA_SHAPED or (getattr(self, k) or 0) >= 1, k, "must be >= 1")
+            if getattr(self, k) is None and k in DATA_SHAPED:
+                continue  # left to the data (fit_to_data)
+            check(getattr(self, k) >= 1, k, "must be >= 1")
         check(
             self.hidden_size % self.num_heads == 0,
             "hidden_size",
