@@ -75,6 +75,45 @@ class PipelineStep:
         return out
 
 
+class BatchStep(PipelineStep):
+    """A step whose work is cheaper a batch of documents at a time (a numpy pass over many
+    documents' values instead of one per document). ``process_batch`` returns the batch's
+    documents, each kept or None; when it raises, the batch runs again document by document
+    through ``process``, so a failure is booked against the one document it belongs to."""
+
+    batch_size = 256
+
+    def process_batch(self, docs: list[Document]) -> list[Document | None]:
+        raise NotImplementedError
+
+    def run(self, docs: Iterable[Document]) -> Iterator[Document]:
+        batch: list[Document] = []
+        for doc in docs:
+            batch.append(doc)
+            if len(batch) >= self.batch_size:
+                yield from self._run_batch(batch)
+                batch = []
+        if batch:
+            yield from self._run_batch(batch)
+
+    def _run_batch(self, batch: list[Document]) -> Iterator[Document]:
+        t0 = time.perf_counter()
+        try:
+            out = self.process_batch(batch)
+        except StrictModeError:
+            raise
+        except Exception:  # noqa: BLE001 - find the document(s) it failed on
+            self.seconds += time.perf_counter() - t0
+            yield from PipelineStep.run(self, batch)
+            return
+        self.seconds += time.perf_counter() - t0
+        self.stats["docs_in"] += len(batch)
+        for doc in out:
+            if doc is not None:
+                self.stats["docs_out"] += 1
+                yield doc
+
+
 def drop_document(
     ledger: Ledger,
     stage: str,

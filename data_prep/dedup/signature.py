@@ -11,8 +11,8 @@
 
 from __future__ import annotations
 
-import unicodedata
 from functools import lru_cache
+from typing import Iterable
 
 import numpy as np
 import xxhash
@@ -21,48 +21,128 @@ from datasketch import MinHash
 from bloomline import languages
 from data_prep.config import DedupConfig
 from data_prep.document import Document, Ledger
-from data_prep.step import PipelineStep
-from data_prep.text import is_han, is_punct_or_symbol, strip_edges
+from data_prep.step import BatchStep
+from data_prep.text import codepoints, from_codepoints, is_han, punct_or_symbol_chars, strip_edges, unkept_table
 
 
 def exact_key(text: str) -> int:
     """xxh64 of the text lower-cased without punctuation, symbols, separators and controls."""
-    kept = "".join(ch for ch in text.lower() if unicodedata.category(ch)[0] not in "PSZC")
-    return xxhash.xxh64_intdigest(kept.encode("utf-8"))
+    cps = codepoints(text.lower())
+    return xxhash.xxh64_intdigest(from_codepoints(cps[~unkept_table()[cps]]).encode("utf-8", "surrogatepass"))
 
 
 def shingle_words(text: str) -> list[str]:
     """Lower-cased whitespace-separated words with punctuation/symbols stripped from their ends
     (digits kept: "room 101" and "room 102" are different documents)."""
-    return [w for w in (strip_edges(w, is_punct_or_symbol) for w in text.lower().split()) if w]
+    out = []
+    ps = punct_or_symbol_chars()
+    edge = ps.__contains__
+    for w in text.lower().split():
+        if w[0] in ps or w[-1] in ps:  # most words have clean edges: no strip call
+            w = strip_edges(w, edge)
+            if not w:
+                continue
+        out.append(w)
+    return out
+
+
+def _grams(text: str, n: int, han: bool) -> Iterable[str]:
+    """Every shingle of the text, in order, repeats included (none for a text without words)."""
+    if han:
+        chars = [c for c in text if is_han(c) or c.isalnum()]
+        if len(chars) < n:
+            return ["".join(chars)] if chars else []
+        return map("".join, zip(*(chars[k:] for k in range(n))))
+    ws = shingle_words(text)
+    if len(ws) < n:
+        return [" ".join(ws)] if ws else []
+    return map(" ".join, zip(*(ws[k:] for k in range(n))))
 
 
 def shingles(text: str, n: int, han: bool) -> set[bytes]:
-    if han:
-        chars = [c for c in text if is_han(c) or c.isalnum()]
-        grams = {"".join(chars[i : i + n]) for i in range(max(1, len(chars) - n + 1))}
-    else:
-        ws = shingle_words(text)
-        grams = {" ".join(ws[i : i + n]) for i in range(max(1, len(ws) - n + 1))}
-    return {g.encode("utf-8") for g in grams if g}
+    """The set of shingles: word n-grams (character n-grams for Han text), UTF-8."""
+    return {g.encode("utf-8") for g in _grams(text, n, han)}
 
 
-def _hash32(b: bytes) -> int:
-    return xxhash.xxh32_intdigest(b)
+def shingle_hashes(text: str, n: int, han: bool) -> np.ndarray:
+    """xxh32 of each shingle's UTF-8, in order, repeats included (a minimum does not see them,
+    and a set would cost more than hashing them again)."""
+    return np.fromiter(map(xxhash.xxh32_intdigest, map(str.encode, _grams(text, n, han))), dtype=np.uint32)
+
+
+class MinHasher:
+    """MinHash signatures of many documents at once, equal to datasketch's ``MinHash(num_perm,
+    seed, scheme="affine32", hashfunc=xxh32)`` fed each document's shingles (the permutations are
+    datasketch's own). datasketch hashes one document per call, a numpy pass of a few µs per
+    shingle row; here the shingle hashes of a whole batch go through the permutations and a
+    per-document minimum in cache-sized blocks (~100 MB/s, against ~4 per core)."""
+
+    BLOCK = 4096
+    """Shingles per block: [num_perm, BLOCK] uint32 is 2 MiB at 128 permutations, within L2."""
+
+    def __init__(self, num_perm: int, seed: int = 1):
+        perms = MinHash(num_perm=num_perm, seed=seed, scheme="affine32").permutations
+        self.a, self.b = (p.astype(np.uint32)[:, None] for p in perms)
+        self.num_perm = num_perm
+
+    def signatures(self, hashes: list[np.ndarray]) -> np.ndarray:
+        """``[len(hashes), num_perm]`` uint32: the signature of each document's shingle hashes
+        (each non-empty)."""
+        lens = np.fromiter(map(len, hashes), dtype=np.int64, count=len(hashes))
+        offs = np.concatenate(([0], np.cumsum(lens)))
+        h = _fmix32(np.concatenate(hashes)) if hashes else np.empty(0, np.uint32)
+        out = np.empty((self.num_perm, len(hashes)), dtype=np.uint32)
+        i = 0
+        while i < len(hashes):
+            if lens[i] > self.BLOCK:  # a long document alone, block by block
+                out[:, i] = self._min(h[offs[i] : offs[i + 1]])
+                i += 1
+                continue
+            j = i + 1  # documents i..j-1 fill one block
+            while j < len(hashes) and offs[j + 1] - offs[i] <= self.BLOCK:
+                j += 1
+            out[:, i:j] = np.minimum.reduceat(self._permuted(h[offs[i] : offs[j]]), offs[i:j] - offs[i], axis=1)
+            i = j
+        return out.T.copy()
+
+    def _permuted(self, h: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            p = h[None, :] * self.a  # uint32 wraps: the affine map mod 2³², as datasketch's
+            p += self.b
+        return p
+
+    def _min(self, h: np.ndarray) -> np.ndarray:
+        m = np.full(self.num_perm, np.iinfo(np.uint32).max, dtype=np.uint32)
+        for k in range(0, len(h), self.BLOCK):
+            np.minimum(m, self._permuted(h[k : k + self.BLOCK]).min(axis=1), out=m)
+        return m
+
+
+def _fmix32(h: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 32-bit finaliser, which datasketch's affine32 scheme applies to each input
+    hash before the permutations (its ``_fmix``; the constants are MurmurHash3's)."""
+    with np.errstate(over="ignore"):
+        h = h ^ (h >> np.uint32(16))
+        h = h * np.uint32(0x85EBCA6B)
+        h = h ^ (h >> np.uint32(13))
+        h = h * np.uint32(0xC2B2AE35)
+        return h ^ (h >> np.uint32(16))
+
+
+@lru_cache(maxsize=8)
+def minhasher(num_perm: int, seed: int = 1) -> MinHasher:
+    return MinHasher(num_perm, seed)
 
 
 def minhash(text: str, cfg: DedupConfig, han: bool, seed: int = 1) -> np.ndarray | None:
     """The signature (``num_perm`` uint32), or None when the text has no shingle."""
-    sh = shingles(text, cfg.shingle_words, han)
-    if not sh:
-        return None
-    m = MinHash(num_perm=cfg.num_perm, seed=seed, hashfunc=_hash32, scheme="affine32")
-    m.update_batch(list(sh))
-    return m.hashvalues.astype(np.uint32)
+    h = shingle_hashes(text, cfg.shingle_words, han)
+    return minhasher(cfg.num_perm, seed).signatures([h])[0] if len(h) else None
 
 
-class DedupSigner(PipelineStep):
-    """Adds ``exact`` and ``minhash`` to each document's meta (drops nothing)."""
+class DedupSigner(BatchStep):
+    """Adds ``exact`` and ``minhash`` to each document's meta (drops nothing). Signatures are
+    computed a batch of documents at a time (:class:`MinHasher`)."""
 
     name = "dedup_sign"
 
@@ -71,11 +151,22 @@ class DedupSigner(PipelineStep):
         self.cfg = cfg
 
     def process(self, doc: Document) -> Document:
-        doc.meta["exact"] = exact_key(doc.text)
-        if self.cfg.near:
-            han = languages.BY_CODE[doc.lang].script in ("Hans", "Hant")
-            doc.meta["minhash"] = minhash(doc.text, self.cfg, han)
-        return doc
+        return self.process_batch([doc])[0]
+
+    def process_batch(self, docs: list[Document]) -> list[Document]:
+        for doc in docs:
+            doc.meta["exact"] = exact_key(doc.text)
+        if not self.cfg.near:
+            return docs
+        n = self.cfg.shingle_words
+        hashes = [shingle_hashes(d.text, n, languages.BY_CODE[d.lang].script in ("Hans", "Hant")) for d in docs]
+        signed = [i for i, h in enumerate(hashes) if len(h)]
+        sigs = minhasher(self.cfg.num_perm).signatures([hashes[i] for i in signed])
+        for doc in docs:
+            doc.meta["minhash"] = None
+        for i, sig in zip(signed, sigs):
+            docs[i].meta["minhash"] = sig
+        return docs
 
 
 @lru_cache(maxsize=16)

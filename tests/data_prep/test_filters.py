@@ -126,3 +126,78 @@ def test_the_check_table_is_the_one_list_of_checks():
     assert set(quality_scores(GOOD, QualityThresholds())) == {c.score for c in CHECKS}
     with pytest.raises(Exception, match="max_keyboard"):
         QualityThresholds(max_keyboard=1.5).validate()
+
+
+# -- the vectorised scores equal their plain definitions ---------------------------------------
+def plain_char_repetition(text, n):
+    """ROOTS' definition, as a Counter of the string's n-grams."""
+    import math
+    from collections import Counter
+
+    counts = Counter(text[i : i + n] for i in range(len(text) - n + 1))
+    if not counts:
+        return 0.0
+    freqs = sorted(counts.values(), reverse=True)
+    k = min(int(math.sqrt(len(freqs))), sum(1 for f in freqs if f > 1))
+    return sum(freqs[:k]) / sum(freqs)
+
+
+def plain_word_repetition(ws, n):
+    """Gopher's duplicate n-gram character fraction, as a scan over tuples of words."""
+    lowered = [w.lower() for w in ws]
+    total, seen, repeated, i = sum(map(len, lowered)), set(), 0, 0
+    while i <= len(lowered) - n:
+        gram = tuple(lowered[i : i + n])
+        if gram in seen:
+            repeated, i = repeated + sum(map(len, gram)), i + n
+        else:
+            seen.add(gram)
+            i += 1
+    return repeated / total if total else 0.0
+
+
+def plain_words(text, han_chars=False):
+    from data_prep.text import is_han, is_special, strip_edges
+
+    out = []
+    for w in text.split():
+        w = strip_edges(w, is_special)
+        if w and han_chars and any(is_han(c) for c in w):
+            out.extend(c for c in w if not is_special(c))
+        elif w:
+            out.append(w)
+    return out
+
+
+def test_scores_equal_their_plain_definitions_on_real_text(shared_corpus):
+    from data_prep.text import is_special
+
+    texts = []
+    for f in (
+        sorted((shared_corpus / "text").glob("*.jsonl"))[::3] + sorted((shared_corpus / "code").glob("*.jsonl"))[:2]
+    ):
+        texts += [__import__("json").loads(x)["text"] for x in f.read_text(encoding="utf-8").splitlines()[:8]]
+    for text in texts:
+        han = any("\u4e00" <= c <= "\u9fff" for c in text[:200])
+        ws = words(text, han)
+        assert ws == plain_words(text, han)
+        assert special_ratio(text) == sum(map(is_special, text)) / max(1, len(text))
+        for n in (3, 10):
+            assert char_repetition_ratio(text, n) == plain_char_repetition(text, n)
+        assert word_repetition_ratio(ws, 5) == plain_word_repetition(ws, 5)
+
+
+def test_scores_equal_their_plain_definitions_on_repetitive_text():
+    """Texts from a tiny alphabet repeat n-grams everywhere: every path of the scans is taken."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=300, deadline=None, derandomize=True)
+    @given(st.text(alphabet="ab .İ!", max_size=80), st.integers(1, 13))
+    def check(text, n):
+        assert char_repetition_ratio(text, n) == plain_char_repetition(text, n)
+        ws = words(text)
+        assert ws == plain_words(text)
+        assert word_repetition_ratio(ws, min(n, 6)) == plain_word_repetition(ws, min(n, 6))
+
+    check()

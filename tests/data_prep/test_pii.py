@@ -42,3 +42,32 @@ def test_counts_several():
     out, counts = redact("a@b.org and c@d.net at 10.0.0.1")
     assert counts == {"email": 2, "ip_address": 1}
     assert out == "<EMAIL> and <EMAIL> at <IP_ADDRESS>"
+
+
+def test_the_fast_patterns_match_as_the_plain_ones():
+    """The lookahead prefixes and the IPv4-only search change where sre looks, not what it finds:
+    the plain patterns (as written before them) redact the same, on text dense in digits,
+    separators, colons and hex letters."""
+    import re
+
+    from hypothesis import example, given, settings
+    from hypothesis import strategies as st
+
+    from data_prep import pii
+
+    plain_ip = re.compile(pii._IP.pattern.replace(r"(?=[\d:A-Fa-f])", "", 1))
+    plain_phone = re.compile(pii._PHONE.pattern.replace(r"(?=[+(\d])", "", 1))
+    assert plain_ip.pattern != pii._IP.pattern and plain_phone.pattern != pii._PHONE.pattern
+
+    @settings(max_examples=400, deadline=None, derandomize=True)
+    @given(st.text(alphabet="0123456789 .:-+()abcfx@", max_size=60))
+    @example("1::2.3.4.5")  # two colons: the IPv6 branch matches "1::2" first, so no IPv4 here
+    def check(text):
+        fast = redact(text)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(pii, "_IP", plain_ip)
+            mp.setattr(pii, "_IP4", plain_ip)
+            mp.setattr(pii, "_PHONE", plain_phone)
+            assert fast == redact(text)
+
+    check()

@@ -52,3 +52,23 @@ def test_strict_stops_at_the_document_with_one_line():
         StrictModeError, match=r"^f.jsonl:2: langid.ValueError \(--strict stops at the first bad record\)$"
     ):
         list(Fussy(Ledger(), strict=True).run(docs()))
+
+
+def test_a_batch_step_books_the_one_document_its_batch_failed_on():
+    """A batch that raises runs again document by document: the others are kept, in order."""
+    from data_prep.step import BatchStep
+
+    class FussyBatch(BatchStep):
+        name = "langid"
+        batch_size = 2
+
+        def process_batch(self, batch):
+            return [self.process(d) for d in batch]
+
+        process = Fussy.process
+
+    ledger = Ledger(DropLog(100))
+    step = FussyBatch(ledger)
+    assert [d.id for d in step.run(docs())] == ["d0", "d2"]
+    assert ledger.to_dict()["en"]["errors"] == {"langid.ValueError": 1}
+    assert step.report() == {"docs_in": 3, "docs_out": 2, "dropped": {"langid.ValueError": 1}}
