@@ -127,7 +127,7 @@ def steps_alone(corpus: Path, mb: float, tokenizer: Path | None) -> list[tuple[s
     """(step, input MB, MB/s) of each per-document step run alone over the sample, in order."""
     from data_prep.chunks import chunk_steps
     from data_prep.config import PrepareConfig
-    from data_prep.dedup.signature import exact_key, minhash, shingles
+    from data_prep.dedup.signature import exact_key, minhasher, shingle_hashes
     from data_prep.document import Ledger
     from data_prep.droplog import DropLog
     from data_prep.pii import PIIRedactor
@@ -162,14 +162,13 @@ def steps_alone(corpus: Path, mb: float, tokenizer: Path | None) -> list[tuple[s
 
             han = [languages.BY_CODE[d.lang].script in ("Hans", "Hant") for d in docs]
             timed("  exact_key", lambda ds: [exact_key(d.text) for d in ds], docs)
-            timed(
-                "  shingles",
-                lambda ds: [shingles(d.text, cfg.dedup.shingle_words, h) for d, h in zip(ds, han)],
+            hashes = timed(
+                "  shingle_hashes",
+                lambda ds: [shingle_hashes(d.text, cfg.dedup.shingle_words, h) for d, h in zip(ds, han)],
                 docs,
             )
-            timed(
-                "  minhash (with shingles)", lambda ds: [minhash(d.text, cfg.dedup, h) for d, h in zip(ds, han)], docs
-            )
+            signer = minhasher(cfg.dedup.num_perm)
+            timed("  signatures (batched)", lambda ds: signer.signatures([h for h in hashes if len(h)]), docs)
         docs = timed(name, lambda ds: list(step.run(ds)), docs)
     docs = timed("pii", lambda ds: list(PIIRedactor(cfg.pii, ledger).run(ds)), docs)
     if tokenizer is not None:

@@ -24,6 +24,7 @@ import typer
 from rich.console import Console
 
 from bloomline.errors import BloomlineError, ConfigError
+from flows.api_server import start_early, wait_ready
 from flows.params import hand
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,6 +128,7 @@ def prepare(
         if dask_address:
             cfg.dask.address = dask_address
         check_inputs(cfg)
+        start_early()
         from flows.prepare import run_prepare
         from flows.summary import print_summary
 
@@ -189,12 +191,14 @@ def pipeline(
         if dask_address:
             cfg.data.dask.address = dask_address
         check_inputs(cfg.data)
+        start_early()
         from flows.pipeline import pipeline as pipeline_flow
 
         with owned(out, "bloomline pipeline"):
             progress = RichProgress()
             try:
                 sent, local = hand(to_dict(cfg), progress)
+                wait_ready()
                 res = pipeline_flow(sent, str(out.resolve()), local=local)
             finally:
                 progress.stop()
@@ -258,10 +262,12 @@ def train(
             n = run_worker_node(recipe, data.resolve(), out.resolve(), say=console.print)
             console.print(f"[bold green]done[/]: node {recipe.launch.node_rank}'s ranks finished ({n} attempt(s))")
             return
+        start_early()
         from flows.train import train as train_flow
 
         with owned(out, "bloomline train"):
             sent, local = hand(to_dict(recipe))
+            wait_ready()
             res = train_flow(sent, str(data.resolve()), str(out.resolve()), local=local)
         last = res.get("last", {})
         if res["stopped_by_kill_switch"]:
@@ -315,11 +321,13 @@ def evaluate(
         from eval.tasks import check
 
         check(cfg.tasks)
+        start_early()
         from flows.evaluate import evaluate_flow
         from training.checkpoint.run_dir import RunDir
 
         with owned(out or RunDir.of_checkpoint(checkpoint).root, "bloomline evaluate"):
             sent, local = hand(to_dict(cfg))
+            wait_ready()
             res = evaluate_flow(
                 str(checkpoint.resolve()), str(data.resolve()), sent, str(out.resolve()) if out else None, local=local
             )

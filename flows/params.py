@@ -15,15 +15,17 @@ from bloomline.secrets import mask_tree, remember
 class Local:
     """What a caller in this process hands a flow beside its JSON parameters: ``params``, the
     parameters with their real values (their masked form is the flow's recorded parameter), and
-    ``progress``, a live display. Prefect records it as ``"<Local>"``: its encoder cannot read an
+    ``progress``, a live display, and ``dask``, a Dask client already running (a cluster the caller
+    started while Prefect's server did; flows/api_server.py). Prefect records it as ``"<Local>"``: its encoder cannot read an
     object with slots and no iteration (prefect.flows.Flow.serialize_parameters' fallback), so
     neither a secret nor the display reaches the API."""
 
-    __slots__ = ("params", "progress")
+    __slots__ = ("params", "progress", "dask")
 
-    def __init__(self, params: Any = None, progress: Any = None):
+    def __init__(self, params: Any = None, progress: Any = None, dask: Any = None):
         self.params = params
         self.progress = progress
+        self.dask = dask
 
     def __iter__(self):  # what makes Prefect's encoder give up (dict(obj) fails, vars(obj) too)
         raise TypeError("a Local stays in this process")
@@ -32,13 +34,13 @@ class Local:
         return "<Local>"
 
 
-def hand(params: Any, progress: Any = None) -> tuple[Any, Local]:
+def hand(params: Any, progress: Any = None, dask: Any = None) -> tuple[Any, Local]:
     """(``params`` with its secrets masked, for the flow's record; the :class:`Local` holding the
-    real ones and ``progress``, for the flow's ``local`` argument)."""
+    real ones, ``progress`` and ``dask``, for the flow's ``local`` argument)."""
     m = mask_tree(params)
     if m != params:
         remember(params)  # an error quoting one of them, in any form, is masked too
-    return m, Local(params, progress)
+    return m, Local(params, progress, dask)
 
 
 def real(params: Any, local: Local | None) -> Any:

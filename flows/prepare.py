@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -25,6 +25,7 @@ from bloomline.config import from_dict, to_dict
 from bloomline.secrets import install_log_masking, mask_text, mask_tree
 from data_prep.config import PrepareConfig
 from data_prep.pipeline import Progress, run_all
+from flows.api_server import wait_ready
 from flows.params import Local, hand, real
 from flows.runlock import owns
 from flows.summary import summary_rows
@@ -115,7 +116,8 @@ def prepare(config: dict[str, Any], out: str, strict: bool = False, local: Local
     progress = local.progress if local is not None and local.progress is not None else Progress()
     log = get_run_logger()
     log.info("preparing %d source(s) into %s", len(cfg.sources), out)
-    with dask_client(cfg) as client:
+    given = local.dask if local is not None else None
+    with nullcontext(given) if given is not None else dask_client(cfg) as client:
         manifest = run_all(cfg, out, strict=strict, map_fn=dask_map(client), stage=_stage, progress=progress)
     rows = summary_rows(manifest)
     create_table_artifact(
@@ -136,5 +138,27 @@ def prepare(config: dict[str, Any], out: str, strict: bool = False, local: Local
 
 
 def run_prepare(cfg: PrepareConfig, out: str, strict: bool = False, progress: Progress | None = None) -> dict[str, Any]:
-    config, local = hand(to_dict(cfg), progress)
-    return prepare(config, str(out), strict, local=local)
+    """The flow, from a caller in this process: its Dask cluster starts, and its workers load what
+    the chunk stage needs, while Prefect's server starts (flows/api_server.py ``start_early``)."""
+    with dask_client(cfg) as client:
+        workers = list(client.scheduler_info()["workers"])
+        warming = [client.submit(warm_worker, cfg.langid.enabled, workers=[w], pure=False) for w in workers]
+        wait_ready()
+        config, local = hand(to_dict(cfg), progress, dask=client)
+        manifest = prepare(config, str(out), strict, local=local)
+        del warming  # held until here: a released future's task may be cancelled before it ran
+        return manifest
+
+
+def warm_worker(langid: bool) -> None:
+    """What every chunk task of a worker process needs first: the stages' modules, the character
+    tables, the language-ID model (each loaded once per process)."""
+    import data_prep.chunks  # noqa: F401
+    import data_prep.pack_parts  # noqa: F401
+    from data_prep.text import punct_or_symbol_chars, special_chars, unkept_table
+
+    special_chars(), punct_or_symbol_chars(), unkept_table()
+    if langid:
+        from data_prep.langid import load_model
+
+        load_model()

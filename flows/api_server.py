@@ -1,0 +1,115 @@
+"""Where a command's flows report to: the Prefect server, found or started before it is needed.
+
+Prefect starts its temporary server when a flow first calls its API, and waits for it: about
+4 s on 2 cores, while the command does nothing else. A command calls :func:`start_early` as
+soon as its inputs are checked, and :func:`wait_ready` just before its first flow; between the
+two, the command imports its stages and starts its Dask cluster while the server starts in its
+own process. The server is, in order:
+
+1. the one ``PREFECT_API_URL`` names (Prefect's own setting; nothing to start);
+2. a server answering on this machine's loopback at port 4200, ``bloomline serve``'s default
+   (a team that keeps one running gets its runs in that UI, and skips the start);
+3. else the temporary server Prefect would start (its ``SubprocessASGIServer`` command: uvicorn
+   on Prefect's app factory, UI off, the ephemeral settings), started here at once and given to
+   Prefect as ``PREFECT_API_URL``; stopped when the command exits. Starting it here, rather than
+   through Prefect's class, spares the command importing Prefect's server (~1.5 s) before the
+   server process can even begin.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+SERVE_URL = "http://127.0.0.1:4200/api"
+"""``bloomline serve``'s server with its default host and port."""
+
+_server: dict = {}  # the temporary server this process started: {"proc", "url"}
+
+
+def answers(api_url: str, timeout: float = 0.5) -> bool:
+    """Whether a Prefect server answers ``GET {api_url}/health`` now."""
+    try:
+        with urllib.request.urlopen(f"{api_url.rstrip('/')}/health", timeout=timeout) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def start_early() -> str:
+    """Find or start the server (see the module's docstring); returns which: ``"configured"``,
+    ``"running <url>"`` or ``"temporary <url>"``. Call before Prefect is imported: the server is
+    set as ``PREFECT_API_URL`` in the environment, which Prefect reads when it loads."""
+    if _server:
+        return f"temporary {_server['url']}"
+    if os.environ.get("PREFECT_API_URL"):
+        return "configured"
+    if answers(SERVE_URL):
+        os.environ["PREFECT_API_URL"] = SERVE_URL
+        return f"running {SERVE_URL}"
+    if os.environ.get("PREFECT_SERVER_EPHEMERAL_ENABLED", "true").lower() in ("0", "false", "no"):
+        return "configured"  # no server allowed to start: Prefect says what is missing, at the first flow
+    _start_temporary()
+    os.environ["PREFECT_API_URL"] = _server["url"]
+    return f"temporary {_server['url']}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_temporary() -> None:
+    port = _free_port()
+    app_dir = Path(importlib.util.find_spec("prefect").submodule_search_locations[0]).parent
+    env = {
+        **os.environ,
+        # as Prefect's SubprocessASGIServer runs it: no UI, the ephemeral server's services
+        "PREFECT_UI_ENABLED": "0",
+        "PREFECT__SERVER_EPHEMERAL": "1",
+        "PREFECT__SERVER_FINAL": "1",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "--app-dir", str(app_dir), "--factory"]
+        + ["prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port)]
+        + ["--log-level", "error", "--lifespan", "on"],
+        env=env,
+    )
+    _server.update(proc=proc, url=f"http://127.0.0.1:{port}/api")
+    atexit.register(stop)
+
+
+def wait_ready(timeout: float | None = None) -> None:
+    """Until the temporary server :func:`start_early` started answers (at once if it started none)."""
+    if not _server:
+        return
+    limit = timeout or float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180"))
+    deadline = time.monotonic() + limit
+    while not answers(_server["url"], timeout=2):
+        code = _server["proc"].poll()
+        if code is not None:  # 3: uvicorn's "address in use" (the free port taken in between)
+            raise RuntimeError(f"the temporary Prefect server exited with code {code} before it answered")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the temporary Prefect server did not answer within {limit:.0f} s")
+        time.sleep(0.05)
+
+
+def stop() -> None:
+    """Stop the temporary server (at exit): SIGTERM, then SIGKILL after 5 s, as Prefect does."""
+    proc = _server.get("proc")
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
