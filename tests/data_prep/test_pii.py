@@ -45,8 +45,8 @@ def test_counts_several():
 
 
 def test_the_fast_patterns_match_as_the_plain_ones():
-    """The lookahead prefixes and the IPv4-only search change where sre looks, not what it finds:
-    the plain patterns (as written before them) redact the same, on text dense in digits,
+    """The lookahead prefixes, the IPv4-only search and the number-run check change where sre
+    looks, not what it finds: the plain patterns (as written before them) redact the same, on text dense in digits,
     separators, colons and hex letters."""
     import re
 
@@ -62,12 +62,14 @@ def test_the_fast_patterns_match_as_the_plain_ones():
     @settings(max_examples=400, deadline=None, derandomize=True)
     @given(st.text(alphabet="0123456789 .:-+()abcfx@", max_size=60))
     @example("1::2.3.4.5")  # two colons: the IPv6 branch matches "1::2" first, so no IPv4 here
+    @example("+12345678 (123)456-7890 1.2.3.4")
     def check(text):
         fast = redact(text)
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(pii, "_IP", plain_ip)
             mp.setattr(pii, "_IP4", plain_ip)
             mp.setattr(pii, "_PHONE", plain_phone)
+            mp.setattr(pii, "_NUMBER_RUN", re.compile(""))  # found in every text: both patterns always run
             assert fast == redact(text)
 
     check()
