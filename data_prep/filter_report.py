@@ -95,12 +95,21 @@ def decide(scores: dict[str, np.ndarray], checks: tuple[Check, ...], thresholds:
     return out
 
 
-def kept_stats(out: Path, cfg: FilterConfig, batch_rows: int = BATCH_ROWS) -> dict[str, dict[str, dict[str, Any]]]:
+HELD_VALUES = 1 << 23
+"""Kept scores held in memory at most (8M, 128 MiB with their group ids): up to this, the counting
+pass keeps them and the quantiles are read off one sort; beyond it (a corpus of over a million
+documents), data_prep/quantiles.py finds them in a few more streamed passes."""
+
+
+def kept_stats(
+    out: Path, cfg: FilterConfig, batch_rows: int = BATCH_ROWS, held_values: int = HELD_VALUES
+) -> dict[str, dict[str, dict[str, Any]]]:
     """Per language and check: quantiles of the score over *kept* documents, the threshold, and how
     many kept documents lie within ``EDGE`` of it (the manifest's ``stages.quality.kept_scores``).
 
-    Streamed: one pass counts (min, max, near the threshold), then data_prep/quantiles.py finds
-    the exact quantiles in a few more passes, holding batches and histograms, never a column."""
+    One pass counts (min, max, near the threshold) and holds the values while they fit
+    ``held_values``; past that, the exact quantiles take a few more streamed passes, holding
+    batches and histograms, never a column."""
     ids: dict[tuple[str, str], int] = {}
     limits: list[tuple[float, bool]] = []
 
@@ -109,7 +118,7 @@ def kept_stats(out: Path, cfg: FilterConfig, batch_rows: int = BATCH_ROWS) -> di
             gids, vals = [], []
             for lang, s in by_language(batch):
                 checks, t = checks_of(lang, cfg)
-                kept = np.array([r is None for r in s["reason"]], dtype=bool)
+                kept = s["reason"] == None  # noqa: E711 - element-wise on an object array
                 for c in checks:
                     v = s[c.score][kept]
                     v = v[~np.isnan(v)]
@@ -127,17 +136,37 @@ def kept_stats(out: Path, cfg: FilterConfig, batch_rows: int = BATCH_ROWS) -> di
     lo: dict[int, float] = {}
     hi: dict[int, float] = {}
     near: dict[int, int] = {}
+    held: list[tuple[np.ndarray, np.ndarray]] | None = []
+    n_held = 0
     for g, v in kept_values():
-        for gid in np.unique(g).tolist():
-            x = v[g == gid]
-            limit, below = limits[gid]
-            count[gid] = count.get(gid, 0) + len(x)
-            lo[gid] = min(lo.get(gid, np.inf), float(x.min()))
-            hi[gid] = max(hi.get(gid, -np.inf), float(x.max()))
-            near[gid] = near.get(gid, 0) + int(
-                ((x <= limit * (1 + EDGE)) if below else (x >= limit * (1 - EDGE))).sum()
-            )
-    qs = quantiles(kept_values, count, QUANTILES)
+        o = np.argsort(g, kind="stable")
+        g, v = g[o], v[o]
+        cuts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+        lim = np.array([limits[i][0] for i in g[cuts]])
+        below = np.array([limits[i][1] for i in g[cuts]])
+        sizes = np.diff(np.r_[cuts, len(g)])
+        edge = np.where(
+            np.repeat(below, sizes), v <= np.repeat(lim * (1 + EDGE), sizes), v >= np.repeat(lim * (1 - EDGE), sizes)
+        )
+        for gid, n, a, b, e in zip(
+            g[cuts].tolist(),
+            sizes.tolist(),
+            np.minimum.reduceat(v, cuts).tolist(),
+            np.maximum.reduceat(v, cuts).tolist(),
+            np.add.reduceat(edge.astype(np.int64), cuts).tolist(),
+        ):
+            count[gid] = count.get(gid, 0) + n
+            lo[gid] = min(lo.get(gid, np.inf), a)
+            hi[gid] = max(hi.get(gid, -np.inf), b)
+            near[gid] = near.get(gid, 0) + e
+        if held is not None:
+            n_held += len(v)
+            if n_held <= held_values:
+                held.append((g, v))
+            else:
+                held = None  # too many to hold: the quantiles stream
+    pairs = (np.concatenate([g for g, _ in held]), np.concatenate([v for _, v in held])) if held else None
+    qs = quantiles(kept_values, count, QUANTILES, held=pairs)
     res: dict[str, dict[str, dict[str, Any]]] = {}
     for lang, reason in sorted(ids, key=lambda k: (k[0], ids[k])):
         gid = ids[(lang, reason)]

@@ -116,8 +116,22 @@ def order_stats(batches: Batches, ranks: dict[int, list[int]]) -> dict[tuple[int
     return {(s.group, s.asked): s.value for s in seeks}
 
 
-def quantiles(batches: Batches, counts: dict[int, int], qs: Iterable[float]) -> dict[int, list[float]]:
-    """Per group with values, ``numpy.quantile(values, qs)`` (linear interpolation), exactly."""
+def held_order_stats(held: tuple[np.ndarray, np.ndarray], ranks: dict[int, list[int]]) -> dict[tuple[int, int], float]:
+    """:func:`order_stats` of values all in memory (``(group, value)`` arrays): one sort by group
+    and key, the same keys, so the same values."""
+    g, k = held[0], to_key(held[1])
+    o = np.lexsort((k, g))
+    g, k = g[o], k[o]
+    start = dict(zip(*(x.tolist() for x in np.unique(g, return_index=True))))
+    return {(grp, r): float(from_key(k[start[grp] + r])) for grp, rs in ranks.items() for r in rs}
+
+
+def quantiles(
+    batches: Batches, counts: dict[int, int], qs: Iterable[float], held: tuple[np.ndarray, np.ndarray] | None = None
+) -> dict[int, list[float]]:
+    """Per group with values, ``numpy.quantile(values, qs)`` (linear interpolation), exactly; from
+    ``held`` (every ``(group, value)``, when the caller could hold them) by one sort, else by
+    streamed passes over ``batches``."""
     qs = list(qs)
 
     def at(n: int, q: float) -> tuple[int, int, float]:
@@ -125,7 +139,7 @@ def quantiles(batches: Batches, counts: dict[int, int], qs: Iterable[float]) -> 
         return int(np.floor(h)), min(int(np.floor(h)) + 1, n - 1), h - np.floor(h)
 
     want = {g: sorted({r for q in qs for r in at(n, q)[:2]}) for g, n in counts.items() if n}
-    got = order_stats(batches, want)
+    got = held_order_stats(held, want) if held is not None else order_stats(batches, want)
     out: dict[int, list[float]] = {}
     for g in want:
         row = []

@@ -151,13 +151,14 @@ def test_kept_scores_are_summarised_in_the_manifest(prepared):
 
 
 def test_kept_stats_stream_to_what_the_whole_table_gives(prepared):
-    """Streamed in batches of 7 rows (many passes, many batches), the statistics equal numpy's over
-    each language's whole column; what_if streamed equals what_if in one batch."""
+    """Streamed in batches of 7 rows (many passes, many batches) and held none in memory, or held
+    all in memory, the statistics equal numpy's over each language's whole column; what_if
+    streamed equals what_if in one batch."""
     from data_prep.filter_report import QUANTILES, checks_of, what_if
 
     cfg, out = prepared
     t = pa.concat_tables([pq.read_table(f) for f in sorted((out / "scores").glob("*.parquet"))])
-    streamed = kept_stats(out, cfg.filters, batch_rows=7)
+    streamed = kept_stats(out, cfg.filters, batch_rows=7, held_values=0)
     assert streamed == kept_stats(out, cfg.filters)
     langs = np.array(t.column("lang").to_pylist(), dtype=object)
     kept = np.array([r is None for r in t.column("reason").to_pylist()])

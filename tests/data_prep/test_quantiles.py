@@ -32,10 +32,13 @@ def test_equal_to_numpy(kind, monkeypatch):
         for s in range(0, n, 997):
             yield g[s : s + 997], v[s : s + 997]
 
-    got = Q.quantiles(batches, {k: int((g == k).sum()) for k in range(5)}, QS)  # group 4 has no values
+    counts = {k: int((g == k).sum()) for k in range(5)}  # group 4 has no values
+    got = Q.quantiles(batches, counts, QS)
     assert set(got) == {0, 1, 2, 3} and len(passes) >= 3
     for k in range(4):
         assert np.array_equal(np.array(got[k]), np.quantile(v[g == k], QS)), k
+    before = len(passes)
+    assert Q.quantiles(batches, counts, QS, held=(g, v)) == got and len(passes) == before  # held: no pass
 
 
 def test_one_value_and_keys_round_trip():
