@@ -17,6 +17,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import dask
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
@@ -57,6 +58,20 @@ def environ_kept() -> Iterator[None]:
         os.environ.update(before)
 
 
+QUIET_WORKERS = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.tick.interval": "1s",
+    "distributed.worker.memory.monitor-interval": "1s",
+    "distributed.admin.system-monitor.interval": "5s",
+}
+"""What a local cluster's workers do beside their tasks, quieted: the statistical profiler (a
+thread taking the GIL every 10 ms to sample stacks) feeds a dashboard the local cluster does not
+start, and the event-loop tick (20 ms), memory and system monitors wake the worker's loop thread,
+which takes the GIL from the task each time. Measured on the 4x corpus's first 8 chunks, 2
+workers: the steps' seconds 12.4 on average with Dask's defaults, 9.9 quieted, 11.0 in a plain
+process pool (runs vary by ±15% on this machine)."""
+
+
 @contextmanager
 def dask_client(cfg: PrepareConfig) -> Iterator[Any]:
     """A Dask client: the scheduler at ``dask.address``, else a LocalCluster of processes; on
@@ -73,6 +88,7 @@ def dask_client(cfg: PrepareConfig) -> Iterator[Any]:
     # CPU-bound Python/C++ that holds the GIL for long stretches.
     with (
         environ_kept(),
+        dask.config.set(QUIET_WORKERS),
         LocalCluster(
             n_workers=cfg.dask.workers(),
             threads_per_worker=1,

@@ -18,4 +18,7 @@ def test_a_local_cluster_leaves_the_drivers_environment_as_it_was():
     before = dict(os.environ)
     with dask_client(cfg) as client:
         assert client.submit(lambda: os.environ.get("OMP_NUM_THREADS")).result() == "1"  # the workers keep Dask's
+        # the workers run quiet: no profiler thread sampling the tasks for a dashboard nobody sees
+        quiet = client.run(lambda: __import__("dask").config.get("distributed.worker.profile.enabled"))
+        assert list(quiet.values()) == [False]
     assert dict(os.environ) == before
