@@ -21,6 +21,7 @@ put back; ``--base-mb`` × each size):
 ``--step-mb`` sample of the 1× corpus (documents from every language): MB/s of its input.
 ``--startup-only``: ``bloomline prepare`` on a 1 MB input, wall time and the stages' share.
 ``--datatrove``: at 4×, datatrove 0.10.1 doing the same steps (bench/scale.py's comparison).
+``--repo PATH``: the whole runs with another checkout's CLI (before/after).
 """
 
 from __future__ import annotations
@@ -185,20 +186,20 @@ def steps_alone(corpus: Path, mb: float, tokenizer: Path | None) -> list[tuple[s
 
 
 # -- the whole run ---------------------------------------------------------------------------
-def whole(corpus: Path, out: Path) -> dict:
-    res, stats, manifest = prepare(REPO, corpus, out, OVERRIDES)
+def whole(corpus: Path, out: Path, repo: Path = REPO) -> dict:
+    res, stats, manifest = prepare(repo, corpus, out, OVERRIDES)
     kept = sum(v.get("bytes", 0) for v in manifest["languages"].values()) if "languages" in manifest else None
     return {"seconds": res.seconds, "stats": stats, "manifest": manifest, "kept_bytes": kept, "res": res}
 
 
-def startup(wd: Path) -> None:
+def startup(wd: Path, repo: Path = REPO) -> None:
     """``prepare`` on a 1 MB input: the wall time, and what of it is not the stages' own work."""
     corpus = wd / "corpus-1mb"
     if not corpus.exists():
         corpus.mkdir(parents=True)
         sample = sample_docs(wd / "corpus-x1", 1.0)
         sample.rename(corpus / "sample.jsonl")
-    r = whole(corpus, wd / "out-1mb")
+    r = whole(corpus, wd / "out-1mb", repo)
     st = r["stats"]
     inner = sum(st.get(k, {}).get("seconds", 0) for k in ("plan", "chunks", "tokenizer", "dedup", "pack"))
     print(
@@ -218,12 +219,13 @@ def main() -> None:
     ap.add_argument("--steps-only", action="store_true")
     ap.add_argument("--startup-only", action="store_true")
     ap.add_argument("--datatrove", action="store_true")
+    ap.add_argument("--repo", type=Path, default=REPO, help="run another checkout's CLI (a before/after comparison)")
     args = ap.parse_args()
     wd: Path = args.workdir
     wd.mkdir(parents=True, exist_ok=True)
     grow(wd / "corpus-x1", args.base_mb)
     if args.startup_only:
-        startup(wd)
+        startup(wd, args.repo)
         return
     if args.steps_only:
         model = wd / "out-x1" / "tokenizer" / "tokenizer.model"
@@ -235,7 +237,7 @@ def main() -> None:
         corpus = wd / f"corpus-x{k}"
         g = grow(corpus, args.base_mb * k)
         mb = g["bytes"] / 1e6
-        r = whole(corpus, wd / f"out-x{k}")
+        r = whole(corpus, wd / f"out-x{k}", args.repo)
         f = floor(corpus, wd / f"out-x{k}" / "tokenizer" / "tokenizer.model")
         st = r["stats"]
         sp_rate = f["text_bytes"] / 1e6 / (f["encode_seconds"] / CORES)
