@@ -16,7 +16,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def fresh(monkeypatch):
-    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    # set, then removed: the undo puts the variable back as it was, also when start_early sets it
+    # (a delenv of an absent variable records nothing to undo, and the URL of this test's server
+    # would reach every later test's CLI runs)
+    monkeypatch.setenv("PREFECT_API_URL", "")
+    monkeypatch.delenv("PREFECT_API_URL")
     monkeypatch.setattr(api_server, "_server", {})
     monkeypatch.setattr(api_server, "SERVE_URL", "http://127.0.0.1:9/api")  # nothing listens there
 
