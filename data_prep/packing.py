@@ -128,7 +128,9 @@ class BucketPacker:
             fit = bisect.bisect_right(self.buckets, n) - 1  # largest bucket <= n
             b = self.buckets[fit] if fit >= 0 else self.buckets[0]
             take = min(b, n)
-            offs = [0] + [s - pos for s in starts if pos < s < pos + take]
+            # the pieces that start inside (pos, pos + take), found by bisection in the sorted starts
+            inside = starts[bisect.bisect_right(starts, pos) : bisect.bisect_left(starts, pos + take)]
+            offs = [0] + [s - pos for s in inside]
             out.append(Sample(b, ids[pos : pos + take], offs))
             pos += take
         return out

@@ -18,6 +18,7 @@ Patterns are deliberately conservative (a false positive corrupts text, in code 
 from __future__ import annotations
 
 import re
+from typing import Callable, Iterable, Iterator
 
 from data_prep.config import PIIConfig
 from data_prep.document import Document, Ledger
@@ -26,6 +27,29 @@ from data_prep.step import PipelineStep
 PLACEHOLDERS = {"email": "<EMAIL>", "ip_address": "<IP_ADDRESS>", "phone": "<PHONE>"}
 
 _EMAIL = re.compile(r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@(?:[A-Za-z0-9-]{1,63}\.)+[A-Za-z]{2,24}(?![\w-])")
+_DOMAIN_RUN = re.compile(r"[A-Za-z0-9.-]*")
+
+
+def _sub_emails(text: str) -> tuple[str, int]:
+    """``_EMAIL.subn(placeholder, text)``, searched only around each "@". An address holds one
+    "@", at most 64 characters after its start, and its domain lies in the run of domain
+    characters after it: so each "@" needs one search of that window (the lookarounds see the
+    characters around it). Most of the text is never scanned; the sub scanned all of it, trying
+    the lookbehind at every character (the pattern has no literal prefix)."""
+    out, last, n = [], 0, 0
+    at = text.find("@")
+    while at != -1:
+        end = _DOMAIN_RUN.match(text, at + 1).end()
+        m = _EMAIL.search(text, max(last, at - 64), end + 1)
+        if m:  # it holds this "@": an earlier one in the window had no address (or was taken)
+            out += (text[last : m.start()], PLACEHOLDERS["email"])
+            last, n = m.end(), n + 1
+        at = text.find("@", end)
+    if not n:
+        return text, 0
+    out.append(text[last:])
+    return "".join(out), n
+
 
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
 _IPV4 = rf"(?<![\d.]){_OCTET}(?:\.{_OCTET}){{3}}(?![\d]|\.\d)"
@@ -40,8 +64,8 @@ _IPV6 = (
 # then skips to those characters instead of trying the lookbehind at every position (3× faster,
 # the same matches).
 _IP = re.compile(rf"(?=[\d:A-Fa-f])(?:{_IPV4}|{_IPV6})")
-# With fewer than two colons no IPv6 branch can match (each needs "::" or 7 colons), and the
-# search needs only the IPv4 branch, which starts at a digit: most text, scanned 3× faster.
+# Without "::" and with fewer than seven colons no IPv6 branch can match, and the search needs
+# only the IPv4 branch, which starts at a digit: most text, scanned 3× faster.
 _IP4 = re.compile(rf"(?=\d){_IPV4}")
 
 _PHONE = re.compile(
@@ -53,12 +77,54 @@ _PHONE = re.compile(
 )
 
 
-# Every IPv4 address and every phone number redacted holds a run of 7+ characters of digits,
-# spaces, dots, dashes and parentheses that starts with a digit ("1.2.3.4"; a phone's 8+ digits
-# after its "+" or "("). Most documents have none (95% of ../shared/corpus's): for them that one
-# search (~110 MB/s) replaces the two patterns' (~40 MB/s each), with the same result. The
-# placeholders put in by an earlier pattern hold no digit, so they cannot make such a run.
-_NUMBER_RUN = re.compile(r"\d[\d .()-]{6}")
+# The IP and phone patterns are searched only inside runs of the characters their matches are made
+# of, around a seed that every match holds: each run with the text's characters on either side
+# visible to the lookarounds (``finditer(text, pos, endpos)``: a lookbehind sees before ``pos``).
+# That finds what a search of the whole text finds, since no match crosses a character outside
+# its run's class; most text is never scanned. The placeholders hold none of the classes'
+# characters, so they end a run as any letter does.
+#
+# Number runs: an IPv4 address or a phone number is digits, spaces, dots, dashes, parentheses and
+# "+", and its first digit has 6+ more of those after it ("1.2.3.4"; a phone's 8+ digits). Most
+# documents have no such run (95% of ../shared/corpus's): for them one search (~110 MB/s)
+# replaces the two patterns' (~40 MB/s each).
+_NUMBER_RUN = re.compile(r"\d[\d .()+-]{6,}")
+_NUMBER_CHARS = frozenset("0123456789 .()+-")
+# Address runs, where an IPv6 form can occur ("::" or seven colons in the text; C++'s "std::"
+# puts one in most of its files): hex digits, colons and dots, around two colons with at most four
+# hex digits between them (every IPv6 form has "::" or ":H:"), or an IPv4 address's digit with 6+
+# digits and dots after it. Two seeds, as each alone starts with what sre can skip to quickly.
+_IP_SEEDS = (re.compile(r":[0-9A-Fa-f]{0,4}:"), re.compile(r"\d[\d.]{6}"))
+_IP_CHARS = frozenset("0123456789ABCDEFabcdef:.")
+
+
+def _runs(seeds: Iterable[re.Pattern], chars: frozenset[str], text: str) -> Iterator[tuple[int, int]]:
+    """(start, end) of each maximal run of ``chars`` that holds a match of a seed, in order."""
+    end, n = 0, len(text)
+    for start, stop in sorted(m.span() for seed in seeds for m in seed.finditer(text)):
+        if start < end:  # in the run before
+            continue
+        end = stop
+        while start > 0 and text[start - 1] in chars:
+            start -= 1
+        while end < n and text[end] in chars:
+            end += 1
+        yield start, end
+
+
+def _sub_in_runs(
+    pattern: re.Pattern, repl: Callable[[re.Match], str], text: str, runs: Iterable[tuple[int, int]]
+) -> str:
+    """``pattern.sub(repl, text)`` for a pattern whose every match lies inside one of ``runs``."""
+    out, last = [], 0
+    for start, end in runs:
+        for m in pattern.finditer(text, start, end + 1):  # + 1: the lookahead sees past the run
+            out += (text[last : m.start()], repl(m))
+            last = m.end()
+    if not out:
+        return text
+    out.append(text[last:])
+    return "".join(out)
 
 
 def _digits(s: str) -> int:
@@ -76,10 +142,9 @@ def redact(
     """Return (redacted text, {kind: count})."""
     counts: dict[str, int] = {}
     if "email" in kinds and "@" in text:
-        text, n = _EMAIL.subn(PLACEHOLDERS["email"], text)
-        counts["email"] = n
+        text, counts["email"] = _sub_emails(text)
     numbers = _NUMBER_RUN.search(text) is not None
-    ipv6 = text.count(":") >= 2  # each IPv6 form has "::" or seven colons
+    ipv6 = "::" in text or text.count(":") >= 7  # each IPv6 form has "::" or seven colons
     if "ip_address" in kinds and (numbers or ipv6):
         n = 0
 
@@ -90,7 +155,10 @@ def redact(
             n += 1
             return PLACEHOLDERS["ip_address"]
 
-        text = (_IP if ipv6 else _IP4).sub(ip_sub, text)
+        if ipv6:
+            text = _sub_in_runs(_IP, ip_sub, text, _runs(_IP_SEEDS, _IP_CHARS, text))
+        else:
+            text = _sub_in_runs(_IP4, ip_sub, text, _runs((_NUMBER_RUN,), _NUMBER_CHARS, text))
         counts["ip_address"] = n
     if "phone" in kinds and numbers:
         n = 0
@@ -104,7 +172,7 @@ def redact(
                 return PLACEHOLDERS["phone"]
             return s
 
-        text = _PHONE.sub(phone_sub, text)
+        text = _sub_in_runs(_PHONE, phone_sub, text, _runs((_NUMBER_RUN,), _NUMBER_CHARS, text))
         counts["phone"] = n
     return text, {k: v for k, v in counts.items() if v}
 
