@@ -86,7 +86,7 @@ def dedup_alone(out: Path, workers: int, config: dict) -> float:
     from data_prep.config import PrepareConfig
     from data_prep.dedup.stage import run_dedup
     from data_prep.workdir import Paths, clean_dedup
-    from flows.prepare import dask_map
+    from flows.dask_cluster import dask_map
 
     cfg = from_dict(PrepareConfig, config)
     paths = Paths(out)

@@ -7,6 +7,7 @@ traceback instead.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 from contextlib import contextmanager
@@ -553,7 +554,28 @@ def _run(body, debug: bool, driver: bool = False) -> None:
 
 
 def main() -> None:
-    app(prog_name="bloomline")
+    atexit.register(_exit_now)  # registered first, so run last: after every other exit handler
+    try:
+        app(prog_name="bloomline")
+        _exit_code[0] = 0
+    except SystemExit as e:
+        _exit_code[0] = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        raise
+
+
+_exit_code = [1]  # what the process exits with: 1 unless main() returned or exited with a code
+
+
+def _exit_now() -> None:
+    """The end of the process, without the interpreter's teardown of every module a command has
+    loaded (Prefect, Dask, pyarrow, torch): ~0.9 s at the end of each command, measured on
+    ``prepare``, that a finished command has no use for. By the time this runs, Python has
+    joined the non-daemon threads (Prefect drains its log and event queues there) and run every
+    other exit handler (the temporary Prefect server stopped, logging flushed); the standard
+    streams are flushed here. Files are closed where they are written (bloomline/io.py)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_exit_code[0])
 
 
 if __name__ == "__main__":

@@ -37,6 +37,38 @@ def one_line_error(res, pattern):
     assert pattern in lines[0], lines[0]
 
 
+@pytest.mark.parametrize(
+    "command, code",
+    [("raise typer.Exit(3)", 3), ("pass", 0), ("raise RuntimeError('boom')", 1), ("sys.exit('bye')", 1)],
+)
+def test_the_process_ends_without_teardown_but_after_every_exit_handler(command, code):
+    """main() ends the process with os._exit after the other exit handlers ran (a handler
+    registered later still runs; the streams are flushed), and with the command's exit code."""
+    script = f"""
+import atexit, sys, typer
+from flows import cli
+class Torn:
+    def __del__(self):
+        sys.stderr.write("torn down")
+torn = Torn()  # its __del__ runs in the interpreter's teardown only
+app = typer.Typer()
+@app.command()
+def go():
+    atexit.register(lambda: print("handler ran", flush=False))
+    print("output", end="")
+    sys.stderr.write("partial line")
+    {command}
+cli.app = app
+cli.main()
+print("not reached")
+"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # so that flushing matters
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    assert res.returncode == code, res.stderr
+    assert res.stdout == "outputhandler ran\n", res.stdout
+    assert res.stderr.startswith("partial line") and "torn down" not in res.stderr, res.stderr
+
+
 def test_misuse_gives_one_line_errors(tmp_path):
     one_line_error(cli("prepare", "--out", tmp_path / "o", tmp_path / "missing.jsonl"), "input not found")
     bad_cfg = tmp_path / "c.yaml"

@@ -1,11 +1,11 @@
-"""The Prefect flow ``prepare``'s Dask cluster (flows/prepare.py)."""
+"""The Dask cluster a preparation runs on (flows/dask_cluster.py)."""
 
 import os
 from pathlib import Path
 
 from bloomline.config import load_config
 from data_prep.config import PrepareConfig
-from flows.prepare import dask_client
+from flows.dask_cluster import dask_client
 
 REPO = Path(__file__).resolve().parents[2]
 
