@@ -101,10 +101,23 @@ def run(src: str, out: Path, tokenizer: str, workers: int) -> dict:
     }
 
 
+def check_xxhash() -> None:
+    """datatrove 0.10.1 hashes ``str`` with xxhash, which xxhash 4 refuses (its MinHash step
+    fails with "Strings must be encoded before hashing"): say so before anything runs."""
+    from importlib.metadata import version
+
+    if int(version("xxhash").split(".")[0]) >= 4:
+        raise SystemExit(
+            f"datatrove {version('datatrove')} needs xxhash < 4 (installed: {version('xxhash')}); "
+            "for this comparison: pip install 'xxhash<4' (bloomline works with either)"
+        )
+
+
 def run_timed(src: str | Path, out: Path, tokenizer: str | Path, workers: int) -> tuple[float, dict]:
     """Run this baseline as its own process; (seconds of the whole process, what it printed)."""
     import subprocess
 
+    check_xxhash()
     t0 = time.perf_counter()
     res = subprocess.run(
         [sys.executable, __file__, str(src), str(out), str(tokenizer), str(workers)], capture_output=True, text=True

@@ -111,8 +111,9 @@ def dedup_alone(out: Path, workers: int, config: dict) -> float:
 def datatrove_vs_bloomline(corpus: Path, mb: float, wd: Path) -> None:
     from importlib.metadata import version
 
-    from bench.datatrove_baseline import run_timed, spm_to_tokenizers
+    from bench.datatrove_baseline import check_xxhash, run_timed, spm_to_tokenizers
 
+    check_xxhash()
     model = wd / "like-for-like-tokenizer" / "tokenizer.model"
     if not model.exists():  # a tokenizer trained once, given to both sides
         res, _, _ = prepare(
