@@ -82,10 +82,11 @@ def langid_drops(cfg: Any, docs: Docs) -> set[str]:
 def scores_of(texts: list[str], lang: str, recipe: Any) -> list[dict[str, float | None]]:
     """The quality scores of ``texts`` in ``lang`` under ``recipe``'s n-gram sizes."""
     from bloomline import languages
-    from data_prep.filters import quality_scores
+    from data_prep.filters import batch_scores
+    from data_prep.scores import TextBatch
 
     han = languages.BY_CODE[lang].script in ("Hans", "Hant")
-    return [quality_scores(t, recipe, han) for t in texts]
+    return [r for i in range(0, len(texts), 256) for r in batch_scores(TextBatch(texts[i : i + 256], han), recipe)]
 
 
 def junk_of(docs: list[Doc], per_source: int) -> list[tuple[str, str]]:

@@ -102,6 +102,7 @@ def floor(corpus: Path, model: Path) -> dict:
         "text_bytes": sum(r[0] for r in res),
         "tokens": sum(r[1] for r in res),
         "encode_seconds": sum(r[3] for r in res),
+        "cpu": sum(r[2] + r[3] for r in res),
     }
 
 
@@ -252,6 +253,7 @@ def main() -> None:
             "stages": {s: st[s]["seconds"] for s in ("plan", "chunks", "tokenizer", "dedup", "pack")},
             "driver": r["res"].peak("driver"),
             "worker": r["res"].peak("worker"),
+            "cpu": {role: r["res"].cpu_of(role) for role in ("driver", "worker", "prefect-server", "other")},
         }
         rows.append(row)
         print(
@@ -259,7 +261,8 @@ def main() -> None:
             f"({mb / row['floor']:.2f} MB/s), ratio {row['whole'] / row['floor']:.2f}; pack stage "
             f"{row['pack_rate']:.2f} MB/s = {row['pack_rate'] / sp_rate:.2f}× SentencePiece-only ({sp_rate:.2f} MB/s); "
             f"stages {json.dumps({s: round(v, 1) for s, v in row['stages'].items()})}; peak RSS driver "
-            f"{row['driver']:,.0f} MiB, largest worker {row['worker']:,.0f} MiB",
+            f"{row['driver']:,.0f} MiB, largest worker {row['worker']:,.0f} MiB; CPU s "
+            f"{json.dumps({k: round(v, 1) for k, v in row['cpu'].items()})} (floor {f['cpu']:.1f})",
             flush=True,
         )
     print(

@@ -29,10 +29,16 @@ class Sampled:
     """driver, worker, prefect-server or other, by pid."""
     tree_peak: float = 0.0
     """Peak of the sum over the tree, MiB."""
+    cpu: dict[int, float] = field(default_factory=dict)
+    """CPU seconds (user + system) of each process, as last sampled."""
 
     def peak(self, role: str) -> float:
         """The largest peak among the processes of ``role`` (0 when there were none)."""
         return max((v for pid, v in self.peaks.items() if self.roles[pid] == role), default=0.0)
+
+    def cpu_of(self, role: str) -> float:
+        """CPU seconds of all the processes of ``role`` together (to their last sample)."""
+        return sum(v for pid, v in self.cpu.items() if self.roles[pid] == role)
 
     def count(self, role: str) -> int:
         return sum(r == role for r in self.roles.values())
@@ -77,8 +83,10 @@ def run_sampled(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, in
         for p in procs:
             try:
                 rss = p.memory_info().rss / 2**20
+                t = p.cpu_times()
             except psutil.Error:
                 continue
+            out.cpu[p.pid] = t.user + t.system
             if p.pid not in known:
                 known[p.pid] = p
                 out.roles[p.pid] = role_of(p, proc.pid)

@@ -100,7 +100,7 @@ def process_chunk(chunk: dict[str, Any], cfg: PrepareConfig, out: str, strict: b
         w.write_table(table, max_chunksize=4096)
     tmp.replace(data)
     # the drop log and the filter scores of this chunk, before its marker (data_prep/droplog.py)
-    write_rows(dropped_path(paths.out, "chunk", chunk["id"]), ledger.log.rows, DROP_SCHEMA)
+    write_rows(dropped_path(paths.out, "chunk", chunk["id"]), ledger.log.in_input_order(), DROP_SCHEMA)
     write_rows(scores_path(paths.out, chunk["id"]), [r for st in steps for r in st.score_rows()], SCORE_SCHEMA)
     ranges: dict[str, list[int]] = {}
     nbytes: dict[str, int] = {}

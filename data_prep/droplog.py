@@ -56,6 +56,7 @@ class DropLog:
     def __init__(self, text_chars: int):
         self.text_chars = text_chars
         self.rows: list[dict[str, Any]] = []
+        self._pos: list[int] = []  # each row's place in its chunk's input (add's ``pos``)
 
     def add(
         self,
@@ -70,7 +71,11 @@ class DropLog:
         threshold: Optional[float] = None,
         duplicate_of: Optional[str] = None,
         text: Optional[str] = None,
+        pos: int = 0,
     ) -> None:
+        """One row; ``pos``, the document's position in its chunk (a record that could not be
+        read: the position of the next document read), orders :meth:`in_input_order`."""
+        self._pos.append(pos)
         self.rows.append(
             {
                 "id": _utf8(id),
@@ -85,6 +90,12 @@ class DropLog:
                 "text": _utf8(text[: self.text_chars]) if (text is not None and self.text_chars) else None,
             }
         )
+
+    def in_input_order(self) -> list[dict[str, Any]]:
+        """The rows in input order: the steps of a chunk run a batch of documents at a time
+        (data_prep/step.py BatchStep), so one step's drops of a batch are booked before the next
+        step's of the same documents; a stable sort by position puts them back."""
+        return [self.rows[i] for i in sorted(range(len(self.rows)), key=self._pos.__getitem__)]
 
 
 def _utf8(s: Optional[str]) -> Optional[str]:

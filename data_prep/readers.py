@@ -281,6 +281,8 @@ class ChunkReader:
         self.stats = {"records": 0, "docs_out": 0, "bytes": 0}
         self.dropped: dict[str, int] = {}
         self.seconds = 0.0
+        self.pos = 0
+        """Documents yielded so far: the position the next one takes."""
 
     def report(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.stats)
@@ -298,7 +300,7 @@ class ChunkReader:
         if self.ledger.log is not None:
             text = raw.rstrip(b"\r\n").decode("utf-8", "replace") if isinstance(raw, bytes) else raw
             self.ledger.log.add(
-                id=None, source=loc, lang=lang, stage="read", outcome="errors", reason=reason, text=text
+                id=None, source=loc, lang=lang, stage="read", outcome="errors", reason=reason, text=text, pos=self.pos
             )
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
 
@@ -336,12 +338,11 @@ class ChunkReader:
         import time
 
         t0 = time.perf_counter()
-        pos = 0
         for item in self._records():
             self.seconds += time.perf_counter() - t0
             if item is not None:
-                item.pos = pos
-                pos += 1
+                item.pos = self.pos
+                self.pos += 1
                 self.stats["docs_out"] += 1
                 yield item
             t0 = time.perf_counter()

@@ -142,6 +142,7 @@ def drop_document(
             threshold=threshold,
             duplicate_of=duplicate_of,
             text=doc.text,
+            pos=doc.pos,
         )
 
 

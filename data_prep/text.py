@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import string
 import sys
 import unicodedata
 from functools import lru_cache
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -97,6 +98,31 @@ def special_chars() -> frozenset[str]:
     """Every :func:`is_special` character (~9,000): ``ch in special_chars()`` is a set lookup,
     where a word loop asks of each word's first and last character."""
     return frozenset(map(chr, np.flatnonzero(special_table())))
+
+
+def char_class(chars: Iterable[str]) -> re.Pattern:
+    """A regex matching one character of ``chars`` (as ranges of consecutive code points: a
+    class of thousands of characters compiles to a table, one lookup a character)."""
+    cps, parts = sorted(map(ord, chars)), []
+    i = 0
+    while i < len(cps):
+        j = i
+        while j + 1 < len(cps) and cps[j + 1] == cps[j] + 1:
+            j += 1
+        a, b = re.escape(chr(cps[i])), re.escape(chr(cps[j]))
+        parts.append(a if i == j else f"{a}-{b}")
+        i = j + 1
+    return re.compile(f"[{''.join(parts)}]")
+
+
+@lru_cache(maxsize=1)
+def special_re() -> re.Pattern:
+    """One :func:`is_special` character."""
+    return char_class(special_chars())
+
+
+HAN_RE = re.compile("[\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002ffff\uf900-\ufaff]")
+"""One Han ideograph (the ranges of :func:`is_han`)."""
 
 
 @lru_cache(maxsize=1)

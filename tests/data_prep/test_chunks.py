@@ -48,3 +48,30 @@ def test_one_chunk(tmp_path):
     # done: the marker's summary comes back, nothing is processed again
     src.write_text("")
     assert process_chunk(chunk, cfg, str(out)) == summary
+
+
+def test_the_drop_log_is_in_input_order(tmp_path):
+    """The quality step scores a batch of documents at once, after the language check has
+    dropped its share of the same documents: the drop log still lists every drop (read errors
+    included) in the order of the input."""
+    src = tmp_path / "in.jsonl"
+    lines = [
+        "{not json",  # read error
+        json.dumps({"id": "short", "text": "Too few words.", "lang": "en"}),  # quality
+        json.dumps({"id": "fr-as-en", "text": GOOD["fr"] + " " + GOOD["fr"], "lang": "en"}),  # language ID
+        "[1, 2]",  # read error
+        json.dumps({"id": "e1", "text": GOOD["en"], "lang": "en"}),
+        json.dumps({"id": "short2", "text": "Also too few.", "lang": "en"}),  # quality
+    ]
+    src.write_text("".join(x + "\n" for x in lines))
+    cfg = from_dict(PrepareConfig, {"sources": [{"path": str(src)}]})
+    out = tmp_path / "out"
+    process_chunk({"id": 0, "path": str(src), "fmt": "jsonl", "size": src.stat().st_size}, cfg, str(out))
+    rows = pq.read_table(dropped_path(out, "chunk", 0)).to_pylist()
+    assert [(r["stage"], r["source"].rsplit(":", 1)[1]) for r in rows] == [
+        ("read", "1"),
+        ("quality", "2"),
+        ("langid", "3"),
+        ("read", "4"),
+        ("quality", "6"),
+    ]

@@ -2,20 +2,21 @@ import pytest
 
 from data_prep.config import FilterConfig, QualityThresholds
 from data_prep.document import Document, Ledger
-from data_prep.filters import (
-    QualityFilter,
-    char_repetition_ratio,
-    first_failure,
-    quality_scores,
-    special_ratio,
-    word_repetition_ratio,
-    words,
-)
+from data_prep.filters import QualityFilter, first_failure, quality_scores
+from data_prep.scores import TextBatch, char_repetition_ratios, special_ratios, word_repetition_ratios, words
 
 GOOD = (
     "Every morning the baker opens her shop before sunrise. She kneads the dough, lights the oven and "
     "arranges fresh loaves on wooden shelves while the street slowly wakes up around her."
 )
+
+
+def char_repetition_ratio(text, n):
+    return char_repetition_ratios(TextBatch([text]), n)[0]
+
+
+def word_repetition_ratio(text, n):
+    return word_repetition_ratios(TextBatch([text]), n)[0]
 
 
 def quality_reason(text, t, han_chars=False):
@@ -27,10 +28,10 @@ def quality_reason(text, t, han_chars=False):
 def test_definitions_match_roots():
     # ROOTS' code on "ok_ok_good_ok" with n=3 gives 4/11 (k capped by the repeated n-grams).
     assert char_repetition_ratio("ok_ok_good_ok", 3) == pytest.approx(4 / 11)
-    assert word_repetition_ratio("a b c d e f".split(), 2) == 0.0
+    assert word_repetition_ratio("a b c d e f", 2) == 0.0
     assert words("«Hello», world!! 123 ...") == ["Hello", "world"]  # digits are special in ROOTS
     assert words("我们去市场", han_chars=True) == list("我们去市场")
-    assert special_ratio("a1 !") == 0.75
+    assert special_ratios(TextBatch(["a1 !", "", "ab"])).tolist() == [0.75, 0.0, 0.0]
 
 
 @pytest.mark.parametrize(
@@ -54,10 +55,10 @@ def test_each_reason(text, reason):
 def test_word_repetition_counts_the_copies_by_characters():
     """Gopher's duplicate n-gram character fraction: a phrase's first use is not repetition, its
     copies are (ROOTS' ratio gives 1.0 for both texts below), and words weigh by their length."""
-    assert word_repetition_ratio("a b c a b c a b c".split(), 3) == pytest.approx(6 / 9)
-    assert word_repetition_ratio("one two three one two three".split(), 3) == pytest.approx(0.5)
+    assert word_repetition_ratio("a b c a b c a b c", 3) == pytest.approx(6 / 9)
+    assert word_repetition_ratio("one two three one two three", 3) == pytest.approx(0.5)
     # the repeated phrase is three short words (6 characters) of a text of 29
-    assert word_repetition_ratio("xx ab to xx ab to yyyyyyyy zzzzzzzzz".split(), 3) == pytest.approx(6 / 29)
+    assert word_repetition_ratio("xx ab to xx ab to yyyyyyyy zzzzzzzzz", 3) == pytest.approx(6 / 29)
 
 
 def test_word_repetition_reason():
@@ -170,34 +171,40 @@ def plain_words(text, han_chars=False):
 
 
 def test_scores_equal_their_plain_definitions_on_real_text(shared_corpus):
+    """Scored as one batch (data_prep/scores.py): each document's scores are its own, whatever
+    stands before or after it in the batch."""
     from data_prep.text import is_special
 
     texts = []
     for f in (
-        sorted((shared_corpus / "text").glob("*.jsonl"))[::3] + sorted((shared_corpus / "code").glob("*.jsonl"))[:2]
+        sorted((shared_corpus / "text").glob("*.jsonl"))[::3]
+        + sorted((shared_corpus / "text").glob("zh-*.jsonl"))
+        + sorted((shared_corpus / "code").glob("*.jsonl"))[:2]
     ):
         texts += [__import__("json").loads(x)["text"] for x in f.read_text(encoding="utf-8").splitlines()[:8]]
-    for text in texts:
-        han = any("\u4e00" <= c <= "\u9fff" for c in text[:200])
-        ws = words(text, han)
-        assert ws == plain_words(text, han)
-        assert special_ratio(text) == sum(map(is_special, text)) / max(1, len(text))
+    texts += ["", "a", "ab ab ab ab ab ab"]  # shorter than an n-gram, and all repetition
+    for han in (False, True):
+        batch = TextBatch(texts, han)
+        assert batch.words == [plain_words(t, han) for t in texts]
+        assert special_ratios(batch).tolist() == [sum(map(is_special, t)) / max(1, len(t)) for t in texts]
         for n in (3, 10):
-            assert char_repetition_ratio(text, n) == plain_char_repetition(text, n)
-        assert word_repetition_ratio(ws, 5) == plain_word_repetition(ws, 5)
+            assert char_repetition_ratios(batch, n).tolist() == [plain_char_repetition(t, n) for t in texts]
+        assert word_repetition_ratios(batch, 5).tolist() == [plain_word_repetition(ws, 5) for ws in batch.words]
 
 
 def test_scores_equal_their_plain_definitions_on_repetitive_text():
-    """Texts from a tiny alphabet repeat n-grams everywhere: every path of the scans is taken."""
+    """Texts from a tiny alphabet repeat n-grams everywhere: every path of the scans is taken,
+    on batches of texts (a repeat in one document must not count in its neighbour)."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
     @settings(max_examples=300, deadline=None, derandomize=True)
-    @given(st.text(alphabet="ab .İ!", max_size=80), st.integers(1, 13))
-    def check(text, n):
-        assert char_repetition_ratio(text, n) == plain_char_repetition(text, n)
-        ws = words(text)
-        assert ws == plain_words(text)
-        assert word_repetition_ratio(ws, min(n, 6)) == plain_word_repetition(ws, min(n, 6))
+    @given(st.lists(st.text(alphabet="ab .İ!", max_size=80), min_size=1, max_size=4), st.integers(1, 13))
+    def check(texts, n):
+        batch = TextBatch(texts)
+        assert char_repetition_ratios(batch, n).tolist() == [plain_char_repetition(t, n) for t in texts]
+        assert batch.words == [plain_words(t) for t in texts]
+        m = min(n, 6)
+        assert word_repetition_ratios(batch, m).tolist() == [plain_word_repetition(ws, m) for ws in batch.words]
 
     check()
