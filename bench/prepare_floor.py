@@ -166,7 +166,13 @@ def steps_alone(corpus: Path, mb: float, tokenizer: Path | None) -> list[tuple[s
             timed("  exact_key", lambda ds: [exact_key(d.text) for d in ds], docs)
             hashes = timed(
                 "  shingle_hashes",
-                lambda ds: [shingle_hashes(d.text, cfg.dedup.shingle_words, h) for d, h in zip(ds, han)],
+                lambda ds: [
+                    h
+                    for i in range(0, len(ds), 256)
+                    for h in shingle_hashes(
+                        [d.text for d in ds[i : i + 256]], cfg.dedup.shingle_words, han[i : i + 256]
+                    )
+                ],
                 docs,
             )
             signer = minhasher(cfg.dedup.num_perm)

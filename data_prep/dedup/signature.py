@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from itertools import chain
 from typing import Iterable
 
 import numpy as np
@@ -20,6 +21,7 @@ from datasketch import MinHash
 
 from bloomline import languages
 from data_prep.config import DedupConfig
+from data_prep.dedup.xxh32 import xxh32_slices
 from data_prep.document import Document, Ledger
 from data_prep.step import BatchStep
 from data_prep.text import codepoints, from_codepoints, is_han, punct_or_symbol_chars, strip_edges, unkept_table
@@ -46,17 +48,18 @@ def shingle_words(text: str) -> list[str]:
     return out
 
 
+def _units(text: str, han: bool) -> list[str]:
+    """What a shingle is made of: the words (:func:`shingle_words`), or for Han text its Han and
+    alphanumeric characters."""
+    return [c for c in text if is_han(c) or c.isalnum()] if han else shingle_words(text)
+
+
 def _grams(text: str, n: int, han: bool) -> Iterable[str]:
     """Every shingle of the text, in order, repeats included (none for a text without words)."""
-    if han:
-        chars = [c for c in text if is_han(c) or c.isalnum()]
-        if len(chars) < n:
-            return ["".join(chars)] if chars else []
-        return map("".join, zip(*(chars[k:] for k in range(n))))
-    ws = shingle_words(text)
-    if len(ws) < n:
-        return [" ".join(ws)] if ws else []
-    return map(" ".join, zip(*(ws[k:] for k in range(n))))
+    units, sep = _units(text, han), "" if han else " "
+    if len(units) < n:
+        return [sep.join(units)] if units else []
+    return map(sep.join, zip(*(units[k:] for k in range(n))))
 
 
 def shingles(text: str, n: int, han: bool) -> set[bytes]:
@@ -64,10 +67,31 @@ def shingles(text: str, n: int, han: bool) -> set[bytes]:
     return {g.encode("utf-8") for g in _grams(text, n, han)}
 
 
-def shingle_hashes(text: str, n: int, han: bool) -> np.ndarray:
-    """xxh32 of each shingle's UTF-8, in order, repeats included (a minimum does not see them,
-    and a set would cost more than hashing them again)."""
-    return np.fromiter(map(xxhash.xxh32_intdigest, map(str.encode, _grams(text, n, han))), dtype=np.uint32)
+def shingle_hashes(texts: list[str], n: int, hans: list[bool]) -> list[np.ndarray]:
+    """For each text, xxh32 of each of its shingles' UTF-8 (:func:`shingles`), in order, repeats
+    included (a minimum does not see them, and a set would cost more than hashing them again).
+
+    A shingle is ``n`` consecutive units joined (by a space between words), so in the string of
+    a text's units joined the same way it is one contiguous slice: the texts' joined units are
+    encoded once, and every slice is hashed together (data_prep/dedup/xxh32.py)."""
+    units = [_units(t, h) for t, h in zip(texts, hans)]
+    counts = np.fromiter(map(len, units), dtype=np.int64, count=len(units))
+    sep = np.repeat(np.fromiter((0 if h else 1 for h in hans), dtype=np.int64, count=len(hans)), counts)
+    joined = "".join(("" if h else " ").join(u) for u, h in zip(units, hans))
+    size = np.fromiter(map(len, chain.from_iterable(units)), dtype=np.int64, count=int(counts.sum()))
+    step = size + sep  # a unit and the separator after it, but for a text's last unit
+    step[np.cumsum(counts)[counts > 0] - 1] -= sep[np.cumsum(counts)[counts > 0] - 1]
+    start = np.cumsum(step) - step  # each unit's first character in ``joined``
+    grams = np.where(counts > 0, np.maximum(counts - n + 1, 1), 0)  # fewer units than n: one shingle
+    first = np.arange(int(grams.sum())) + np.repeat(np.cumsum(counts) - counts - (np.cumsum(grams) - grams), grams)
+    last = first + np.repeat(np.minimum(counts, n) - 1, grams)
+    # characters -> UTF-8 bytes
+    cp = codepoints(joined)
+    width = 1 + (cp >= 0x80).astype(np.int64) + (cp >= 0x800) + (cp >= 0x10000)
+    byte = np.concatenate(([0], np.cumsum(width)))
+    b0, b1 = byte[start[first]], byte[start[last] + size[last]]
+    hashes = xxh32_slices(np.frombuffer(joined.encode("utf-8"), dtype=np.uint8), b0, b1 - b0)
+    return np.split(hashes, np.cumsum(grams)[:-1])
 
 
 class MinHasher:
@@ -136,7 +160,7 @@ def minhasher(num_perm: int, seed: int = 1) -> MinHasher:
 
 def minhash(text: str, cfg: DedupConfig, han: bool, seed: int = 1) -> np.ndarray | None:
     """The signature (``num_perm`` uint32), or None when the text has no shingle."""
-    h = shingle_hashes(text, cfg.shingle_words, han)
+    (h,) = shingle_hashes([text], cfg.shingle_words, [han])
     return minhasher(cfg.num_perm, seed).signatures([h])[0] if len(h) else None
 
 
@@ -158,8 +182,8 @@ class DedupSigner(BatchStep):
             doc.meta["exact"] = exact_key(doc.text)
         if not self.cfg.near:
             return docs
-        n = self.cfg.shingle_words
-        hashes = [shingle_hashes(d.text, n, languages.BY_CODE[d.lang].script in ("Hans", "Hant")) for d in docs]
+        hans = [languages.BY_CODE[d.lang].script in ("Hans", "Hant") for d in docs]
+        hashes = shingle_hashes([d.text for d in docs], self.cfg.shingle_words, hans)
         signed = [i for i, h in enumerate(hashes) if len(h)]
         sigs = minhasher(self.cfg.num_perm).signatures([hashes[i] for i in signed])
         for doc in docs:

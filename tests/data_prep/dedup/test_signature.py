@@ -67,18 +67,34 @@ def test_batched_signatures_equal_datasketchs_document_by_document():
     texts.append("我们今天去市场买菜，然后回家做饭。")
     hans = [False] * (len(texts) - 1) + [True]
     for num_perm in (64, 128):
-        sigs = MinHasher(num_perm).signatures([shingle_hashes(t, 5, h) for t, h in zip(texts, hans)])
+        sigs = MinHasher(num_perm).signatures(shingle_hashes(texts, 5, hans))
         for t, h, sig in zip(texts, hans, sigs):
             assert np.array_equal(sig, datasketch_signature(t, 5, h, num_perm))
 
 
 def test_shingle_hashes_are_the_shingles_hashed():
+    """Hashed a batch at a time: each text's hashes are xxh32 of its own shingles, in order,
+    repeats included, whatever the texts around it (multi-byte characters, words longer than a
+    slice the numpy hash takes, texts with fewer words than a shingle or none)."""
     import xxhash
 
-    from data_prep.dedup.signature import shingle_hashes
+    from data_prep.dedup.signature import _grams, shingle_hashes
 
-    for text, han in [("A b, c! d e f g a b c d e", False), ("我们今天去市场", True), ("one two", False), ("", False)]:
-        assert set(shingle_hashes(text, 5, han).tolist()) == {xxhash.xxh32_intdigest(s) for s in shingles(text, 5, han)}
+    cases = [
+        ("A b, c! d e f g a b c d e", False),
+        ("我们今天去市场", True),
+        ("one two", False),
+        ("", False),
+        ("!!! ???", False),
+        ("Ça va très bien, merci — et toi ? ça va, ça va. 😀 ok " * 3, False),
+        ("x" * 300 + " y z " + "é" * 200 + " w v u", False),
+        ("我们今天去市场买菜，然后回家做饭。abc 123", True),
+        ("短", True),
+    ]
+    texts, hans = [t for t, _ in cases], [h for _, h in cases]
+    for got, (text, han) in zip(shingle_hashes(texts, 5, hans), cases):
+        assert got.tolist() == [xxhash.xxh32_intdigest(g.encode("utf-8")) for g in _grams(text, 5, han)]
+        assert set(got.tolist()) == {xxhash.xxh32_intdigest(s) for s in shingles(text, 5, han)}
 
 
 def test_exact_key_is_xxh64_of_the_kept_characters():
