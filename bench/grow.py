@@ -14,7 +14,8 @@ Duplicates are then put back on purpose, as a real crawl has them: ``--dup-rate`
 documents are copies of an earlier document of the same language, half exact (other id, other
 case) and half near (about 3% of the tokens changed). Every language keeps its share of the
 source corpus's bytes. Output: ``OUT_DIR/<lang>.jsonl`` (fields id, text, lang, source), the
-same for the same arguments; a finished folder (``OUT_DIR/grown.json``) is reused.
+same for the same arguments; a finished folder (``OUT_DIR/.grown.json``, hidden so that
+readers of the folder skip it) is reused.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def grow_language(job: tuple[Path, Path, int, float, int]) -> tuple[str, int, in
 
 def grow(out: Path, mb: float, dup_rate: float = 0.04, seed: int = 0, workers: int = 2) -> dict:
     """Write the grown corpus into ``out`` (reused when already complete); returns its summary."""
-    done = out / "grown.json"
+    done = out / ".grown.json"
     want = {"mb": mb, "dup_rate": dup_rate, "seed": seed}
     if done.exists() and json.loads(done.read_text())["args"] == want:
         return json.loads(done.read_text())
