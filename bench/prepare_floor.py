@@ -129,7 +129,7 @@ def steps_alone(corpus: Path, mb: float, tokenizer: Path | None) -> list[tuple[s
     """(step, input MB, MB/s) of each per-document step run alone over the sample, in order."""
     from data_prep.chunks import chunk_steps
     from data_prep.config import PrepareConfig
-    from data_prep.dedup.signature import exact_key, minhasher, shingle_hashes
+    from data_prep.dedup.signature import DedupSigner, exact_key, minhasher, shingle_hashes
     from data_prep.document import Ledger
     from data_prep.droplog import DropLog
     from data_prep.pii import PIIRedactor
@@ -163,15 +163,14 @@ def steps_alone(corpus: Path, mb: float, tokenizer: Path | None) -> list[tuple[s
             from bloomline import languages
 
             han = [languages.BY_CODE[d.lang].script in ("Hans", "Hant") for d in docs]
+            B = DedupSigner.batch_size  # shingled a batch at a time, as the step does
             timed("  exact_key", lambda ds: [exact_key(d.text) for d in ds], docs)
             hashes = timed(
                 "  shingle_hashes",
                 lambda ds: [
                     h
-                    for i in range(0, len(ds), 256)
-                    for h in shingle_hashes(
-                        [d.text for d in ds[i : i + 256]], cfg.dedup.shingle_words, han[i : i + 256]
-                    )
+                    for i in range(0, len(ds), B)
+                    for h in shingle_hashes([d.text for d in ds[i : i + B]], cfg.dedup.shingle_words, han[i : i + B])
                 ],
                 docs,
             )

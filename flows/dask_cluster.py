@@ -56,9 +56,9 @@ QUIET_WORKERS = {
 is. Setting any of glibc's malloc thresholds turns off its adaptive mmap threshold
 (mallopt(3)), so with Dask's MALLOC_TRIM_THRESHOLD_ every array over 128 KiB is a fresh mmap
 whose pages fault in again: the chunk steps' numpy passes over a batch ran 2x slower
-(``dedup_sign``, 4 MB chunks in one process: 0.31 -> 0.81 s) and ``quality`` 1.4x. The statistical profiler (a
-thread taking the GIL every 10 ms to sample stacks) feeds a dashboard the local cluster does not
-start, and the event-loop tick (20 ms), memory and system monitors wake the worker's loop thread,
+(``dedup_sign``, 4 MB chunks in one process: 0.31 -> 0.81 s) and ``quality`` 1.4x. The
+statistical profiler (a thread taking the GIL every 10 ms to sample stacks) feeds a dashboard
+the local cluster does not start, and the event-loop tick (20 ms), memory and system monitors wake the worker's loop thread,
 which takes the GIL from the task each time. Measured on the 4x corpus's first 8 chunks, 2
 workers: the steps' seconds 12.4 on average with Dask's defaults, 9.9 quieted, 11.0 in a plain
 process pool (runs vary by ±15% on this machine)."""

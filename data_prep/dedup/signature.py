@@ -75,14 +75,16 @@ def shingle_hashes(texts: list[str], n: int, hans: list[bool]) -> list[np.ndarra
     a text's units joined the same way it is one contiguous slice: the texts' joined units are
     encoded once, and every slice is hashed together (data_prep/dedup/xxh32.py)."""
     units = [_units(t, h) for t, h in zip(texts, hans)]
+    seps = ["" if h else " " for h in hans]
+    # every unit followed by its text's separator, the last one's too: a unit starts where the
+    # one before it and its separator end (a slice never reaches its text's trailing separator)
+    joined = "".join(s.join(u) + s for u, s in zip(units, seps) if u)
     counts = np.fromiter(map(len, units), dtype=np.int64, count=len(units))
-    sep = np.repeat(np.fromiter((0 if h else 1 for h in hans), dtype=np.int64, count=len(hans)), counts)
-    joined = "".join(("" if h else " ").join(u) for u, h in zip(units, hans))
     size = np.fromiter(map(len, chain.from_iterable(units)), dtype=np.int64, count=int(counts.sum()))
-    step = size + sep  # a unit and the separator after it, but for a text's last unit
-    step[np.cumsum(counts)[counts > 0] - 1] -= sep[np.cumsum(counts)[counts > 0] - 1]
+    step = size + np.repeat(np.fromiter(map(len, seps), dtype=np.int64, count=len(seps)), counts)
     start = np.cumsum(step) - step  # each unit's first character in ``joined``
     grams = np.where(counts > 0, np.maximum(counts - n + 1, 1), 0)  # fewer units than n: one shingle
+    # a shingle's first unit: its index within its text plus its text's first unit
     first = np.arange(int(grams.sum())) + np.repeat(np.cumsum(counts) - counts - (np.cumsum(grams) - grams), grams)
     last = first + np.repeat(np.minimum(counts, n) - 1, grams)
     # characters -> UTF-8 bytes
