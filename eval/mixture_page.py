@@ -17,7 +17,7 @@ from eval import page
 from eval.page import plotly_text as T
 from eval.results import of_languages, read_results, validation_rows
 from training.checkpoint.run_dir import RunDir
-from training.data.online_mixture import read_log
+from training.data.mixture_log import read_log
 from training.loop.metrics_log import read_metrics
 
 

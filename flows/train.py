@@ -32,8 +32,10 @@ from flows.runlock import owns
 from training.checkpoint.meta import read_meta, saved_recipe, trained_on
 from training.checkpoint.run_dir import RunDir
 from training.config import TrainRecipe
+from training.data.blend import run_blend
 from training.data.mixture import ReferenceCurve
 from training.data.online_mixture import write_reference
+from training.data.shard_reader import ShardIndex
 from training.loop.launch import (
     EXIT_OK,
     EXIT_USER_ERROR,
@@ -71,9 +73,10 @@ def validate(recipe: TrainRecipe, data_dir: str | Path) -> Optional[tuple[Refere
     check_model_fits(m, data_dir, recipe.model.vocab_size, recipe.model.seq_len)
     if not any(s["split"] == "train" for s in m["shards"]):
         raise BloomlineError(f"{data_dir} has no training shards")
+    weights = run_blend(recipe, ShardIndex(data_dir, "train")).weights_for(1)  # refuses a cap the data cannot meet
     reference = None
     if recipe.batch.mixture == "online":
-        languages = blend_languages(m)
+        languages = sorted(k for k, v in weights.items() if v > 0)  # those the trainer samples and steers
         recipe.batch.online.check_languages(len(languages))
         if recipe.batch.online.reference:
             reference = reference_curve(recipe.batch.online.reference, data_dir, languages)
@@ -87,11 +90,6 @@ def fit_model_to_data(recipe: TrainRecipe, data_dir: str | Path) -> list[str]:
         raise ConfigError("model", f"unresolved model recipe '{recipe.model}'")
     m = load_manifest(data_dir)
     return recipe.model.fit_to_data(int(m["tokenizer"]["vocab_size"]), max(int(b) for b in m["buckets"]))
-
-
-def blend_languages(manifest: dict[str, Any]) -> list[str]:
-    """The languages the trainer samples (and an online mixture steers): the blend's, weight > 0."""
-    return sorted(k for k, v in manifest["blend"].items() if v > 0)
 
 
 def ranks_recipe(r: TrainRecipe, folder: RunDir) -> Path:

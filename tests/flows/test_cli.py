@@ -510,7 +510,8 @@ def test_a_held_back_evaluation_never_stalls_the_evaluation_driven_mixture(demo_
     from eval.reference import reference_curve
     from eval.results import skipped_steps
     from training.checkpoint.run_dir import RunDir
-    from training.data.online_mixture import read_log, read_reference
+    from training.data.mixture_log import read_log
+    from training.data.online_mixture import read_reference
     from training.data.shard_reader import ShardIndex, verify_once
 
     sys.path.insert(0, str(REPO / "tests" / "eval"))

@@ -17,14 +17,16 @@ from bloomline.io import read_contract_json
 from bloomline.secrets import mask_tree
 from training.checkpoint.run_dir import _TAG, META_FILE, step_of_dir_name
 from training.config import ModelConfig, TrainRecipe
+from training.config.batch import MANIFEST_BLEND
 from training.parallel.layout import (
     LAYOUT_KEYS,
     layout_of,
     tp_rules,
 )
 
-FORMAT_VERSION = 2  # 2: the online mixture's state (``mixture``); version 1 files read as a fixed mixture
-READS_VERSIONS = (1, 2)
+FORMAT_VERSION = 3  # 3: the blend rule (``blend``); 2: the online mixture's state (``mixture``)
+READS_VERSIONS = (1, 2, 3)
+"""Version 1 files read as a fixed mixture, versions 1 and 2 as the manifest's blend."""
 PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -43,6 +45,7 @@ def make_meta(
     sampler: dict[str, Any],
     trainer: dict[str, Any],
     mixture: Optional[dict[str, Any]] = None,
+    blend: Optional[dict[str, Any]] = None,
 ) -> dict[str, Any]:
     """The bloomline.json of a checkpoint (fields in training/CHECKPOINT.md)."""
     from training.model.bloom import full_shapes
@@ -61,6 +64,7 @@ def make_meta(
         "tp_rules": tp_rules(list(full_shapes(recipe.model))),
         "trainer": trainer,
         "mixture": mixture,
+        "blend": blend if blend is not None else dict(MANIFEST_BLEND),
         "recipe": mask_tree(to_dict(recipe)),
     }
 
@@ -78,6 +82,7 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
     "sampler": dict,
     "tp_rules": dict,
     "trainer": dict,
+    "blend": dict,
     "recipe": dict,
 }
 
@@ -97,6 +102,7 @@ def read_meta(step_dir: str | Path) -> dict[str, Any]:
             f"{' and '.join(map(str, READS_VERSIONS))}"
         )
     meta.setdefault("mixture", None)  # version 1: a fixed mixture
+    meta.setdefault("blend", dict(MANIFEST_BLEND))  # versions 1 and 2: the manifest's blend
     if meta["mixture"] is not None and not isinstance(meta["mixture"], dict):
         raise CheckpointError(f"{path}: field 'mixture' should be null or a dict, got {meta['mixture']!r}")
     for key, tp in _FIELDS.items():

@@ -13,7 +13,7 @@ from typing import Any, Union
 
 from bloomline.config import check
 from bloomline.errors import ConfigError
-from training.config.batch import BatchConfig, OnlineMixtureConfig
+from training.config.batch import BatchConfig, BlendRuleConfig, OnlineMixtureConfig
 from training.config.evaluation import EvalConfig, EvaluationConfig
 from training.config.launch import BLOOM_NCCL_ENV, LAUNCHERS, LaunchConfig
 from training.config.loop import CheckpointConfig, OptimConfig, TrainLoopConfig
@@ -26,6 +26,7 @@ __all__ = [
     "LAUNCHERS",
     "MODEL_DIR",
     "BatchConfig",
+    "BlendRuleConfig",
     "CheckpointConfig",
     "EvalConfig",
     "EvaluationConfig",

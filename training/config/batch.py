@@ -81,6 +81,65 @@ class OnlineMixtureConfig:
             )
 
 
+MANIFEST_BLEND = {"rule": "alpha", "alpha": "manifest"}
+"""What the default rule is recorded as (training/data/blend.py ``Blend.identity``): the data's
+manifest blend, the only one before ``batch.blend`` (checkpoints of format 2 and earlier)."""
+
+
+@dataclass
+class BlendRuleConfig:
+    """``batch.blend``: the language weights training starts from, and for ``schedule`` how they
+    move with the step (training/data/blend.py). ``batch.mixture: online`` steers on from them."""
+
+    rule: Literal["alpha", "natural", "weights", "unimax", "schedule"] = "alpha"
+    """``alpha``: p ∝ tokens^α (BLOOM's α-sampling); ``natural``: p ∝ tokens; ``weights``: the
+    ``weights`` below; ``unimax``: an equal token budget per language, capped at ``max_epochs``
+    passes over its data, the rest spread over the others (Chung et al. 2023, UniMax, arXiv
+    2304.09151, Algorithm 1); ``schedule``: temperature sampling p ∝ tokens^(1/τ), τ moving from
+    ``temperature_start`` to ``temperature_end`` ("Cooldown": Li et al. 2025, arXiv 2410.04579).
+    Tokens are each language's training tokens in the data's manifest."""
+    alpha: Optional[float] = None
+    """``alpha``: the exponent (0: every language alike). None: the manifest's blend as prepared
+    (α = 0.3 over the prepared tokens by default, or the prepare recipe's ``blend.weights``)."""
+    weights: dict[str, float] = field(default_factory=dict)
+    """``weights``: relative weight per language (normalised over the data's languages; a language
+    left out gets none)."""
+    max_epochs: Optional[float] = None
+    """``unimax``: the most passes over one language's training tokens the run's token budget
+    (``train.steps`` × ``batch.tokens_per_step``, ramp-up included) may spend on it. Required
+    with ``unimax``."""
+    temperature_start: float = 5.0
+    """``schedule``: τ at step 1 (τ = 1/α: 5 is α = 0.2, far above BLOOM's 0.3 in lifting the tail)."""
+    temperature_end: float = 1.0
+    """``schedule``: τ from step ``schedule_steps`` on (1: the data's natural proportions)."""
+    schedule_steps: Optional[int] = None
+    """``schedule``: steps over which τ moves linearly from start to end; None: ``train.steps``."""
+    schedule_moves: int = 100
+    """``schedule``: how many times τ moves over ``schedule_steps`` (in equal stages, the first at
+    ``temperature_start``, the last at ``temperature_end``; at most once a step). Each move is one
+    record in ``mixture.jsonl``: a run of 100k steps does not log 100k weight vectors."""
+
+    def validate(self) -> None:
+        check(self.alpha is None or 0 <= self.alpha <= 1, "alpha", "must be in [0, 1]")
+        check(self.rule != "weights" or bool(self.weights), "weights", "the weights rule needs weights per language")
+        for lang, w in self.weights.items():
+            check(isinstance(w, (int, float)) and w >= 0 and math.isfinite(w), f"weights.{lang}", "must be >= 0")
+        check(
+            self.rule != "unimax" or self.max_epochs is not None,
+            "max_epochs",
+            "unimax needs a cap on epochs per language",
+        )
+        check(self.max_epochs is None or self.max_epochs > 0, "max_epochs", "must be > 0")
+        check(
+            self.temperature_start >= 1,
+            "temperature_start",
+            "must be >= 1 (τ below 1 favours the head even more than the data does)",
+        )
+        check(self.temperature_end >= 1, "temperature_end", "must be >= 1")
+        check(self.schedule_steps is None or self.schedule_steps >= 1, "schedule_steps", "must be >= 1")
+        check(self.schedule_moves >= 1, "schedule_moves", "must be >= 1")
+
+
 @dataclass
 class BatchConfig:
     """Dynamic batches: a token budget per step, one length bucket per step."""
@@ -104,10 +163,12 @@ class BatchConfig:
     None: the model's FLOPs ratio 12·L·H / 6·N (training/planning/flops.py; bloom-560m 8.8e-5)."""
     balance_tolerance: float = 0.02
     """Data-parallel ranks' cost (above) must be within this of the step's mean."""
+    blend: BlendRuleConfig = field(default_factory=BlendRuleConfig)
+    """The starting language weights and the rule that sets them (by default the manifest's blend)."""
     mixture: Literal["fixed", "online"] = "fixed"
-    """The language blend while training runs: ``fixed`` samples every step from the starting
-    blend (the data's manifest: BLOOM's α-smoothed weights, or ``blend.weights``); ``online`` lets
-    ``batch.online``'s rule move it at step boundaries (training/data/mixture.py)."""
+    """The language blend while training runs: ``fixed`` keeps to ``batch.blend``'s rule (its
+    weights, or its schedule's); ``online`` lets ``batch.online``'s rule move them at step
+    boundaries (training/data/mixture.py), starting from ``batch.blend``'s."""
     online: OnlineMixtureConfig = field(default_factory=OnlineMixtureConfig)
     """The rule and its settings, with ``mixture: online``."""
 
@@ -123,3 +184,8 @@ class BatchConfig:
         check(self.rampup_tokens >= 0, "rampup_tokens", "must be >= 0")
         check(self.attn_weight is None or self.attn_weight >= 0, "attn_weight", "must be >= 0")
         check(0 < self.balance_tolerance < 1, "balance_tolerance", "must be in (0, 1)")
+        check(
+            not (self.mixture == "online" and self.blend.rule == "schedule"),
+            "blend.rule",
+            "a schedule moves the weights itself; an online mixture starts from a fixed rule's",
+        )

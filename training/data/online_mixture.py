@@ -38,9 +38,10 @@ from typing import Any, Optional
 import numpy as np
 
 from bloomline.errors import ConfigError, DataError
-from bloomline.io import read_json, write_bytes_atomic, write_json_atomic
+from bloomline.io import read_json, write_json_atomic
 from training.checkpoint.run_dir import RunDir
 from training.data.mixture import Change, MixtureController, OnlineMixtureConfig, ReferenceCurve
+from training.data.mixture_log import MixtureLog, read_log
 from training.data.sampler import DynamicBatchSampler
 
 FEEDBACK_VERSION = 1
@@ -136,6 +137,7 @@ class OnlineMixture:
 
     def __init__(self, cfg: OnlineMixtureConfig, run: RunDir, sampler: DynamicBatchSampler, rank: int):
         self.cfg, self.run, self.sampler, self.rank = cfg, run, sampler, rank
+        self.log = MixtureLog(run, rank)
         self.languages = sorted(sampler.weights)
         if cfg.rule == "evaluation":
             valid = {s["lang"] for s in sampler.index.manifest["shards"] if s["split"] == "valid"}
@@ -169,7 +171,7 @@ class OnlineMixture:
         if step:
             return None
         c = Change(0, self.controller.blend(), {"rule": "start", "signal": "the data's blend within min/max_weight"})
-        self._record(c, None)
+        self.log.record(c)
         return c
 
     def row(self, step: int) -> list[float]:
@@ -216,19 +218,10 @@ class OnlineMixture:
             if c is not None:
                 changes.append((c, inputs))
         for c, inp in changes:
-            self._record(c, inp)
+            self.log.record(c, inp)
         if any(c.weights is not None for c, _ in changes):
             self.sampler.set_weights(self.controller.blend())
         return [c for c, _ in changes]
-
-    def _record(self, c: Change, inputs: Optional[dict[str, Any]]) -> None:
-        if self.rank != 0:
-            return
-        self.run.mixture_log.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.run.mixture_log, "a", encoding="utf-8") as f:  # write-ahead: on disk before it applies
-            f.write(json.dumps({**c.to_json(), "inputs": inputs}) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
 
     # --------------------------------------------------------------------------- checkpoint
     def state_dict(self) -> dict[str, Any]:
@@ -250,19 +243,4 @@ class OnlineMixture:
         }
 
     def cut_log(self, step: int) -> None:
-        if self.rank == 0 and self.run.mixture_log.exists():
-            kept = [json.dumps(e) + "\n" for e in read_log(self.run) if e["step"] <= step]
-            write_bytes_atomic(self.run.mixture_log, "".join(kept).encode())
-
-
-def read_log(run: RunDir) -> list[dict[str, Any]]:
-    """The decisions in ``RUN_DIR/mixture.jsonl``, in order (a torn last line, from a kill mid-write, is dropped)."""
-    if not run.mixture_log.exists():
-        return []
-    out = []
-    for line in run.mixture_log.read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            break
-    return out
+        self.log.cut(step)

@@ -233,6 +233,28 @@ def take_epochs(
     return (np.concatenate(out) if out else np.zeros(0, np.int64)), epoch, pos
 
 
+def ramped_budget(tokens_per_step: int, rampup: Optional[tuple[int, int, float]], consumed: int) -> int:
+    """A step's token budget after ``consumed`` tokens (BLOOM's ramp-up; ``rampup`` as
+    :meth:`DynamicBatchSampler._rampup_schedule` gives it, None: no ramp-up)."""
+    if rampup is None:
+        return tokens_per_step
+    start, inc, portion = rampup
+    return min(tokens_per_step, start + inc * int(consumed // portion))
+
+
+def planned_tokens(batch: BatchConfig, steps: int) -> int:
+    """The budgets of ``steps`` steps summed, ramp-up included, as if every step trained its whole
+    budget: an upper bound on the tokens the run trains (padding is not trained, and it slows the
+    ramp-up, which counts real tokens)."""
+    rampup = DynamicBatchSampler._rampup_schedule(batch)
+    consumed = 0
+    for done in range(steps):
+        if rampup is None or consumed >= batch.rampup_tokens:  # the full budget from here on
+            return consumed + (steps - done) * batch.tokens_per_step
+        consumed += ramped_budget(batch.tokens_per_step, rampup, consumed)
+    return consumed
+
+
 class DynamicBatchSampler:
     """One bucket per step, a token budget per step, load-balanced over data-parallel ranks.
 
@@ -345,10 +367,11 @@ class DynamicBatchSampler:
 
     def budget(self) -> int:
         """Token budget of the next step (ramp-up applied)."""
-        if self._rampup is None:
-            return self.batch.tokens_per_step
-        start, inc, portion = self._rampup
-        return min(self.batch.tokens_per_step, start + inc * int(self.consumed_tokens // portion))
+        return ramped_budget(self.batch.tokens_per_step, self._rampup, self.consumed_tokens)
+
+    def epochs(self) -> dict[str, float]:
+        """Passes over each language's training tokens so far: its tokens drawn ÷ its tokens."""
+        return {lg: self.tokens_by_lang.get(lg, 0) / n for lg, n in sorted(self._lang_tokens.items()) if n}
 
     def shape(self, bucket: int, budget: int) -> tuple[int, int]:
         """``(m_b, gas)`` of a step of ``bucket`` under ``budget``."""

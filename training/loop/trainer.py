@@ -19,12 +19,14 @@ from typing import Any, Iterator
 
 import torch
 
-from bloomline.errors import BloomlineError, ConfigError
+from bloomline.errors import BloomlineError
 from data_prep.shards import check_model_fits, manifest_sha256
 from training.checkpoint.meta import PRECISIONS, make_meta, read_meta, saved_recipe
 from training.checkpoint.resume import plan_resume, restore_rng, rng_state
 from training.checkpoint.run_dir import RunDir, step_dir_name
 from training.config import ModelConfig, TrainRecipe
+from training.data.blend import check_resume, run_blend
+from training.data.fixed_mixture import FixedMixture
 from training.data.online_mixture import OnlineMixture
 from training.data.sampler import DynamicBatchSampler
 from training.data.shard_reader import ShardIndex, collate, torch_collectives, verify_once
@@ -58,8 +60,15 @@ class Trainer:
         check_model_fits(self.index.manifest, self.data_dir, cfg.vocab_size, cfg.seq_len)
         verify_once(self.index, self.run.data_stamp, self.mesh.rank, self.mesh.world, *torch_collectives())
         self.manifest_sha = manifest_sha256(self.data_dir)
+        self.blend = run_blend(recipe, self.index)
         self.sampler = DynamicBatchSampler(
-            self.index, recipe.batch, recipe.parallel.dp, cfg.seq_len, seed, pair_weight=model_pair_weight(cfg)
+            self.index,
+            recipe.batch,
+            recipe.parallel.dp,
+            cfg.seq_len,
+            seed,
+            blend=self.blend.weights_for(1),
+            pair_weight=model_pair_weight(cfg),
         )
 
         if recipe.train.precision == "fp16" and self.device.type == "cpu" and recipe.train.cpu_fp16:
@@ -74,7 +83,7 @@ class Trainer:
         self.mixture = (
             OnlineMixture(recipe.batch.online, self.run, self.sampler, self.mesh.rank)
             if recipe.batch.mixture == "online"
-            else None
+            else FixedMixture(self.blend, self.run, self.sampler, self.mesh.rank)
         )
         self._changes: list[Any] = []  # the mixture's decisions to report with the next step's metrics
         self._resume_step, universal = plan_resume(self.run, self.data_dir, recipe.parallel)
@@ -109,7 +118,7 @@ class Trainer:
         self.loss_ema: float | None = None
         self.log = MetricsLog(self.run.metrics, self.run.tensorboard, recipe) if self.mesh.rank == 0 else None
         self._resume()
-        if self.mixture is not None and self._resume_step is None:
+        if self._resume_step is None:
             self.mixture.cut_log(-1)  # a fresh run: what a failed first attempt logged goes
             self._changes = [self.mixture.start(0)]
 
@@ -188,10 +197,9 @@ class Trainer:
                 else:
                     self.overflows += 1
             work = self._step_totals()  # a collective of the step: inside its time
-            if self.mixture is not None:  # weights for the next step, decided by every rank alike
-                self._changes += self.mixture.after_step(
-                    self.step, work["lang_loss"], work["lang_tokens"], work["feedback"], measured=skip != "bad_loss"
-                )
+            self._changes += self.mixture.after_step(  # weights for the next step, decided by every rank alike
+                self.step, work["lang_loss"], work["lang_tokens"], work["feedback"], measured=skip != "bad_loss"
+            )
             self._log(plan, loss, lr, grad_norm, time.perf_counter() - t0, skip, work)
             if (self.step % r.checkpoint.interval == 0 or self.step == r.train.steps) and self.saved_step != self.step:
                 self.save()
@@ -209,7 +217,7 @@ class Trainer:
         FLOPs (all replicas), the DP balance of computed FLOPs and of measured forward time, each
         language's Σ token loss and labelled tokens (from the last pipeline stage), and, with an
         online mixture, rank 0's evaluation feedback (training/data/online_mixture.py)."""
-        feedback = self.mixture.row(self.step) if self.mixture is not None else []
+        feedback = self.mixture.row(self.step)
         layout = StepRow(langs=len(self.languages), feedback=len(feedback))
         me = torch.tensor(
             layout.pack(
@@ -218,7 +226,7 @@ class Trainer:
                 pp_rank=self.mesh.pp_rank,
                 flops=self._flops,
                 forward_s=self.forward_timer.take(),
-                weights=self.mixture.fingerprint() if self.mixture is not None else 0,
+                weights=self.mixture.fingerprint(),
                 lang_loss=self.loss.lang_loss.tolist(),
                 lang_tokens=self.loss.lang_tokens.tolist(),
                 feedback=feedback,
@@ -310,6 +318,7 @@ class Trainer:
                 "time": time.time(),
                 "lang_loss": lang_means(self.languages, work["lang_loss"], work["lang_tokens"]),
                 "lang_tokens": dict(plan.lang_tokens),
+                "lang_epochs": {k: round(v, 6) for k, v in self.sampler.epochs().items()},
                 **self._mixture_fields(),
             }
         )
@@ -357,7 +366,8 @@ class Trainer:
                 self.manifest_sha,
                 self.sampler.state_dict(),
                 self._trainer_state(),
-                self.mixture.state_dict() if self.mixture is not None else None,
+                self.mixture.state_dict(),
+                self.blend.identity(),
             )
             # `latest` moves once all ranks wrote; what the evaluation watcher holds is kept (RunDir.hold)
             self.run.publish(self.step, meta, self.recipe.checkpoint.keep)
@@ -393,17 +403,10 @@ class Trainer:
         self.overflows = state["fp16_overflows"]
         self.loss_ema = state["loss_ema"]
         self.sampler.load_state_dict(meta["sampler"])
-        if self.mixture is not None:
-            self.mixture.resume(meta["mixture"], self.step)
-            torch.distributed.barrier()  # every rank has read the decisions log before rank 0 cuts it
-            self.mixture.cut_log(self.step)
-        elif meta["mixture"] is not None:
-            raise ConfigError(
-                "batch.mixture",
-                f"the checkpoint at step {self.step} was trained with an online mixture; "
-                f"resume it with the same setting (a fixed blend now would silently "
-                f"change the data)",
-            )
+        check_resume(meta["blend"], self.blend, self.step)
+        self.mixture.resume(meta["mixture"], self.step)
+        torch.distributed.barrier()  # every rank has read the decisions log before rank 0 cuts it
+        self.mixture.cut_log(self.step)
         if self.log is not None:
             self.log.truncate(self.step)  # steps after the checkpoint were lost with the failed job
             how = " (universal form, another layout)" if self.engine.load_universal_checkpoint() else ""

@@ -13,7 +13,7 @@ import pytest
 
 from training.checkpoint.meta import read_meta
 from training.checkpoint.run_dir import RunDir
-from training.data.online_mixture import read_log
+from training.data.mixture_log import read_log
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "loop"))
 from test_trainer_multiproc import launch, metrics, ok  # noqa: E402  (the launcher helpers of the trainer's tests)

@@ -16,6 +16,7 @@ from training.checkpoint.load import load_model
 from training.checkpoint.meta import read_meta
 from training.checkpoint.run_dir import RunDir
 from training.config import TrainRecipe
+from training.data.shard_reader import ShardIndex
 from training.loop.launch import EXIT_USER_ERROR, launch_command
 from training.model.bloom import Bloom
 from training.parallel.shm import release_job_shm
@@ -108,14 +109,22 @@ def test_resume_is_exact_on_one_rank(data, reference, tmp_path):
     # bloomline.json: the checked contract (training/CHECKPOINT.md)
     meta = read_meta(tmp_path / "checkpoints" / "step_4")
     assert (
-        meta["format_version"] == 2
+        meta["format_version"] == 3
         and meta["mixture"] is None
+        and meta["blend"] == {"rule": "alpha", "alpha": "manifest"}
         and meta["layout"] == {"tp": 1, "pp": 1, "dp": 1, "zero_stage": 1}
     )
     assert meta["model"]["hidden_size"] == 64 and len(meta["data_manifest_sha256"]) == 64
     assert meta["sampler"]["step"] == 4 and sum(meta["sampler"]["tokens_by_lang"].values()) == sum(
         m["global_batch_tokens"] for m in got
     )
+    # the epochs per language in the last step's record: what the checkpoint's sampler state implies
+    train = ShardIndex(data, "train")
+    seen = meta["sampler"]["tokens_by_lang"]
+    assert set(got[-1]["lang_epochs"]) == set(train.languages) and set(seen) <= set(train.languages)
+    assert got[-1]["lang_epochs"] == {
+        lg: pytest.approx(seen.get(lg, 0) / train.lang_tokens(lg), abs=1e-6) for lg in train.languages
+    }
     assert meta["tp_rules"]["blocks.0.attn.dense.weight"] == 1 and meta["tp_rules"]["final_ln.weight"] is None
     assert RunDir(tmp_path).complete_steps() == [2, 4]  # checkpoint.keep=2
     # every metrics line has the required fields, and TensorBoard got the scalars
