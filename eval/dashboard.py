@@ -8,7 +8,7 @@ bits per byte against training tokens seen per language, the training loss and l
 (``metrics.jsonl``), the flagged regressions, and the data ledger of the run's manifest; and,
 beside it, ``data.html``: the data's filter report (data_prep/filter_report.py: drops by language and
 reason with examples, kept documents near a threshold), linked from the main page; and, for a run
-whose mixture was steered online, ``mixture.html`` (eval/mixture_page.py); for every task beside
+whose decisions log has weights (every rule writes its start), ``mixture.html`` (eval/mixture_page.py); for every task beside
 the validation split, ``task-<name>.html`` with its signal report, and the families' means on the
 main page (eval/task_pages.py).
 """

@@ -151,6 +151,15 @@ def evaluate(
         "data_manifest_sha256": meta["data_manifest_sha256"],
         "evaluated_at": now,
     }
-    rows = [{**ident, **r, "tokens_seen": seen(r["scope"], r["lang"], tokens_seen, index.languages)} for r in rows]
+    train: dict[str, int] = {}  # each language's training tokens: epochs seen = tokens seen ÷ these
+    for sh in index.manifest["shards"]:
+        if sh["split"] == "train":
+            train[sh["lang"]] = train.get(sh["lang"], 0) + int(sh["tokens"])
+
+    def companions(r: dict[str, Any]) -> dict[str, Any]:
+        n, of = (seen(r["scope"], r["lang"], t, index.languages) for t in (tokens_seen, train))
+        return {"tokens_seen": n, "epochs_seen": n / of if of else None}
+
+    rows = [{**ident, **r, **companions(r)} for r in rows]
     gens = [{**{k: ident[k] for k in ("run", "step", "precision", "evaluated_at")}, **g} for g in gens]
     return Evaluation(rows, gens, time.perf_counter() - t0, tokens, seconds)

@@ -1,7 +1,8 @@
-"""The dashboard's mixture page (``RUN_DIR/dashboard/mixture.html``), for runs whose language
-mixture was steered online (training/data/online_mixture.py): the weights over steps as a stacked
-area, the training tokens seen per language, and each language's held-out bits per byte against
-its tokens seen, with the moments the weights changed marked on every chart.
+"""The dashboard's mixture page (``RUN_DIR/dashboard/mixture.html``), for every run with a
+decisions log (every rule writes one: training/data/fixed_mixture.py, online_mixture.py): the rule,
+the weights over steps as a stacked area, the training tokens seen and the epochs (passes over its
+training tokens) per language, and each language's held-out bits per byte against its tokens
+seen, with the moments the weights changed marked on every chart.
 
 Sources: ``RUN_DIR/mixture.jsonl`` (the decisions), ``metrics.jsonl`` (tokens drawn per language
 per step) and the results table (contract 3)."""
@@ -63,6 +64,13 @@ def mixture_figures(run_dir: Path) -> list[tuple[str, Any]]:
     f.update_layout(xaxis_title="step", yaxis_title="training tokens seen", height=480)
     figs.append(("Tokens seen per language", f))
 
+    epochs = (m[-1].get("lang_epochs") or {}) if m else {}
+    if epochs:
+        order = sorted(epochs, key=lambda l: -epochs[l])
+        f = go.Figure(go.Bar(x=[T(l) for l in order], y=[epochs[l] for l in order]))
+        f.update_layout(xaxis_title="language", yaxis_title="epochs (passes over its training tokens)", height=420)
+        figs.append((f"Epochs seen per language by step {m[-1]['step']}", f))
+
     rows = of_languages(validation_rows(read_results(run_dir))) if run.results.is_dir() else []
     f = go.Figure()
     for lang in langs:
@@ -102,8 +110,9 @@ def mixture_figures(run_dir: Path) -> list[tuple[str, Any]]:
 
 
 def mixture_page(run_dir: Path) -> str | None:
-    """The page's HTML, or None for a run without an online mixture."""
-    if not RunDir(run_dir).mixture_log.exists() or not any(e["weights"] for e in read_log(RunDir(run_dir))):
+    """The page's HTML, or None for a run without decisions (one from before every rule logged its start)."""
+    log = read_log(RunDir(run_dir))
+    if not any(e["weights"] for e in log):
         return None
     sections = [
         page.chart(title, fig, f"mixture-{i}", with_library=i == 0)
@@ -112,5 +121,16 @@ def mixture_page(run_dir: Path) -> str | None:
     return page.render(
         f"{run_dir.name} mixture",
         sections,
-        intro=[page.Link("← evaluation", "index.html"), page.Link(" · the language mixture (RUN_DIR/mixture.jsonl)")],
+        intro=[
+            page.Link("← evaluation", "index.html"),
+            page.Link(f" · the language mixture (RUN_DIR/mixture.jsonl): {rule_words(log[0]['cause'])}"),
+        ],
     )
+
+
+def rule_words(start: dict[str, Any]) -> str:
+    """The rule a run started with, in words, from its start decision's cause."""
+    blend = start.get("blend")
+    if blend is None:  # an online rule's start: its settings are in the recipe
+        return "online, from batch.blend's weights"
+    return ", ".join(f"{k} {v}" for k, v in blend.items())

@@ -22,9 +22,10 @@ from bloomline.errors import BloomlineError
 from bloomline.io import TMP_MARK, remove_stale_tmp, write_bytes_atomic
 from training.checkpoint.run_dir import RunDir
 
-RESULTS_VERSION = 2
-READS = (1, 2)
-"""Results versions :func:`read_results` reads: version 1's wide rows become version 2's long ones."""
+RESULTS_VERSION = 3
+READS = (1, 2, 3)
+"""Results versions :func:`read_results` reads: version 1's wide rows become long ones, versions 1
+and 2 get a null ``epochs_seen``."""
 VERSION_KEY = b"bloomline.results_version"
 
 SCHEMA = pa.schema(
@@ -43,6 +44,7 @@ SCHEMA = pa.schema(
         ("n", pa.int64()),
         ("note", pa.string()),
         ("tokens_seen", pa.int64()),
+        ("epochs_seen", pa.float64()),
         ("precision", pa.string()),
         ("layout", pa.string()),
         ("data_manifest_sha256", pa.string()),
@@ -50,7 +52,10 @@ SCHEMA = pa.schema(
     ],
     metadata={VERSION_KEY: str(RESULTS_VERSION).encode()},
 )
-"""Version 2: one row per (step, task, scope, lang, weighting, metric) (eval/RESULTS.md)."""
+"""Version 3: one row per (step, task, scope, lang, weighting, metric) (eval/RESULTS.md)."""
+
+SCHEMA_V2 = pa.schema([f for f in SCHEMA if f.name != "epochs_seen"], metadata={VERSION_KEY: b"2"})
+"""Version 2: version 3 without ``epochs_seen``."""
 
 SCHEMA_V1 = pa.schema(
     [
@@ -98,6 +103,7 @@ class ResultRow(TypedDict):
     n: Optional[int]
     note: Optional[str]
     tokens_seen: Optional[int]
+    epochs_seen: Optional[float]
     precision: str
     layout: str
     data_manifest_sha256: str
@@ -116,6 +122,7 @@ class ValidationRow(TypedDict):
     family: str
     weighting: str
     tokens_seen: Optional[int]
+    epochs_seen: Optional[float]
     precision: str
     layout: str
     data_manifest_sha256: str
@@ -258,19 +265,25 @@ def _read(folder: Path, schema: pa.Schema, versions: dict[str, Any]) -> pa.Table
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
-def _v1_to_v2(t: pa.Table) -> pa.Table:
+def _v1_to_v3(t: pa.Table) -> pa.Table:
     return pa.Table.from_pylist(long_rows(t.to_pylist()), schema=SCHEMA)
 
 
+def _v2_to_v3(t: pa.Table) -> pa.Table:
+    at = SCHEMA.get_field_index("epochs_seen")
+    return t.add_column(at, SCHEMA.field(at), pa.nulls(len(t), pa.float64())).replace_schema_metadata(SCHEMA.metadata)
+
+
 def read_results(run_dir: str | Path) -> pa.Table:
-    """Every evaluation of the run in version 2's long form (version 1 files converted), checked
+    """Every evaluation of the run in version 3's long form (versions 1 and 2 converted), checked
     file by file; empty (with the schema) when there is none. The one reader of contract 3."""
-    return _read(results_dir(run_dir), SCHEMA, {"2": (SCHEMA, lambda t: t), "1": (SCHEMA_V1, _v1_to_v2)})
+    versions = {"3": (SCHEMA, lambda t: t), "2": (SCHEMA_V2, _v2_to_v3), "1": (SCHEMA_V1, _v1_to_v3)}
+    return _read(results_dir(run_dir), SCHEMA, versions)
 
 
 def read_generations(run_dir: str | Path) -> pa.Table:
-    same = (GENERATIONS_SCHEMA, lambda t: t)  # unchanged from version 1 to 2
-    return _read(generations_dir(run_dir), GENERATIONS_SCHEMA, {"1": same, "2": same})
+    same = (GENERATIONS_SCHEMA, lambda t: t)  # unchanged from version 1 to 3
+    return _read(generations_dir(run_dir), GENERATIONS_SCHEMA, {"1": same, "2": same, "3": same})
 
 
 def evaluated_steps(run_dir: str | Path) -> list[int]:

@@ -265,6 +265,20 @@ def test_version_1_results_are_still_read_in_the_long_form(tmp_path):
     assert len(got) == 2 * len(wide)
 
 
+def test_version_2_results_read_with_a_null_epochs_seen(tmp_path):
+    from eval.results import SCHEMA_V2
+
+    rows = [{k: v for k, v in r.items() if k != "epochs_seen"} for r in rows_for(10, 1.25)]
+    folder = tmp_path / "eval" / "results"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA_V2), folder / "step_00000010.parquet")
+    write_results(tmp_path, 20, [{**r, "epochs_seen": 2.5} for r in rows_for(20, 1.5)], [])
+    t = read_results(tmp_path)
+    assert t.schema.equals(SCHEMA)
+    by_step = {s: {r["epochs_seen"] for r in t.to_pylist() if r["step"] == s} for s in (10, 20)}
+    assert by_step == {10: {None}, 20: {2.5}}
+
+
 def test_every_results_column_is_documented():
     from eval.results import SCHEMA
 

@@ -251,6 +251,20 @@ def test_train_refuses_bad_configuration_before_any_rank_starts(demo_data, tmp_p
     one_line_error(
         cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "train.precision=fp16"), "fp16 needs GPUs"
     )
+    one_line_error(  # UniMax's cap: 0.001 epochs of the demo data cannot hold bloom-tiny's 30 steps
+        cli(
+            "train",
+            "--data",
+            demo_data,
+            "--out",
+            tmp_path / "r",
+            "-o",
+            "batch.blend.rule=unimax",
+            "-o",
+            "batch.blend.max_epochs=0.001",
+        ),
+        "'batch.blend.max_epochs': 0.001 epochs of every language hold",
+    )
     online = ["-o", "batch.mixture=online"]
     one_line_error(
         cli("train", "--data", demo_data, "--out", tmp_path / "r", *online, "-o", "batch.online.rule=doremi"),

@@ -117,7 +117,8 @@ class Blend:
     def _named_weights(self, weights: dict[str, float]) -> dict[str, float]:
         w: dict[str, float] = {}
         for name, v in weights.items():
-            code = languages.resolve(name) or (name if name in self.tokens else None)  # an alias, or as the data names it
+            # an alias of a BLOOM language, or the code as the data names it
+            code = languages.resolve(name) or (name if name in self.tokens else None)
             if code is None:
                 raise ConfigError(f"{KEY}.weights.{name}", "not one of BLOOM's languages")
             w[code] = float(v)

@@ -70,7 +70,9 @@ def test_alpha_natural_and_named_weights():
     assert Blend(rule(), tokens, manifest, 0, 1).weights_for(1) == manifest  # the manifest's, as prepared
     assert Blend(rule(alpha=0.5), tokens, {}, 0, 1).weights_for(1) == pytest.approx({"en": 0.75, "code-python": 0.25})
     assert Blend(rule(alpha=0), tokens, {}, 0, 1).weights_for(1) == pytest.approx({"en": 0.5, "code-python": 0.5})
-    assert Blend(rule(rule="natural"), tokens, {}, 0, 1).weights_for(1) == pytest.approx({"en": 0.9, "code-python": 0.1})
+    assert Blend(rule(rule="natural"), tokens, {}, 0, 1).weights_for(1) == pytest.approx(
+        {"en": 0.9, "code-python": 0.1}
+    )
     named = Blend(rule(rule="weights", weights={"en": 3, "py": 1}), tokens, {}, 0, 1)  # an alias of code-python
     assert named.weights_for(1) == {"en": 0.75, "code-python": 0.25}
     with pytest.raises(DataError, match=r"names \['sw'\], which have no training data"):
@@ -139,8 +141,10 @@ def test_a_resumed_run_draws_what_an_uninterrupted_one_does(index, tmp_path, nam
     cfg = rule(**RULES[name])
     whole, whole_sampler, blend = fixed_run(index, tmp_path / "whole", cfg, range(1, STEPS + 1))
     first, s, _ = fixed_run(index, tmp_path / "cut", cfg, range(1, 8))
-    (tmp_path / "cut" / "mixture.jsonl").open("a").write(json.dumps({"step": 12, "weights": None}) + "\n")  # a dead attempt's
-    rest, resumed, _ = fixed_run(index, tmp_path / "cut", cfg, range(8, STEPS + 1), json.loads(json.dumps(s.state_dict())))
+    with open(tmp_path / "cut" / "mixture.jsonl", "a") as f:  # what the dead attempt logged after its checkpoint
+        f.write(json.dumps({"step": 12, "weights": None}) + "\n")
+    state = json.loads(json.dumps(s.state_dict()))
+    rest, resumed, _ = fixed_run(index, tmp_path / "cut", cfg, range(8, STEPS + 1), state)
     assert first + rest == whole
     assert resumed.state_dict() == whole_sampler.state_dict()
     log = read_log(RunDir(tmp_path / "whole"))
