@@ -112,19 +112,26 @@ def grow_language(job: tuple[Path, Path, int, float, int]) -> tuple[str, int, in
     return lang, docs, written
 
 
-def grow(out: Path, mb: float, dup_rate: float = 0.04, seed: int = 0, workers: int = 2) -> dict:
-    """Write the grown corpus into ``out`` (reused when already complete); returns its summary."""
+def grow(
+    out: Path,
+    mb: float,
+    dup_rate: float = 0.04,
+    seed: int = 0,
+    workers: int = 2,
+    targets: dict[str, int] | None = None,
+) -> dict:
+    """Write the grown corpus into ``out`` (reused when already complete); returns its summary.
+    ``targets``: bytes per source file (by its stem: ``en``, ``tum``, ``python``) instead of
+    ``mb`` spread as the source's own shares (bench/skewed.py: ROOTS' proportions)."""
     done = out / ".grown.json"
-    want = {"mb": mb, "dup_rate": dup_rate, "seed": seed}
+    want = {"mb": mb, "dup_rate": dup_rate, "seed": seed, **({"targets": targets} if targets else {})}
     if done.exists() and json.loads(done.read_text())["args"] == want:
         return json.loads(done.read_text())
     out.mkdir(parents=True, exist_ok=True)
     files = sorted(SHARED.rglob("*.jsonl"))
     total = sum(f.stat().st_size for f in files)
-    jobs = [
-        (f, out / f"{f.parent.name}-{f.stem}.jsonl", int(mb * 1e6 * f.stat().st_size / total), dup_rate, seed)
-        for f in files
-    ]
+    size = (lambda f: targets[f.stem]) if targets else (lambda f: int(mb * 1e6 * f.stat().st_size / total))
+    jobs = [(f, out / f"{f.parent.name}-{f.stem}.jsonl", size(f), dup_rate, seed) for f in files]
     jobs.sort(key=lambda j: -j[2])  # largest first: the pool ends when its last job does
     with Pool(workers) as pool:
         res = pool.map(grow_language, jobs, chunksize=1)

@@ -1,0 +1,145 @@
+"""A corpus skewed as BLOOM's was: ../shared/corpus grown (bench/grow.py's per-language Markov
+walks, 4% duplicates put back) in the proportions of ROOTS, BLOOM's training corpus.
+
+    python bench/skewed.py OUT_DIR [--mb 64] [--floor-kb 32] [--seed 0]
+
+Proportions (written down here with their source, not fetched):
+
+* the 46 natural languages: bytes per language of ROOTS, the BLOOM paper's language table
+  (BigScience, "BLOOM: A 176B-Parameter Open-Access Multilingual Language Model", arXiv
+  2211.05100, Table 1, "Size in Bytes"), as the BigScience repository's plotting script for the
+  paper lists them. Three entries of that list carry misplaced thousands separators
+  (``70,1554``, ``14078,521``, ``2993407,159``); their digits are read as written: 701,554,
+  14,078,521 and 2,993,407,159 bytes. (The BLOOM model card's percentages are of another
+  measure and differ throughout, e.g. Tamil 0.20% there, 0.49% of these bytes.)
+* code: the same table's 174,700,245,772 bytes of programming languages, split among the 13
+  languages by their number of files in the BLOOM model card's table (extensions merged: C++'s
+  cpp, cc, hpp, hh, H, c++, h++; PHP's php, phpt, php3, php4, php5, phps; TypeScript's ts, tsx).
+  Files are not bytes; no finer split was published.
+
+ROOTS spans 2.8 million to one (English 485 GB, Chi Tumbuka 170 KB). Kept as is, a corpus whose
+smallest language can hold a training, a validation and a test split would need terabytes, so
+every language gets at least ``--floor-kb``: above the floor the proportions are ROOTS', below it
+the languages sit at the floor (the printed table says how many, and the skew that remains:
+``--mb`` 64 with a 32 KB floor keeps English at 600× the 26 smallest languages, about 60
+documents each: enough for a training, a validation and a test split).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.grow import SHARED, grow  # noqa: E402
+
+ROOTS_TEXT_BYTES = {  # arXiv 2211.05100 Table 1 (module docstring), by this corpus's file stems
+    "ak": 701_554,
+    "ar": 74_854_900_600,
+    "as": 291_522_098,
+    "bm": 391_747,
+    "eu": 2_360_470_848,
+    "bn": 18_606_823_104,
+    "ca": 17_792_493_289,
+    "ny": 1_187_405,
+    "sn": 6_638_639,
+    "tum": 170_360,
+    "en": 484_953_009_124,
+    "fon": 2_478_546,
+    "fr": 208_242_620_434,
+    "gu": 1_199_986_460,
+    "hi": 24_622_119_985,
+    "ig": 14_078_521,
+    "id": 19_972_325_222,
+    "zu": 8_511_561,
+    "kn": 2_098_453_560,
+    "ki": 359_615,
+    "rw": 40_428_299,
+    "rn": 3_272_550,
+    "ln": 1_650_804,
+    "lg": 4_568_367,
+    "ml": 3_662_571_498,
+    "mr": 1_775_483_122,
+    "ne": 2_551_307_393,
+    "nso": 1_764_506,
+    "or": 1_157_100_133,
+    "pt": 79_277_543_375,
+    "pa": 1_572_109_752,
+    "st": 751_034,
+    "tn": 1_502_200,
+    "zh-Hans": 261_019_433_892,
+    "es": 175_098_365_045,
+    "sw": 236_482_543,
+    "ta": 7_989_206_220,
+    "te": 2_993_407_159,
+    "zh-Hant": 762_489_150,
+    "tw": 1_265_041,
+    "ur": 2_781_329_959,
+    "vi": 43_709_279_959,
+    "wo": 3_606_973,
+    "xh": 14_304_074,
+    "ts": 707_634,
+    "yo": 89_695_835,
+}
+ROOTS_CODE_BYTES = 174_700_245_772
+CODE_FILES = {  # the BLOOM model card's "Distribution of programming languages", extensions merged
+    "java": 5_407_724,
+    "php": 4_942_186 + 9_702 + 540 + 270 + 166 + 29,
+    "cpp": 2_503_930 + 443_054 + 391_048 + 67_161 + 55_899 + 1_342 + 791,
+    "python": 2_435_072,
+    "javascript": 1_905_518,
+    "csharp": 1_577_347,
+    "ruby": 678_413,
+    "lua": 352_317,
+    "go": 227_763,
+    "typescript": 195_254 + 33_107,
+    "c": 134_537,
+    "scala": 92_052,
+    "rust": 29_693,
+}
+
+
+def roots_shares() -> dict[str, float]:
+    """Each language's share of ROOTS' bytes (file stems of ../shared/corpus), summing to 1."""
+    files = sum(CODE_FILES.values())
+    sizes = {**ROOTS_TEXT_BYTES, **{k: ROOTS_CODE_BYTES * n / files for k, n in CODE_FILES.items()}}
+    total = sum(sizes.values())
+    return {k: v / total for k, v in sorted(sizes.items())}
+
+
+def skewed_targets(mb: float, floor_kb: float) -> dict[str, int]:
+    """Bytes to grow per language: ``mb`` in ROOTS' shares, each at least ``floor_kb``."""
+    return {k: max(int(floor_kb * 1e3), int(mb * 1e6 * s)) for k, s in roots_shares().items()}
+
+
+def grow_skewed(out: Path, mb: float = 64, floor_kb: float = 32, seed: int = 0) -> dict:
+    return grow(out, mb, seed=seed, targets=skewed_targets(mb, floor_kb))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--mb", type=float, default=64)
+    ap.add_argument("--floor-kb", type=float, default=32)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    if not SHARED.is_dir():
+        sys.exit(f"{SHARED} not found")
+    t = skewed_targets(a.mb, a.floor_kb)
+    s = grow_skewed(a.out, a.mb, a.floor_kb, a.seed)
+    floored = sorted(k for k, v in t.items() if v == int(a.floor_kb * 1e3))
+    big = max(t, key=t.get)
+    print(
+        f"{a.out}: {s['documents']:,} documents, {s['bytes'] / 1e6:,.1f} MB, {len(t)} languages; "
+        f"{len(floored)} at the {a.floor_kb:g} KB floor; largest {big} {t[big] / 1e6:.1f} MB = "
+        f"{t[big] / min(t.values()):,.0f}× the smallest (ROOTS: {max(roots_shares().values()) / min(roots_shares().values()):,.0f}×)"
+    )
+    for k in sorted(t, key=lambda k: -t[k]):
+        print(f"  {k:<12} ROOTS {100 * roots_shares()[k]:9.5f}%  target {t[k]:>12,} B")
+
+
+if __name__ == "__main__":
+    main()
