@@ -18,8 +18,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from bloomline.errors import CheckpointError
-from data_prep.shards import manifest_path
+from bloomline.errors import CheckpointError, ConfigError
+from data_prep.shards import load_manifest, manifest_path
 from data_prep.tokenizer import token_bytes
 from eval.generate import greedy
 from eval.metrics import GROUPS, group_of
@@ -92,6 +92,22 @@ def seen(scope: str, lang: str, tokens_seen: dict[str, int], langs: list[str]) -
     return int(sum(tokens_seen.get(l, 0) for l in members))
 
 
+def heldout_data(data_dir: Path, cfg: EvalConfig) -> Path:
+    """The data whose validation split is evaluated: the training data's, or ``cfg.heldout`` when
+    its tokenizer is the training data's (the same pieces: the same sha256)."""
+    if not cfg.heldout:
+        return data_dir
+    other = Path(cfg.heldout)
+    mine, theirs = (load_manifest(d)["tokenizer"].get("sha256") for d in (data_dir, other))
+    if mine != theirs:
+        raise ConfigError(
+            "heldout",
+            f"{manifest_path(other)} was tokenized with another tokenizer than {manifest_path(data_dir)}; "
+            f"prepare it with -o tokenizer.model={data_dir / load_manifest(data_dir)['tokenizer']['path']}",
+        )
+    return other
+
+
 def evaluate(
     ckpt_dir: str | Path,
     data_dir: str | Path,
@@ -115,7 +131,7 @@ def evaluate(
             f"{manifest_path(data_dir)}: the checkpoint was trained on other data; evaluate it "
             f"with the --data it was trained on"
         )
-    index = ShardIndex(data_dir, "valid")
+    index = ShardIndex(heldout_data(data_dir, cfg), "valid")
     if stamp is not None:
         verify_once(index, stamp)
     tok = index.manifest["tokenizer"]
@@ -152,7 +168,7 @@ def evaluate(
         "evaluated_at": now,
     }
     train: dict[str, int] = {}  # each language's training tokens: epochs seen = tokens seen ÷ these
-    for sh in index.manifest["shards"]:
+    for sh in load_manifest(data_dir)["shards"]:
         if sh["split"] == "train":
             train[sh["lang"]] = train.get(sh["lang"], 0) + int(sh["tokens"])
 

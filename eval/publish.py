@@ -12,6 +12,7 @@ from typing import Any, Callable, TypedDict
 
 import pyarrow as pa
 
+from bloomline.errors import ConfigError
 from eval.evaluate import evaluate
 from eval.metrics import regressions
 from eval.results import (
@@ -104,6 +105,8 @@ def run_evaluation(
 ) -> Evaluation:
     """Evaluate one checkpoint and publish its results into ``out`` (default: the checkpoint's run)."""
     ckpt_dir = Path(ckpt_dir)
+    if cfg.heldout and out is None:  # the run's own results (and what its mixture reads) are of its validation split
+        raise ConfigError("heldout", "results on held-out data go to a folder of their own: give --out")
     run_dir = Path(out).resolve() if out else RunDir.of_checkpoint(ckpt_dir).root
     ev = evaluate(ckpt_dir, data_dir, cfg, run=run_dir.name, stamp=RunDir(run_dir).eval_stamp, progress=progress)
     step = ev.rows[0]["step"]
@@ -112,7 +115,18 @@ def run_evaluation(
     val = validation_rows(pa.Table.from_pylist(ev.rows, schema=SCHEMA))
     # what an online mixture steered by evaluations reads (training/data/online_mixture.py)
     langs = of_languages(val)
-    write_feedback(run_dir, step, {r["lang"]: r["bpb"] for r in langs}, {r["lang"]: r["tokens_seen"] for r in langs})
+    continuation = {  # the continuation task's accuracy per language it scored (batch.online.signal)
+        r["lang"]: r["value"]
+        for r in ev.rows
+        if r["task"] == "continuation" and r["scope"] == "language" and r["metric"] == "acc" and r["value"] is not None
+    }
+    write_feedback(
+        run_dir,
+        step,
+        {r["lang"]: r["bpb"] for r in langs},
+        {r["lang"]: r["tokens_seen"] for r in langs},
+        continuation,
+    )
     write_tensorboard(run_dir, ev.rows)
     from eval.dashboard import build  # the dashboard reads the results table this module writes
 

@@ -164,3 +164,7 @@ def test_recipe_rules_and_what_they_need_of_the_machine():
     with pytest.raises(ConfigError, match="model.attention.*flex cannot train on CPU"):
         flex.check_device(gpu=False)
     flex.check_device(gpu=True)
+    steer = ["batch.mixture=online", "batch.online.rule=evaluation", "batch.online.signal=continuation"]
+    load_config(TrainRecipe, tiny, steer)  # bloom-tiny's evaluation runs the continuation task
+    with pytest.raises(ConfigError, match="batch.online.signal.*add \\{name: continuation\\}"):
+        load_config(TrainRecipe, tiny, [*steer, "evaluation.settings.tasks=[]"])

@@ -102,6 +102,16 @@ class TrainRecipe:
             "batch.online.rule",
             "evaluation steers by the evaluations made while training runs: it needs evaluation.enabled=true",
         )
+        check(
+            not (
+                self.batch.mixture == "online"
+                and self.batch.online.signal == "continuation"
+                and "continuation" not in {t.name for t in self.evaluation.settings.tasks}
+            ),
+            "batch.online.signal",
+            "continuation steers by the continuation task's accuracy: add {name: continuation} to "
+            "evaluation.settings.tasks",
+        )
 
     def check_device(self, gpu: bool, torch_version: str = "") -> None:
         """What this recipe needs of the machine it trains on: fp16 and FlexAttention train on GPUs only."""

@@ -43,6 +43,13 @@ class OnlineMixtureConfig:
     """No language's weight goes below this (every language keeps being trained and measured)."""
     max_weight: float = 0.5
     """No language's weight goes above this."""
+    signal: Literal["bpb", "continuation"] = "bpb"
+    """evaluation: what each checkpoint's evaluation tells the rule of a language: ``bpb``, its
+    held-out bits per byte; ``continuation``, its error rate (1 − ``acc``) on the ``continuation``
+    task (eval/tasks/continuation.py: a downstream measure, on the same validation split), which
+    the evaluation's ``tasks`` must then include. Either way the rule steers by the drop per
+    doubling of the language's tokens seen; a language the task skipped (too few validation
+    windows) gets no push either way."""
     reference: Optional[str] = None
     """evaluation: another bloomline run's folder (RUN_DIR) whose per-language results are the
     reference, read at equal tokens of each language seen (DoReMi's reference model; a small
@@ -61,6 +68,16 @@ class OnlineMixtureConfig:
             self.reference is None or self.rule == "evaluation",
             "reference",
             "only the evaluation rule reads a reference run",
+        )
+        check(
+            self.signal == "bpb" or self.rule == "evaluation",
+            "signal",
+            "only the evaluation rule reads an evaluation signal",
+        )
+        check(
+            self.signal == "bpb" or self.reference is None,
+            "signal",
+            "a reference run is read by its bpb: the continuation signal steers by progress",
         )
 
     def check_languages(self, n: int) -> None:

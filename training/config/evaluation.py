@@ -33,6 +33,11 @@ class EvalConfig:
     tasks: list[TaskSpec] = field(default_factory=list)
     """Tasks evaluated beside the validation split's loss and bits per byte (which always run):
     ``[{name: continuation}, {name: xstorycloze, data: DIR}]``."""
+    heldout: Optional[str] = None
+    """Other prepared data (``bloomline prepare`` with ``tokenizer.model`` set to the training
+    data's tokenizer) whose validation split is evaluated instead of the training data's: a test
+    set no run has steered by. Its tokenizer must be the training data's (checked by sha256);
+    the results go to their own folder (``bloomline evaluate --out``), never the run's."""
 
     def validate(self) -> None:
         check(self.max_tokens_per_lang is None or self.max_tokens_per_lang >= 1, "max_tokens_per_lang", "must be >= 1")

@@ -13,7 +13,8 @@ move the weights at step boundaries, by one of two rules (``batch.online.rule``)
   the plain loss is already an unbiased reward (the full-information case, Hedge), and dividing
   by a weight of 0.002 would make the smallest language's reward 500× its loss.
 * ``evaluation``: the held-out bits per byte of each checkpoint's automatic evaluation, as each
-  checkpoint's results land. With a reference run (``batch.online.reference``), DoReMi's excess
+  checkpoint's results land (``batch.online.signal: continuation``: the error rate on the
+  ``continuation`` task instead, a downstream measure; progress below alike). With a reference run (``batch.online.reference``), DoReMi's excess
   loss (Xie et al. 2023, "DoReMi", arXiv 2305.10429, Algorithm 1): how far each language's bpb is
   above the reference's at the same tokens of that language seen, clipped at 0, drives an
   exponentiated-gradient step. Without one, each language's own *learning progress*: the drop
@@ -101,11 +102,12 @@ def excess_target(weights: np.ndarray, signal: np.ndarray, eta: float) -> np.nda
 
 
 def progress(bpb_before: np.ndarray, bpb_now: np.ndarray, seen_before: np.ndarray, seen_now: np.ndarray) -> np.ndarray:
-    """Each language's learning progress between two checkpoints: its bpb drop per doubling of
-    its tokens seen (0 where it saw no new tokens)."""
+    """Each language's learning progress between two checkpoints: the drop of its measure (bpb,
+    or an error rate) per doubling of its tokens seen (0 where it saw no new tokens, or where
+    either checkpoint has no measure of it: NaN)."""
     doublings = np.log2(np.maximum(seen_now, 1) / np.maximum(seen_before, 1))
     out = np.zeros_like(bpb_now, dtype=np.float64)
-    moved = doublings > 0
+    moved = (doublings > 0) & np.isfinite(bpb_before) & np.isfinite(bpb_now)
     out[moved] = (bpb_before[moved] - bpb_now[moved]) / doublings[moved]
     return out
 
@@ -157,6 +159,7 @@ class MixtureController:
     window_loss: np.ndarray = field(init=False)  # Σ token loss per language since the last bandit update
     window_tokens: np.ndarray = field(init=False)
     last_eval: Optional[dict[str, Any]] = None  # the results last applied: {"checkpoint", "bpb", "seen"}
+    # ("bpb": the signal's measure per language, the continuation error rate with that signal; None: not measured)
 
     def __post_init__(self) -> None:
         k = len(self.languages)
@@ -218,23 +221,29 @@ class MixtureController:
     def observe_results(
         self, step: int, checkpoint: int, bpb: dict[str, float], seen: dict[str, int]
     ) -> Optional[Change]:
-        """Feed the evaluation of checkpoint ``checkpoint`` (per-language bpb and tokens seen);
-        returns the change made after step ``step``, if any. Results of a checkpoint not newer
-        than the last applied one are ignored."""
+        """Feed the evaluation of checkpoint ``checkpoint`` (per language the signal's measure,
+        lower is better: bpb, or the continuation error rate; and tokens seen); returns the
+        change made after step ``step``, if any. Results of a checkpoint not newer than the last
+        applied one are ignored. The continuation signal may lack a language (NaN or absent:
+        the task skipped it), which then gets no push; bpb may not."""
         if self.cfg.rule != "evaluation" or step < self.cfg.warmup_steps:
             return None
         if self.last_eval is not None and checkpoint <= self.last_eval["checkpoint"]:
             return None
         missing = [l for l in self.languages if l not in bpb]
-        if missing:
+        if missing and self.cfg.signal == "bpb":
             raise ConfigError(
                 "batch.online.rule", f"the evaluation of checkpoint {checkpoint} has no bpb for {missing}"
             )
-        now = np.array([bpb[l] for l in self.languages])
+        now = np.array([bpb.get(l, math.nan) for l in self.languages], dtype=np.float64)
         tokens = np.array([seen.get(l, 0) for l in self.languages], dtype=np.float64)
         previous, self.last_eval = (
             self.last_eval,
-            {"checkpoint": checkpoint, "bpb": now.tolist(), "seen": tokens.tolist()},
+            {
+                "checkpoint": checkpoint,
+                "bpb": [None if math.isnan(v) else v for v in now.tolist()],
+                "seen": tokens.tolist(),
+            },
         )
         if self.reference is not None:
             ref = np.array([self.reference.at(l, int(t)) for l, t in zip(self.languages, tokens)])
@@ -247,13 +256,17 @@ class MixtureController:
                 {
                     "rule": "evaluation",
                     "checkpoint": checkpoint,
-                    "signal": "bpb progress per doubling of tokens seen",
+                    "signal": f"{self._measure()} progress per doubling of tokens seen",
                     "held": "the first evaluation: progress needs a second",
                 },
             )
         else:
-            signal = progress(np.array(previous["bpb"]), now, np.array(previous["seen"]), tokens)
-            cause = {"signal": "bpb progress per doubling of tokens seen", "since": previous["checkpoint"]}
+            before = np.array([math.nan if v is None else v for v in previous["bpb"]], dtype=np.float64)
+            signal = progress(before, now, np.array(previous["seen"]), tokens)
+            cause = {
+                "signal": f"{self._measure()} progress per doubling of tokens seen",
+                "since": previous["checkpoint"],
+            }
         target = excess_target(self.weights, signal, self.cfg.eta)
         return self._move(
             step,
@@ -266,6 +279,9 @@ class MixtureController:
             },
         )
 
+    def _measure(self) -> str:
+        return "bpb" if self.cfg.signal == "bpb" else "continuation error"
+
     # ---------------------------------------------------------------------- checkpoint
     def state_dict(self) -> dict[str, Any]:
         """Plain JSON: the weights and the rule's state (contract 2's ``mixture``)."""
@@ -276,6 +292,7 @@ class MixtureController:
         return {
             "version": STATE_VERSION,
             "rule": self.cfg.rule,
+            "signal": self.cfg.signal,
             "languages": list(self.languages),
             "weights": floats(self.weights),
             "reward": floats(self.reward),
@@ -298,6 +315,11 @@ class MixtureController:
         if state["rule"] != self.cfg.rule:
             raise ConfigError(
                 "batch.online.rule", f"the checkpoint's mixture was steered by {state['rule']!r}; resume with that rule"
+            )
+        if state.get("signal", "bpb") != self.cfg.signal:  # states written before the signal was a choice: bpb
+            raise ConfigError(
+                "batch.online.signal",
+                f"the checkpoint's mixture was steered by {state.get('signal', 'bpb')!r}; resume with that signal",
             )
 
         def arr(xs: list[Optional[float]]) -> np.ndarray:

@@ -44,14 +44,23 @@ from training.data.mixture import Change, MixtureController, OnlineMixtureConfig
 from training.data.mixture_log import MixtureLog, read_log
 from training.data.sampler import DynamicBatchSampler
 
-FEEDBACK_VERSION = 1
+FEEDBACK_VERSION = 2
+"""Version 2 adds ``continuation`` (the continuation task's accuracy per language); a version 1
+file (no such field) is read as having none."""
 REFERENCE_VERSION = 1
 _FEEDBACK = re.compile(r"step_(\d+)\.json")
 
 
 # ----------------------------------------------------------------------------- feedback files
-def write_feedback(run_dir: str | Path, step: int, bpb: dict[str, float], tokens_seen: dict[str, int]) -> Path:
-    """One checkpoint's per-language held-out bpb and training tokens seen, for the mixture to read."""
+def write_feedback(
+    run_dir: str | Path,
+    step: int,
+    bpb: dict[str, float],
+    tokens_seen: dict[str, int],
+    continuation: Optional[dict[str, float]] = None,
+) -> Path:
+    """One checkpoint's per-language held-out bpb, training tokens seen and, where the evaluation
+    ran the ``continuation`` task, its accuracy per language scored, for the mixture to read."""
     path = RunDir(Path(run_dir)).mixture_feedback / f"step_{step:08d}.json"
     write_json_atomic(
         path,
@@ -60,10 +69,19 @@ def write_feedback(run_dir: str | Path, step: int, bpb: dict[str, float], tokens
             "step": int(step),
             "bpb": {k: float(v) for k, v in sorted(bpb.items())},
             "tokens_seen": {k: int(v) for k, v in sorted(tokens_seen.items())},
+            "continuation": {k: float(v) for k, v in sorted((continuation or {}).items())},
         },
         durable=False,
     )
     return path
+
+
+def signal_values(fb: dict[str, Any], signal: str) -> dict[str, float]:
+    """The measure an evaluation-steered mixture reads from a feedback file, lower is better:
+    ``bpb`` as is; ``continuation``, the error rate 1 − acc of each language the task scored."""
+    if signal == "bpb":
+        return dict(fb["bpb"])
+    return {k: 1.0 - float(v) for k, v in (fb.get("continuation") or {}).items()}
 
 
 def newest_feedback(run: RunDir) -> Optional[Path]:
@@ -91,8 +109,8 @@ def drop_feedback_after(run: RunDir, step: int) -> list[int]:
 
 def read_feedback(path: Path) -> dict[str, Any]:
     fb = read_json(path)
-    if fb.get("version") != FEEDBACK_VERSION:
-        raise DataError(f"{path}: feedback version {fb.get('version')}, this bloomline reads {FEEDBACK_VERSION}")
+    if fb.get("version") not in (1, FEEDBACK_VERSION):
+        raise DataError(f"{path}: feedback version {fb.get('version')}, this bloomline reads 1 to {FEEDBACK_VERSION}")
     return fb
 
 
@@ -162,6 +180,11 @@ class OnlineMixture:
     def k(self) -> int:
         return len(self.languages)
 
+    @property
+    def _key(self) -> str:
+        """The recorded inputs' name for the signal's measure (mixture.jsonl ``inputs``)."""
+        return "bpb" if self.cfg.signal == "bpb" else "continuation_error"
+
     def fingerprint(self) -> int:
         """crc32 of the weights the sampler draws from: the trainer checks that every rank has the same."""
         return zlib.crc32(json.dumps(self.sampler.weights, sort_keys=True).encode())
@@ -175,8 +198,9 @@ class OnlineMixture:
         return c
 
     def row(self, step: int) -> list[float]:
-        """Rank 0: ``[checkpoint, bpb × K, tokens seen × K]`` of an evaluation newer than the last
-        applied one (checkpoint −1: none, or replaying); other ranks: −1 and zeros."""
+        """Rank 0: ``[checkpoint, measure × K, tokens seen × K]`` of an evaluation newer than the
+        last applied one (the signal's measure: bpb, or the continuation error rate, NaN where the
+        task skipped the language; checkpoint −1: none, or replaying); other ranks: −1 and zeros."""
         empty = [-1.0] + [0.0] * (2 * self.k)
         if self.rank != 0 or self.cfg.rule != "evaluation" or step < self.cfg.warmup_steps:
             return empty
@@ -187,14 +211,18 @@ class OnlineMixture:
         if path is None or int(_FEEDBACK.fullmatch(path.name).group(1)) <= max(last, self.unusable):
             return empty
         fb = read_feedback(path)
-        missing = [l for l in self.languages if not math.isfinite(fb["bpb"].get(l, math.nan))]
-        if missing:
+        values = signal_values(fb, self.cfg.signal)
+        missing = [l for l in self.languages if not math.isfinite(values.get(l, math.nan))]
+        # bpb must cover every language (each has validation data: checked at start); the
+        # continuation task skips a language with too few windows, which then gets no push
+        if (missing and self.cfg.signal == "bpb") or len(missing) == self.k:
             self.unusable = int(fb["step"])
-            print(f"mixture: the evaluation of step {fb['step']} has no bpb for {missing}; not used", flush=True)
+            what = "bpb" if self.cfg.signal == "bpb" else "continuation accuracy"
+            print(f"mixture: the evaluation of step {fb['step']} has no {what} for {missing[:8]}; not used", flush=True)
             return empty
         return (
             [float(fb["step"])]
-            + [float(fb["bpb"][l]) for l in self.languages]
+            + [float(values.get(l, math.nan)) for l in self.languages]
             + [float(fb["tokens_seen"].get(l, 0)) for l in self.languages]
         )
 
@@ -208,13 +236,14 @@ class OnlineMixture:
             changes.append((c, None))
         inputs = self.scheduled.pop(step, None)
         if inputs is None and feedback[0] >= 0:
+            values = zip(self.languages, map(float, feedback[1 : 1 + self.k]))
             inputs = {
                 "checkpoint": int(feedback[0]),
-                "bpb": dict(zip(self.languages, map(float, feedback[1 : 1 + self.k]))),
+                self._key: {l: v for l, v in values if math.isfinite(v)},
                 "tokens_seen": dict(zip(self.languages, map(int, feedback[1 + self.k :]))),
             }
         if inputs is not None:
-            c = self.controller.observe_results(step, inputs["checkpoint"], inputs["bpb"], inputs["tokens_seen"])
+            c = self.controller.observe_results(step, inputs["checkpoint"], inputs[self._key], inputs["tokens_seen"])
             if c is not None:
                 changes.append((c, inputs))
         for c, inp in changes:

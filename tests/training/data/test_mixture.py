@@ -98,6 +98,44 @@ def test_without_a_reference_each_language_is_steered_by_its_progress():
     assert c.weights == pytest.approx([1 / (1 + math.exp(-0.15)), 1 / (1 + math.exp(0.15))])
 
 
+def test_the_continuation_signal_steers_by_error_progress_and_leaves_an_unscored_language_alone():
+    c = MixtureController(
+        cfg(rule="evaluation", signal="continuation", smoothing=1.0), ["a", "b", "c"], np.full(3, 1 / 3)
+    )
+    # error rates (1 − acc); c was skipped by the task (too few windows): absent, then NaN
+    c.observe_results(10, 10, {"a": 0.7, "b": 0.6}, {"a": 1000, "b": 1000, "c": 1000})
+    change = c.observe_results(20, 20, {"a": 0.5, "b": 0.5, "c": math.nan}, {"a": 4000, "b": 2000, "c": 2000})
+    # drop per doubling: a .2 / 2 = .1, b .1 / 1 = .1, c none → 0; target softmax(log 1/3 + [.1, .1, 0])
+    assert change.cause["value"] == {"a": pytest.approx(0.1), "b": pytest.approx(0.1), "c": 0.0}
+    assert change.cause["signal"] == "continuation error progress per doubling of tokens seen"
+    e = math.exp(0.1)
+    assert c.weights == pytest.approx([e / (2 * e + 1), e / (2 * e + 1), 1 / (2 * e + 1)])
+    bpb = MixtureController(cfg(rule="evaluation", smoothing=1.0), ["a", "b"], np.full(2, 0.5))
+    with pytest.raises(ConfigError, match="no bpb for \\['b'\\]"):  # bpb covers every language, always
+        bpb.observe_results(10, 10, {"a": 2.0}, {"a": 1000, "b": 1000})
+
+
+def test_a_checkpoint_steered_by_one_signal_resumes_with_that_signal_only():
+    a = MixtureController(cfg(rule="evaluation", signal="continuation"), ["a", "b"], np.full(2, 0.5))
+    b = MixtureController(cfg(rule="evaluation"), ["a", "b"], np.full(2, 0.5))
+    with pytest.raises(ConfigError, match="batch.online.signal.*'continuation'"):
+        b.load_state_dict(a.state_dict())
+    old = b.state_dict()
+    del old["signal"]  # written before the signal was a choice: bpb
+    MixtureController(cfg(rule="evaluation"), ["a", "b"], np.full(2, 0.5)).load_state_dict(old)
+
+
+def test_the_feedback_gives_the_continuation_error_of_the_languages_the_task_scored(tmp_path):
+    from training.checkpoint.run_dir import RunDir
+    from training.data.online_mixture import newest_feedback, read_feedback, signal_values, write_feedback
+
+    write_feedback(tmp_path, 30, {"a": 1.5, "b": 2.0}, {"a": 10, "b": 5}, {"a": 0.75})
+    fb = read_feedback(newest_feedback(RunDir(tmp_path)))
+    assert signal_values(fb, "continuation") == {"a": 0.25} and signal_values(fb, "bpb") == {"a": 1.5, "b": 2.0}
+    v1 = {"version": 1, "step": 30, "bpb": {"a": 1.5}, "tokens_seen": {"a": 10}}  # before the field
+    assert signal_values(v1, "continuation") == {}
+
+
 def test_state_round_trip_continues_identically():
     a = MixtureController(cfg(every=1), ["a", "b", "c"], np.array([0.5, 0.3, 0.2]))
     rng = np.random.default_rng(0)
@@ -121,6 +159,10 @@ def test_bad_configuration_is_refused_naming_the_key():
         cfg(rule="doremi")
     with pytest.raises(ConfigError, match="reference"):
         cfg(reference="/some/run")  # the bandit reads no reference
+    with pytest.raises(ConfigError, match="signal"):
+        cfg(signal="continuation")  # the bandit reads no evaluation
+    with pytest.raises(ConfigError, match="signal"):
+        cfg(rule="evaluation", signal="continuation", reference="/some/run")
 
 
 def test_feedback_and_reference_files_round_trip(tmp_path):
@@ -139,10 +181,11 @@ def test_feedback_and_reference_files_round_trip(tmp_path):
         write_feedback(tmp_path, step, {"a": 1.0 / step, "b": 2.0}, {"a": step * 10, "b": 5})
     assert newest_feedback(run).name == "step_00000100.json"
     assert read_feedback(newest_feedback(run)) == {
-        "version": 1,
+        "version": 2,
         "step": 100,
         "bpb": {"a": 0.01, "b": 2.0},
         "tokens_seen": {"a": 1000, "b": 5},
+        "continuation": {},
     }
     curve = ReferenceCurve("proxy", {"a": [(100, 2.0), (10_000, 1.0)]})
     write_reference(tmp_path, curve, {"languages": 1})
