@@ -28,6 +28,8 @@ documents each: enough for a training, a validation and a test split).
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import sys
 from pathlib import Path
 
@@ -117,6 +119,27 @@ def skewed_targets(mb: float, floor_kb: float) -> dict[str, int]:
 
 def grow_skewed(out: Path, mb: float = 64, floor_kb: float = 32, seed: int = 0) -> dict:
     return grow(out, mb, seed=seed, targets=skewed_targets(mb, floor_kb))
+
+
+def grow_test(out: Path, train: Path, kb: float, seed: int) -> dict:
+    """A test corpus for a verdict that no run steers by: ``kb`` of every language, walked from
+    the same chains as ``train`` with another seed and no planted duplicates, less any document
+    whose text is also in ``train`` (short walks can repeat; a test document must be unseen)."""
+    shares = skewed_targets(1, 0)
+    summary = grow(out, 0, dup_rate=0.0, seed=seed, targets={k: int(kb * 1e3) for k in shares})
+    seen = {
+        hashlib.sha1(json.loads(line)["text"].encode()).digest()
+        for f in sorted(train.glob("*.jsonl"))
+        for line in f.read_text(encoding="utf-8").splitlines()
+    }
+    dropped = 0
+    for f in sorted(out.glob("*.jsonl")):
+        lines = f.read_text(encoding="utf-8").splitlines(keepends=True)
+        kept = [l for l in lines if hashlib.sha1(json.loads(l)["text"].encode()).digest() not in seen]
+        if len(kept) < len(lines):
+            dropped += len(lines) - len(kept)
+            f.write_text("".join(kept), encoding="utf-8")
+    return {**summary, "dropped_as_seen": dropped}
 
 
 def main() -> None:

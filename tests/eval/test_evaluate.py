@@ -298,3 +298,25 @@ def test_an_unknown_task_or_one_without_its_data_is_refused_naming_the_key():
         check([TaskSpec(name="xstorycloze")])
     with pytest.raises(ConfigError, match=r"task 'flores': data folder /nowhere/flores does not exist"):
         check([TaskSpec(name="flores", data="/nowhere/flores")])
+
+
+def test_held_out_data_is_evaluated_only_with_the_training_datas_tokenizer(demo, tmp_path):
+    import json
+    import shutil
+
+    from bloomline.errors import ConfigError
+    from eval.evaluate import heldout_data
+
+    assert heldout_data(demo, EvalConfig()) == demo
+    same = tmp_path / "same"
+    shutil.copytree(demo, same)
+    assert heldout_data(demo, EvalConfig(heldout=str(same))) == same
+    m = json.loads((same / "manifest.json").read_text())
+    m["tokenizer"]["sha256"] = "0" * 64  # prepared with a tokenizer of its own
+    (same / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ConfigError, match="'heldout'.*another tokenizer.*tokenizer.model="):
+        heldout_data(demo, EvalConfig(heldout=str(same)))
+    from eval.publish import run_evaluation
+
+    with pytest.raises(ConfigError, match="'heldout'.*give --out"):  # never into the run's own results
+        run_evaluation(tmp_path / "run" / "checkpoints" / "step_1", demo, EvalConfig(heldout=str(same)))
