@@ -19,3 +19,24 @@ def test_targets_keep_the_proportions_above_the_floor():
     assert min(t.values()) == 32_000 and t["en"] == int(64e6 * s["en"])
     above = [k for k in t if t[k] > 32_000]
     assert all(abs(t[a] / t[b] - s[a] / s[b]) < 1e-3 * s[a] / s[b] for a in above for b in above)
+
+
+def test_the_test_corpus_holds_every_language_and_no_training_text(tmp_path):
+    import json
+
+    from bench.grow import grow
+    from bench.skewed import grow_test
+
+    train, test = tmp_path / "train", tmp_path / "test"
+    grow(train, 0, dup_rate=0.0, seed=0, targets={k: 1500 for k in roots_shares()})
+    # seed 0 again: the same walks as training, so every test document is one training holds
+    assert grow_test(test, train, 1.5, seed=0)["dropped_as_seen"] > 0
+    assert all(f.read_text() == "" for f in test.glob("*.jsonl"))
+    other = tmp_path / "other"
+    s = grow_test(other, train, 1.5, seed=1)
+    texts = {json.loads(l)["text"] for f in train.glob("*.jsonl") for l in f.read_text().splitlines()}
+    held = [json.loads(l) for f in other.glob("*.jsonl") for l in f.read_text().splitlines()]
+    assert {r["lang"] for r in held} == {
+        r["lang"] for f in train.glob("*.jsonl") for r in map(json.loads, f.read_text().splitlines())
+    }
+    assert not any(r["text"] in texts for r in held) and s["dropped_as_seen"] < len(held) // 10
