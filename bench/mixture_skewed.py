@@ -111,9 +111,29 @@ def skewed_summary(out: Path, steps: int, tail: list[str], head: list[str]) -> d
     acc = [r for r in rows if r["task"] == "continuation" and r["metric"] == "acc" and r["value"] is not None]
     s["acc"] = statistics.fmean(r["value"] for r in acc)
     for fam in FAMILIES:
-        s[f"acc_{fam}"] = statistics.fmean(r["value"] for r in acc if r["family"] == fam)
+        got = [r["value"] for r in acc if r["family"] == fam]
+        s[f"acc_{fam}"] = statistics.fmean(got) if got else math.nan
     s["epochs"] = {k: r["epochs_seen"] for k, r in sorted(val.items())}
+    s.update(tail_weights(out, tail))
     return s
+
+
+def tail_weights(out: Path, tail: list[str]) -> dict[str, float]:
+    """How a run weighted the tail (mixture.jsonl): its summed weight at the start, at the end,
+    the least and most it ever had, and the number of moves. Why an online rule won or lost
+    starts here: did its signal move weight to the tail at all?"""
+    from training.checkpoint.run_dir import RunDir
+    from training.data.mixture_log import read_log
+
+    moves = [e["weights"] for e in read_log(RunDir(out)) if e["weights"]]
+    share = [sum(w.get(l, 0.0) for l in tail) for w in moves]
+    return {
+        "tail_w_start": share[0],
+        "tail_w_end": share[-1],
+        "tail_w_min": min(share),
+        "tail_w_max": max(share),
+        "moves": len(moves) - 1,
+    }
 
 
 def skewed(a: argparse.Namespace) -> None:
@@ -133,6 +153,9 @@ def skewed(a: argparse.Namespace) -> None:
     )
     common = [f"batch.tokens_per_step={a.tokens_per_step}"]
     arms = a.arms.split(",") if a.arms else list(SKEWED_ARMS)
+    unknown = [x for x in arms if x not in SKEWED_ARMS]
+    if unknown:
+        raise SystemExit(f"--arms: {', '.join(unknown)} not among the skewed arms ({', '.join(SKEWED_ARMS)})")
     results: dict[str, list[dict]] = {}
     for seed in range(1, a.seeds + 1):
         for arm in arms:
@@ -165,6 +188,16 @@ def report_skewed(results: dict[str, list[dict]], arms: list[str], a: argparse.N
     for arm in arms:
         cells = [ms(arm, c) for c in cols] + [ms(arm, "epochs_tail", ".2f"), ms(arm, "epochs_head", ".3f")]
         print(f"| {arm} | " + " | ".join(cells) + " |")
+    print("\nthe tail's summed weight (mixture.jsonl): start → end [least, most], moves; mean over seeds")
+    for arm in arms:
+        m = {
+            k: statistics.fmean(r[k] for r in results[arm])
+            for k in ("tail_w_start", "tail_w_end", "tail_w_min", "tail_w_max", "moves")
+        }
+        print(
+            f"  {arm:<12} {m['tail_w_start']:.4f} → {m['tail_w_end']:.4f} "
+            f"[{m['tail_w_min']:.4f}, {m['tail_w_max']:.4f}], {m['moves']:.0f} moves"
+        )
     print("\ncontinuation accuracy (chance 0.25), mean over each family's languages")
     accs = ["acc", *(f"acc_{f}" for f in FAMILIES)]
     print("| arm | all | " + " | ".join(FAMILIES) + " |\n|---|" + "---|" * len(accs))
@@ -179,9 +212,15 @@ def report_skewed(results: dict[str, list[dict]], arms: list[str], a: argparse.N
         + ", ".join(f"{c}: {w}" for c, w in higher.items())
     )
     fixed = [x for x in FIXED if x in results]
-    if fixed:
+    if fixed and a.seeds < 2:
+        print("\nno verdict: it needs the spread of at least 2 seeds")
+    elif fixed:
         best = min(fixed, key=lambda x: mean_sd([r["tail"] for r in results[x]])[0])
-        print(f"\nverdict: each online rule against the best fixed rule on tail bpb, {best}")
+        print(
+            f"\nverdict: each online rule against the best fixed rule (α, UniMax, schedule) on tail bpb, {best}; "
+            "a win is a tail lower by more than 2 × the pooled sd of the two arms' seeds, with a mean and head no "
+            "higher (uniform and natural are reference arms, not rules to beat)"
+        )
         for arm in [x for x in ONLINE if x in results]:
             line = []
             for c in ("tail", "mean", "head"):

@@ -105,9 +105,10 @@ def run_evaluation(
 ) -> Evaluation:
     """Evaluate one checkpoint and publish its results into ``out`` (default: the checkpoint's run)."""
     ckpt_dir = Path(ckpt_dir)
-    if cfg.heldout and out is None:  # the run's own results (and what its mixture reads) are of its validation split
-        raise ConfigError("heldout", "results on held-out data go to a folder of their own: give --out")
     run_dir = Path(out).resolve() if out else RunDir.of_checkpoint(ckpt_dir).root
+    if cfg.heldout and run_dir == RunDir.of_checkpoint(ckpt_dir).root.resolve():
+        # the run's own results, and what its mixture steers by, are of its validation split
+        raise ConfigError("heldout", "results on held-out data go to a folder of their own: give --out")
     ev = evaluate(ckpt_dir, data_dir, cfg, run=run_dir.name, stamp=RunDir(run_dir).eval_stamp, progress=progress)
     step = ev.rows[0]["step"]
     before = previous_rows(run_dir, step)
@@ -115,8 +116,8 @@ def run_evaluation(
     val = validation_rows(pa.Table.from_pylist(ev.rows, schema=SCHEMA))
     # what an online mixture steered by evaluations reads (training/data/online_mixture.py)
     langs = of_languages(val)
-    continuation = {  # the continuation task's accuracy per language it scored (batch.online.signal)
-        r["lang"]: r["value"]
+    continuation = {  # the continuation task's accuracy and items per language it scored (batch.online.signal)
+        r["lang"]: (r["value"], r["n"])
         for r in ev.rows
         if r["task"] == "continuation" and r["scope"] == "language" and r["metric"] == "acc" and r["value"] is not None
     }

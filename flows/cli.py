@@ -316,6 +316,8 @@ def evaluate(
 
     def body() -> None:
         cfg = load_config(EvalConfig, config, override)
+        if cfg.heldout:  # the flow may run elsewhere: the folder as the user named it here
+            cfg.heldout = str(Path(cfg.heldout).resolve())
         from training.checkpoint.meta import read_meta
 
         read_meta(checkpoint)  # a bad checkpoint folder is refused before any server starts

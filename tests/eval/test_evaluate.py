@@ -318,5 +318,7 @@ def test_held_out_data_is_evaluated_only_with_the_training_datas_tokenizer(demo,
         heldout_data(demo, EvalConfig(heldout=str(same)))
     from eval.publish import run_evaluation
 
-    with pytest.raises(ConfigError, match="'heldout'.*give --out"):  # never into the run's own results
-        run_evaluation(tmp_path / "run" / "checkpoints" / "step_1", demo, EvalConfig(heldout=str(same)))
+    ckpt = tmp_path / "run" / "checkpoints" / "step_1"
+    for out in (None, tmp_path / "run"):  # never into the run's own results
+        with pytest.raises(ConfigError, match="'heldout'.*give --out"):
+            run_evaluation(ckpt, demo, EvalConfig(heldout=str(same)), out)

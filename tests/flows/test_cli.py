@@ -500,12 +500,13 @@ def test_every_checkpoint_is_evaluated_while_training_runs(demo_data, tmp_path):
         assert fb["bpb"] == {r["lang"]: r["bpb"] for r in mine} and fb["tokens_seen"] == {
             r["lang"]: r["tokens_seen"] for r in mine
         }
-        acc = {  # and, for batch.online.signal=continuation, the continuation task's accuracy
-            r["lang"]: r["value"]
+        acc = [  # and, for batch.online.signal=continuation, the continuation task's accuracy and items
+            r
             for r in read_results(out).to_pylist()
             if r["step"] == step and r["task"] == "continuation" and r["scope"] == "language" and r["metric"] == "acc"
-        }
-        assert fb["continuation"] == acc and len(acc) > 10
+        ]
+        assert fb["continuation"] == {r["lang"]: r["value"] for r in acc} and len(acc) > 10
+        assert fb["continuation_n"] == {r["lang"]: r["n"] for r in acc}
     assert sorted(p.name for p in (out / "checkpoints").glob("step_*")) == ["step_30"]  # keep=1, after evaluation
     metrics = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == list(range(1, 31)) and all(m["step_seconds"] > 0 for m in metrics)

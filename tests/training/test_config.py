@@ -168,3 +168,7 @@ def test_recipe_rules_and_what_they_need_of_the_machine():
     load_config(TrainRecipe, tiny, steer)  # bloom-tiny's evaluation runs the continuation task
     with pytest.raises(ConfigError, match="batch.online.signal.*add \\{name: continuation\\}"):
         load_config(TrainRecipe, tiny, [*steer, "evaluation.settings.tasks=[]"])
+    with pytest.raises(
+        ConfigError, match="evaluation.settings.heldout"
+    ):  # training's evaluations steer: never on test data
+        load_config(TrainRecipe, tiny, ["evaluation.settings.heldout=/data/test"])

@@ -103,6 +103,12 @@ class TrainRecipe:
             "evaluation steers by the evaluations made while training runs: it needs evaluation.enabled=true",
         )
         check(
+            self.evaluation.settings.heldout is None,
+            "evaluation.settings.heldout",
+            "the evaluations beside training are of the data's validation split (an online mixture steers by "
+            "them); evaluate held-out data with bloomline evaluate --out DIR",
+        )
+        check(
             not (
                 self.batch.mixture == "online"
                 and self.batch.online.signal == "continuation"

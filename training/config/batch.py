@@ -48,8 +48,8 @@ class OnlineMixtureConfig:
     held-out bits per byte; ``continuation``, its error rate (1 − ``acc``) on the ``continuation``
     task (eval/tasks/continuation.py: a downstream measure, on the same validation split), which
     the evaluation's ``tasks`` must then include. Either way the rule steers by the drop per
-    doubling of the language's tokens seen; a language the task skipped (too few validation
-    windows) gets no push either way."""
+    doubling of the language's tokens seen; a language the task scored over fewer than 20 items
+    (training/data/online_mixture.py ``MIN_ITEMS``) gets no push either way."""
     reference: Optional[str] = None
     """evaluation: another bloomline run's folder (RUN_DIR) whose per-language results are the
     reference, read at equal tokens of each language seen (DoReMi's reference model; a small

@@ -103,11 +103,12 @@ def excess_target(weights: np.ndarray, signal: np.ndarray, eta: float) -> np.nda
 
 def progress(bpb_before: np.ndarray, bpb_now: np.ndarray, seen_before: np.ndarray, seen_now: np.ndarray) -> np.ndarray:
     """Each language's learning progress between two checkpoints: the drop of its measure (bpb,
-    or an error rate) per doubling of its tokens seen (0 where it saw no new tokens, or where
-    either checkpoint has no measure of it: NaN)."""
+    or an error rate) per doubling of its tokens seen (0 where it saw no new tokens; NaN where
+    either checkpoint has no measure of it)."""
     doublings = np.log2(np.maximum(seen_now, 1) / np.maximum(seen_before, 1))
     out = np.zeros_like(bpb_now, dtype=np.float64)
-    moved = (doublings > 0) & np.isfinite(bpb_before) & np.isfinite(bpb_now)
+    out[~(np.isfinite(bpb_before) & np.isfinite(bpb_now))] = np.nan
+    moved = (doublings > 0) & np.isfinite(out)
     out[moved] = (bpb_before[moved] - bpb_now[moved]) / doublings[moved]
     return out
 
@@ -267,6 +268,11 @@ class MixtureController:
                 "signal": f"{self._measure()} progress per doubling of tokens seen",
                 "since": previous["checkpoint"],
             }
+        unmeasured = np.isnan(signal)
+        if unmeasured.any():  # no measure, no push: the measured languages' mean (a softmax step
+            # moves a language by its signal's distance from the others', so 0 would starve it)
+            cause["unmeasured"] = [l for l, u in zip(self.languages, unmeasured) if u]
+            signal = np.where(unmeasured, signal[~unmeasured].mean() if (~unmeasured).any() else 0.0, signal)
         target = excess_target(self.weights, signal, self.cfg.eta)
         return self._move(
             step,

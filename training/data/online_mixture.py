@@ -45,8 +45,12 @@ from training.data.mixture_log import MixtureLog, read_log
 from training.data.sampler import DynamicBatchSampler
 
 FEEDBACK_VERSION = 2
-"""Version 2 adds ``continuation`` (the continuation task's accuracy per language); a version 1
-file (no such field) is read as having none."""
+"""Version 2 adds ``continuation`` and ``continuation_n`` (the continuation task's accuracy per
+language, and its items); a version 1 file (no such fields) is read as having none."""
+MIN_ITEMS = 20
+"""The continuation signal reads a language's accuracy only over at least this many items:
+with fewer, one item moves it by 5% or more and its standard error (about 0.1 at 20 items)
+swamps the progress it is meant to show. A language with fewer is unmeasured (no push)."""
 REFERENCE_VERSION = 1
 _FEEDBACK = re.compile(r"step_(\d+)\.json")
 
@@ -57,10 +61,10 @@ def write_feedback(
     step: int,
     bpb: dict[str, float],
     tokens_seen: dict[str, int],
-    continuation: Optional[dict[str, float]] = None,
+    continuation: Optional[dict[str, tuple[float, int]]] = None,
 ) -> Path:
     """One checkpoint's per-language held-out bpb, training tokens seen and, where the evaluation
-    ran the ``continuation`` task, its accuracy per language scored, for the mixture to read."""
+    ran the ``continuation`` task, its (accuracy, items) per language scored, for the mixture to read."""
     path = RunDir(Path(run_dir)).mixture_feedback / f"step_{step:08d}.json"
     write_json_atomic(
         path,
@@ -69,7 +73,8 @@ def write_feedback(
             "step": int(step),
             "bpb": {k: float(v) for k, v in sorted(bpb.items())},
             "tokens_seen": {k: int(v) for k, v in sorted(tokens_seen.items())},
-            "continuation": {k: float(v) for k, v in sorted((continuation or {}).items())},
+            "continuation": {k: float(a) for k, (a, _) in sorted((continuation or {}).items())},
+            "continuation_n": {k: int(n) for k, (_, n) in sorted((continuation or {}).items())},
         },
         durable=False,
     )
@@ -78,10 +83,12 @@ def write_feedback(
 
 def signal_values(fb: dict[str, Any], signal: str) -> dict[str, float]:
     """The measure an evaluation-steered mixture reads from a feedback file, lower is better:
-    ``bpb`` as is; ``continuation``, the error rate 1 − acc of each language the task scored."""
+    ``bpb`` as is; ``continuation``, the error rate 1 − acc of each language the task scored
+    over at least MIN_ITEMS items."""
     if signal == "bpb":
         return dict(fb["bpb"])
-    return {k: 1.0 - float(v) for k, v in (fb.get("continuation") or {}).items()}
+    n = fb.get("continuation_n") or {}
+    return {k: 1.0 - float(v) for k, v in (fb.get("continuation") or {}).items() if n.get(k, 0) >= MIN_ITEMS}
 
 
 def newest_feedback(run: RunDir) -> Optional[Path]:

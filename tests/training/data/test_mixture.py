@@ -104,12 +104,14 @@ def test_the_continuation_signal_steers_by_error_progress_and_leaves_an_unscored
     )
     # error rates (1 − acc); c was skipped by the task (too few windows): absent, then NaN
     c.observe_results(10, 10, {"a": 0.7, "b": 0.6}, {"a": 1000, "b": 1000, "c": 1000})
-    change = c.observe_results(20, 20, {"a": 0.5, "b": 0.5, "c": math.nan}, {"a": 4000, "b": 2000, "c": 2000})
-    # drop per doubling: a .2 / 2 = .1, b .1 / 1 = .1, c none → 0; target softmax(log 1/3 + [.1, .1, 0])
-    assert change.cause["value"] == {"a": pytest.approx(0.1), "b": pytest.approx(0.1), "c": 0.0}
+    change = c.observe_results(20, 20, {"a": 0.5, "b": 0.55, "c": math.nan}, {"a": 4000, "b": 2000, "c": 2000})
+    # drop per doubling: a .2 / 2 = .1, b .05 / 1 = .05, c unmeasured → their mean .075 (no push
+    # either way: 0 would starve it); target softmax(log 1/3 + [.1, .05, .075])
+    assert change.cause["value"] == {"a": pytest.approx(0.1), "b": pytest.approx(0.05), "c": pytest.approx(0.075)}
     assert change.cause["signal"] == "continuation error progress per doubling of tokens seen"
-    e = math.exp(0.1)
-    assert c.weights == pytest.approx([e / (2 * e + 1), e / (2 * e + 1), 1 / (2 * e + 1)])
+    assert change.cause["unmeasured"] == ["c"]
+    z = np.exp([0.1, 0.05, 0.075])
+    assert c.weights == pytest.approx(z / z.sum())
     bpb = MixtureController(cfg(rule="evaluation", smoothing=1.0), ["a", "b"], np.full(2, 0.5))
     with pytest.raises(ConfigError, match="no bpb for \\['b'\\]"):  # bpb covers every language, always
         bpb.observe_results(10, 10, {"a": 2.0}, {"a": 1000, "b": 1000})
@@ -129,7 +131,8 @@ def test_the_feedback_gives_the_continuation_error_of_the_languages_the_task_sco
     from training.checkpoint.run_dir import RunDir
     from training.data.online_mixture import newest_feedback, read_feedback, signal_values, write_feedback
 
-    write_feedback(tmp_path, 30, {"a": 1.5, "b": 2.0}, {"a": 10, "b": 5}, {"a": 0.75})
+    # b scored over too few items to read (MIN_ITEMS): unmeasured
+    write_feedback(tmp_path, 30, {"a": 1.5, "b": 2.0}, {"a": 10, "b": 5}, {"a": (0.75, 40), "b": (1.0, 3)})
     fb = read_feedback(newest_feedback(RunDir(tmp_path)))
     assert signal_values(fb, "continuation") == {"a": 0.25} and signal_values(fb, "bpb") == {"a": 1.5, "b": 2.0}
     v1 = {"version": 1, "step": 30, "bpb": {"a": 1.5}, "tokens_seen": {"a": 10}}  # before the field
@@ -186,6 +189,7 @@ def test_feedback_and_reference_files_round_trip(tmp_path):
         "bpb": {"a": 0.01, "b": 2.0},
         "tokens_seen": {"a": 1000, "b": 5},
         "continuation": {},
+        "continuation_n": {},
     }
     curve = ReferenceCurve("proxy", {"a": [(100, 2.0), (10_000, 1.0)]})
     write_reference(tmp_path, curve, {"languages": 1})

@@ -146,3 +146,59 @@ def test_a_missing_evaluation_never_stalls_training(demo_data, tmp_path):
     ok(launch(demo_data, tmp_path, [*EVALUATION, "train.steps=4"]))
     assert [m["step"] for m in metrics(tmp_path)] == [1, 2, 3, 4]
     assert [e["cause"]["rule"] for e in read_log(RunDir(tmp_path))] == ["start"]
+
+
+def test_the_continuation_signal_reads_the_scored_languages_and_replays_on_resume(demo_data, tmp_path):
+    """In process, one rank: the feedback row carries 1 − acc of the languages scored over enough
+    items (NaN for the others), the decision records those as its inputs, and a resumed
+    controller replays them at their step to the same weights, without reading the files."""
+    import math
+
+    import numpy as np
+
+    from bloomline.config import from_dict
+    from training.config import BatchConfig, OnlineMixtureConfig
+    from training.data.online_mixture import OnlineMixture, write_feedback
+    from training.data.sampler import DynamicBatchSampler
+    from training.data.shard_reader import ShardIndex
+
+    cfg = from_dict(OnlineMixtureConfig, {"rule": "evaluation", "signal": "continuation", "warmup_steps": 0})
+    run = RunDir(tmp_path)
+
+    def mixture() -> OnlineMixture:
+        index = ShardIndex(demo_data, "train")
+        sampler = DynamicBatchSampler(index, BatchConfig(tokens_per_step=8192, micro_batch_tokens=2048), 1, 512, 1)
+        return OnlineMixture(cfg, run, sampler, rank=0)
+
+    om = mixture()
+    langs, k = om.languages, om.k
+    om.start(0)
+    seen = {l: 1000 for l in langs}
+    # every language scored over 40 items but: the first over 3 (too few to read), the second not at all
+    acc = {l: (0.25 + 0.01 * i, 40) for i, l in enumerate(langs[2:])} | {langs[0]: (0.9, 3)}
+    write_feedback(tmp_path, 10, {l: 3.0 for l in langs}, seen, acc)
+    row = om.row(11)
+    assert row[0] == 10 and math.isnan(row[1]) and math.isnan(row[2])
+    assert row[3:][: k - 2] == pytest.approx([1 - a for a, _ in list(acc.values())[: k - 2]])
+    zeros = np.zeros(k)
+    (held,) = om.after_step(11, zeros, zeros, np.array(row), measured=False)
+    assert held.weights is None  # progress needs a second evaluation
+    state = om.state_dict()
+    better = {l: (a + 0.1 * (l != langs[-1]), n) for l, (a, n) in acc.items()}  # the last one did not improve
+    write_feedback(tmp_path, 20, {l: 3.0 for l in langs}, {l: 2000 for l in langs}, better)
+    (moved,) = om.after_step(21, zeros, zeros, np.array(om.row(21)), measured=False)
+    assert moved.cause["unmeasured"] == langs[:2]
+    w, w0 = moved.weights, read_log(run)[0]["weights"]
+    up = {l: w[l] / w0[l] for l in langs}  # the unmeasured alike, between the one that stalled and those that learned
+    assert up[langs[0]] == pytest.approx(up[langs[1]]) and up[langs[-1]] < up[langs[1]] < up[langs[2]]
+    log = read_log(run)
+    assert set(log[-1]["inputs"]["continuation_error"]) == set(langs[2:])  # the languages read, nothing else
+
+    again = mixture()  # resumed from step 11: the later decision comes from the log, not from the files
+    again.resume(state, 11)
+    assert again.row(21)[0] == -1  # replaying: no file is read
+    (replayed,) = again.after_step(21, zeros, zeros, np.array(again.row(21)), measured=False)
+    assert replayed.weights == w
+
+    write_feedback(tmp_path, 30, {l: 3.0 for l in langs}, seen, {})  # an evaluation without the task: unusable
+    assert again.row(31)[0] == -1
