@@ -106,15 +106,16 @@ def run_arm(
     overrides: list[str] | None = None,
     test: Path | None = None,
     test_items: int = 50,
+    into: str = "test",
 ) -> float:
     """Train one arm with one seed (``reference``: the α run an ``excess`` arm reads; the arm
     ``reference`` is that run; ``overrides``: the arm's recipe values, ARMS' by default) and
     evaluate its final checkpoint: on the data's validation split, or with ``test`` on that
-    prepared test data into ``out/test`` (bpb and ``test_items`` continuation items per
+    prepared test data into ``out/<into>`` (bpb and ``test_items`` continuation items per
     language). Returns the training wall seconds (0 when already done)."""
     from training.checkpoint.run_dir import RunDir
 
-    final = RunDir(out if test is None else out / "test").results / f"step_{steps:08d}.parquet"
+    final = RunDir(out if test is None else out / into).results / f"step_{steps:08d}.parquet"
     if final.exists():
         return 0.0
     evaluating = arm in EVALUATED
@@ -140,37 +141,31 @@ def run_arm(
     if not RunDir(out).step_dir(steps).is_dir():
         cli(*args, log=out / "bench-train.log")
     wall = time.time() - t
-    if test is not None:  # every arm alike, on data no arm has seen or steered by
-        cli(
-            "evaluate",
-            "--checkpoint",
-            str(RunDir(out).step_dir(steps)),
-            "--data",
-            str(data),
-            "--out",
-            str(out / "test"),
-            "-o",
-            f"heldout={test}",
-            "-o",
-            f"max_tokens_per_lang={eval_tokens}",
-            "-o",
-            "prompts_per_lang=0",
-            "-o",
-            f"tasks=[{{name: continuation, limit: {test_items}}}]",
-            log=out / "bench-test.log",
+    if not final.exists():  # every arm's final checkpoint alike (an evaluation the watcher left included)
+        held = (  # on data no arm has seen or steered by, into a folder of its own
+            [
+                "--out",
+                str(out / into),
+                "-o",
+                f"heldout={test}",
+                "-o",
+                f"tasks=[{{name: continuation, limit: {test_items}}}]",
+            ]
+            if test is not None
+            else []
         )
-    elif not final.exists():  # the fixed arms (and an evaluation the watcher left) are evaluated here, alike
         cli(
             "evaluate",
             "--checkpoint",
             str(RunDir(out).step_dir(steps)),
             "--data",
             str(data),
+            *held,
             "-o",
             f"max_tokens_per_lang={eval_tokens}",
             "-o",
             "prompts_per_lang=0",
-            log=out / "bench-eval.log",
+            log=out / ("bench-test.log" if test is not None else "bench-eval.log"),
         )
     return wall
 
@@ -215,6 +210,17 @@ def main() -> None:
     ap.add_argument("--test-kb", type=float, default=24, help="skewed: test corpus per language")
     ap.add_argument("--test-items", type=int, default=50, help="skewed: continuation items per language on test")
     ap.add_argument("--tokens-per-step", type=int, default=4096, help="skewed: batch.tokens_per_step")
+    ap.add_argument(
+        "--extra-arm",
+        action="append",
+        default=[],
+        help="skewed: NAME=ARM:key=value,... another arm, ARM's values and these (a rule's variant)",
+    )
+    ap.add_argument(
+        "--dev",
+        action="store_true",
+        help="skewed: the development round: seed 0, runs in runs-dev/, judged on the data's validation split",
+    )
     a = ap.parse_args()
     sk = a.corpus == "skewed"
     a.interval = a.interval or (50 if sk else 25)

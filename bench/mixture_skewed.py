@@ -47,7 +47,6 @@ SKEWED_ARMS = {
     ],
 }
 FIXED = ("alpha", "unimax", "schedule")  # the fixed rules an online rule must beat
-ONLINE = ("bandit", "evaluation", "continuation")
 
 
 def prepare_skewed(wd: Path, mb: float, floor_kb: float, test_kb: float) -> tuple[Path, Path]:
@@ -90,11 +89,11 @@ def sizes(data: Path) -> dict[str, int]:
     return {k: int(v["train_tokens"]) for k, v in langs.items()}
 
 
-def skewed_summary(out: Path, steps: int, tail: list[str], head: list[str]) -> dict[str, float]:
-    """An arm's test-split figures (module docstring) from its final checkpoint's test evaluation."""
+def skewed_summary(out: Path, steps: int, tail: list[str], head: list[str], into: str = "test") -> dict[str, float]:
+    """An arm's figures (module docstring) from its final checkpoint's evaluation in ``out/<into>``."""
     from eval.results import read_results
 
-    rows = [r for r in read_results(out / "test").to_pylist() if r["step"] == steps and r["scope"] == "language"]
+    rows = [r for r in read_results(out / into).to_pylist() if r["step"] == steps and r["scope"] == "language"]
     val = {r["lang"]: r for r in rows if r["task"] == "validation" and r["metric"] == "bpb"}
     bpb = {k: r["value"] for k, r in val.items()}
     order = sorted(bpb.values())
@@ -109,7 +108,7 @@ def skewed_summary(out: Path, steps: int, tail: list[str], head: list[str]) -> d
         "epochs_max": max(r["epochs_seen"] for r in val.values()),
     }
     acc = [r for r in rows if r["task"] == "continuation" and r["metric"] == "acc" and r["value"] is not None]
-    s["acc"] = statistics.fmean(r["value"] for r in acc)
+    s["acc"] = statistics.fmean(r["value"] for r in acc) if acc else math.nan
     for fam in FAMILIES:
         got = [r["value"] for r in acc if r["family"] == fam]
         s[f"acc_{fam}"] = statistics.fmean(got) if got else math.nan
@@ -152,17 +151,32 @@ def skewed(a: argparse.Namespace) -> None:
         flush=True,
     )
     common = [f"batch.tokens_per_step={a.tokens_per_step}"]
-    arms = a.arms.split(",") if a.arms else list(SKEWED_ARMS)
-    unknown = [x for x in arms if x not in SKEWED_ARMS]
+    known = dict(SKEWED_ARMS)
+    for spec in a.extra_arm:  # NAME=ARM:key=value,key=value
+        name, _, rest = spec.partition("=")
+        base, _, values = rest.partition(":")
+        if base not in SKEWED_ARMS:
+            raise SystemExit(f"--extra-arm {spec}: {base!r} is not a skewed arm")
+        known[name] = [*SKEWED_ARMS[base], *filter(None, values.split(","))]
+    arms = a.arms.split(",") if a.arms else list(known)
+    unknown = [x for x in arms if x not in known]
     if unknown:
-        raise SystemExit(f"--arms: {', '.join(unknown)} not among the skewed arms ({', '.join(SKEWED_ARMS)})")
+        raise SystemExit(f"--arms: {', '.join(unknown)} not among the skewed arms ({', '.join(known)})")
+    # the development round reads the data's own validation split (what the evaluation rules steer
+    # by) with seed 0; the verdict, the test split with seeds 1..N
+    seeds, runs, judged, into = (
+        ([0], "runs-dev", data, "dev") if a.dev else (range(1, a.seeds + 1), "runs", test, "test")
+    )
+    a.seeds = len(seeds)
     results: dict[str, list[dict]] = {}
-    for seed in range(1, a.seeds + 1):
+    for seed in seeds:
         for arm in arms:
-            out = a.workdir / "runs" / f"{arm}-seed{seed}"
-            o = [*common, *SKEWED_ARMS[arm]]
-            wall = run_arm(arm, seed, data, out, a.steps, a.interval, a.eval_tokens, None, o, test, a.test_items)
-            r = skewed_summary(out, a.steps, tail, head)
+            out = a.workdir / runs / f"{arm}-seed{seed}"
+            o = [*common, *known[arm]]
+            wall = run_arm(
+                arm, seed, data, out, a.steps, a.interval, a.eval_tokens, None, o, judged, a.test_items, into
+            )
+            r = skewed_summary(out, a.steps, tail, head, into)
             results.setdefault(arm, []).append(r)
             print(
                 f"{arm:<12} seed {seed}: mean {r['mean']:.4f} | tail {r['tail']:.4f} | head {r['head']:.4f} | "
@@ -182,7 +196,9 @@ def report_skewed(results: dict[str, list[dict]], arms: list[str], a: argparse.N
         m, sd = mean_sd([r[key] for r in results[arm]])
         return f"{m:{fmt}} ± {sd:{fmt}}"
 
-    print(f"\ntest split after {a.steps} steps of {a.tokens_per_step:,} tokens, mean ± sd over {a.seeds} seeds")
+    print(
+        f"\n{'validation (development)' if a.dev else 'test'} split after {a.steps} steps of {a.tokens_per_step:,} tokens, mean ± sd over {a.seeds} seeds"
+    )
     cols = ["mean", "worst5", "tail", "head"]
     print("| arm | bpb " + " | bpb ".join(cols) + " | epochs tail | epochs head |\n|---|" + "---|" * (len(cols) + 2))
     for arm in arms:
@@ -221,7 +237,7 @@ def report_skewed(results: dict[str, list[dict]], arms: list[str], a: argparse.N
             "a win is a tail lower by more than 2 × the pooled sd of the two arms' seeds, with a mean and head no "
             "higher (uniform and natural are reference arms, not rules to beat)"
         )
-        for arm in [x for x in ONLINE if x in results]:
+        for arm in [x for x in results if x not in (*FIXED, "natural", "uniform")]:  # the online rules and variants
             line = []
             for c in ("tail", "mean", "head"):
                 (m1, s1), (m0, s0) = mean_sd([r[c] for r in results[arm]]), mean_sd([r[c] for r in results[best]])
