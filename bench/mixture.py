@@ -118,7 +118,7 @@ def run_arm(
     final = RunDir(out if test is None else out / into).results / f"step_{steps:08d}.parquet"
     if final.exists():
         return 0.0
-    evaluating = arm in EVALUATED
+    evaluating = arm in EVALUATED or "batch.online.rule=evaluation" in (overrides or [])
     o = [
         f"train.steps={steps}",
         f"train.seed={seed}",
