@@ -12,13 +12,14 @@ from bloomline.config import to_dict
 from bloomline.errors import DataError
 from bloomline.io import write_json_atomic
 from bloomline.secrets import mask_tree
+from data_prep.alpha import alpha_weights
 from data_prep.config import PrepareConfig
 from data_prep.document import OUTCOMES, Ledger
 from data_prep.droplog import DROPPED_DIR, SCORES_DIR, check_dropped
 from data_prep.filter_report import kept_stats
 from data_prep.shards import FORMAT_VERSION
 from data_prep.step import merge_reports
-from data_prep.tokenizer import alpha_weights, processor
+from data_prep.tokenizer import processor
 from data_prep.workdir import Paths
 
 

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 from bloomline.errors import BloomlineError, DataError
 from bloomline.host import available_cpus
 from bloomline.io import copy_atomic, read_json, sha256_file, write_json_atomic
+from data_prep.alpha import alpha_weights
 from data_prep.chunks import chunk_table, dropped_positions
 from data_prep.document import uniform_draw
 from data_prep.pii import PLACEHOLDERS, redact
@@ -47,16 +48,6 @@ MAX_LINE = 16384
 
 class TokenizerError(BloomlineError):
     pass
-
-
-def alpha_weights(sizes: dict[str, float], alpha: float) -> dict[str, float]:
-    """p_i ∝ (n_i / Σn)^alpha, normalized (alpha=1: proportional; →0: uniform)."""
-    total = sum(sizes.values())
-    if total <= 0:
-        return {}
-    raw = {k: (v / total) ** alpha for k, v in sizes.items() if v > 0}
-    z = sum(raw.values())
-    return {k: v / z for k, v in sorted(raw.items())}
 
 
 def sample_lines(text: str) -> Iterable[str]:

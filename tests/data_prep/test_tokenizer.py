@@ -1,6 +1,7 @@
 import pytest
 
-from data_prep.tokenizer import TokenizerError, alpha_weights, train
+from data_prep.alpha import alpha_weights
+from data_prep.tokenizer import TokenizerError, train
 
 
 def test_alpha_weights():
