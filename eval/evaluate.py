@@ -98,12 +98,12 @@ def heldout_data(data_dir: Path, cfg: EvalConfig) -> Path:
     if not cfg.heldout:
         return data_dir
     other = Path(cfg.heldout)
-    mine, theirs = (load_manifest(d)["tokenizer"].get("sha256") for d in (data_dir, other))
-    if mine != theirs:
+    mine, theirs = (load_manifest(d)["tokenizer"] for d in (data_dir, other))
+    if mine.get("sha256") != theirs.get("sha256"):
         raise ConfigError(
             "heldout",
             f"{manifest_path(other)} was tokenized with another tokenizer than {manifest_path(data_dir)}; "
-            f"prepare it with -o tokenizer.model={data_dir / load_manifest(data_dir)['tokenizer']['path']}",
+            f"prepare it with -o tokenizer.model={data_dir / mine['path']}",
         )
     return other
 
