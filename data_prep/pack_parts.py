@@ -74,7 +74,6 @@ class PartPacking:
         self.lang, self.k = part["lang"], part["k"]
         self.cfg, self.paths, self.strict = cfg, paths, strict
         self.sp = processor(str(paths.tokenizer), tok_sha)
-        self.eos = self.sp.eos_id()
         self.ledger = Ledger(DropLog(cfg.dropped_text_chars))
         self.packers = {s: BucketPacker(cfg.pack.buckets, cfg.pack.max_open_samples) for s in ("train", "valid")}
         self.writers: dict[tuple[str, int], ShardWriter] = {}
@@ -106,15 +105,18 @@ class PartPacking:
                 if pos not in drops:
                     yield Document(text=text, lang=self.lang, id=doc_id, loc=loc, pos=pos, meta={"valid_draw": u})
 
-    def encode(self, batch: list[Document]) -> list[tuple[Document, list[int]]]:
-        """The batch's token ids; when the batch fails, document by document, those that fail booked."""
+    def encode(self, batch: list[Document]) -> list[tuple[Document, np.ndarray]]:
+        """The batch's token ids, each document's ending in EOS, as int32 arrays; when the batch
+        fails, document by document, those that fail booked."""
+        # SentencePiece's numpy output fills each array in C++: a list of Python ints, then
+        # converted, cost a fifth more than the encoding itself (measured on the 4x bench corpus).
         try:
-            return list(zip(batch, self.sp.encode([d.text for d in batch])))
+            return list(zip(batch, self.sp.encode([d.text for d in batch], add_eos=True, return_type="numpy")))
         except Exception:  # noqa: BLE001 - find the document(s) it failed on
             ok = []
             for d in batch:
                 try:
-                    ok.append((d, self.sp.encode(d.text)))
+                    ok.append((d, self.sp.encode(d.text, add_eos=True, return_type="numpy")))
                 except Exception as e:  # noqa: BLE001
                     self.failed("tokenize", e, d)
             return ok
@@ -124,10 +126,8 @@ class PartPacking:
         t = time.perf_counter()
         encoded = self.encode(batch)
         self.secs["tokenize"] += time.perf_counter() - t
-        for doc, ids in encoded:
+        for doc, arr in encoded:
             self.docs[split] += 1
-            ids.append(self.eos)
-            arr = np.asarray(ids, dtype=np.int32)
             self.ledger.keep(self.lang, len(doc.text.encode("utf-8")), len(arr))
             t = time.perf_counter()
             samples = self.packers[split].add(arr)
