@@ -6,7 +6,7 @@ query parameters (``?token=…``, ``&sig=…``, AWS ``X-Amz-Signature`` / ``X-Am
 the value of any mapping key or environment variable whose name says it holds one (TOKEN,
 SECRET, PASSWORD, API_KEY, ACCESS_KEY, CREDENTIAL, AUTH). Masked values read ``***``. The
 programs themselves get the real values (configs, environments; the ranks on this node a private
-copy of the recipe, flows/train.py ``ranks_recipe``); what is shown or stored is masked: every log
+copy of the recipe, flows/train_job.py ``ranks_recipe``); what is shown or stored is masked: every log
 record of the processes bloomline starts (the flows install the filter when imported, Dask
 workers by a callback), every line a child process writes to a log file (:func:`copy_masked`),
 every Prefect artifact and flow-run parameter (flows/params.py), every recipe copy kept in a run

@@ -256,7 +256,7 @@ def train(
             if v is not None
         ]
         recipe = load_config(TrainRecipe, config, [*override, *flags, *(["launch.no_ssh=true"] if no_ssh else [])])
-        from flows.train import is_worker_node, run_worker_node, validate
+        from flows.train_job import is_worker_node, run_worker_node, validate
 
         validate(recipe, data)  # before any server, launcher or rank starts
         if is_worker_node(recipe):

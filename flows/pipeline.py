@@ -239,7 +239,8 @@ def train_stage(recipe: Any, data_dir: Path, run: Path, stages: Stages, log: Any
     """2. Training, each checkpoint evaluated alongside by the train flow's watcher with the
     evaluation settings of the key it returns. The model's values left to the data are filled
     first (they are part of the key)."""
-    from flows.train import fit_model_to_data, train, validate
+    from flows.train import train
+    from flows.train_job import fit_model_to_data, validate
 
     for line in fit_model_to_data(recipe, data_dir):
         log.info(f"train: {line}")

@@ -8,42 +8,32 @@ or cancel would not kill children by itself.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any, Callable, Optional, TypedDict
+from typing import Any, Optional, TypedDict
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
 from bloomline.config import from_dict, to_dict
-from bloomline.errors import BloomlineError, ConfigError
+from bloomline.errors import BloomlineError
 from bloomline.io import write_json_atomic
 from bloomline.secrets import mask_tree
-from data_prep.shards import check_model_fits, load_manifest
 from eval.publish import retract_after
-from eval.reference import reference_curve
 from flows.params import Local, real
 from flows.progress import TrainProgress
 from flows.runlock import owns
+from flows.train_job import job_env, ranks_recipe, restarted, validate
 from training.checkpoint.meta import read_meta, saved_recipe, trained_on
 from training.checkpoint.run_dir import RunDir
 from training.config import TrainRecipe
-from training.data.blend import run_blend
-from training.data.mixture import ReferenceCurve
 from training.data.online_mixture import write_reference
-from training.data.shard_reader import ShardIndex
 from training.loop.launch import (
-    EXIT_OK,
-    EXIT_USER_ERROR,
-    check_hostfile,
     cpu_comm_kernel_built,
     kill_group,
     launch_command,
-    launch_env,
     run_job,
     spawn_logged,
 )
@@ -52,130 +42,6 @@ from training.loop.schedule import schedule_change
 from training.parallel.layout import layout_label, layout_of
 
 PROGRESS_EVERY_S = 5.0  # seconds between two progress lines while the ranks run
-
-
-def validate(recipe: TrainRecipe, data_dir: str | Path) -> Optional[tuple[ReferenceCurve, dict[str, Any]]]:
-    """Everything that can be checked before any rank starts; raises with a message naming it.
-    Returns an online mixture's reference run as checked (None without one), so the flow writes
-    it for the ranks without reading the reference's results again."""
-    if isinstance(recipe.model, str):
-        raise ConfigError("model", f"unresolved model recipe '{recipe.model}'")
-    import torch
-
-    recipe.parallel.check_model(recipe.model)
-    from eval.tasks import check
-
-    check(recipe.evaluation.settings.tasks)  # an unknown task would fail every evaluation
-    recipe.check_device(torch.cuda.is_available(), torch.__version__)
-    check_hostfile(recipe.launch, recipe.parallel.world_size)
-    m = load_manifest(data_dir)
-    fit_model_to_data(recipe, data_dir)
-    check_model_fits(m, data_dir, recipe.model.vocab_size, recipe.model.seq_len)
-    if not any(s["split"] == "train" for s in m["shards"]):
-        raise BloomlineError(f"{data_dir} has no training shards")
-    weights = run_blend(recipe, ShardIndex(data_dir, "train")).weights_for(1)  # refuses a cap the data cannot meet
-    reference = None
-    if recipe.batch.mixture == "online":
-        languages = sorted(k for k, v in weights.items() if v > 0)  # those the trainer samples and steers
-        recipe.batch.online.check_languages(len(languages))
-        if recipe.batch.online.reference:
-            reference = reference_curve(recipe.batch.online.reference, data_dir, languages)
-    return reference
-
-
-def fit_model_to_data(recipe: TrainRecipe, data_dir: str | Path) -> list[str]:
-    """The model's values left to the data, filled from ``data_dir``'s manifest
-    (training/config/model.py ``ModelConfig.fit_to_data``); one line per value derived."""
-    if isinstance(recipe.model, str):
-        raise ConfigError("model", f"unresolved model recipe '{recipe.model}'")
-    m = load_manifest(data_dir)
-    return recipe.model.fit_to_data(int(m["tokenizer"]["vocab_size"]), max(int(b) for b in m["buckets"]))
-
-
-def ranks_recipe(r: TrainRecipe, folder: RunDir) -> Path:
-    """The recipe file the ranks read: the real values when it holds secrets and every rank runs
-    on this node (a file only this user can read, outside the run folder, removed after the job);
-    else the run's recipe.json. Ranks a launcher starts on other nodes read recipe.json, masked:
-    none of the settings they use holds a secret (secret-named settings are the launcher's, NCCL_*)."""
-    import tempfile
-
-    real = to_dict(r)
-    if mask_tree(real) == real or (r.launch.hostfile is not None and not r.launch.no_ssh):
-        return folder.recipe
-    fd, name = tempfile.mkstemp(prefix="bloomline-recipe-", suffix=".json")  # mode 0600
-    with os.fdopen(fd, "w") as f:
-        json.dump(real, f)
-    return Path(name)
-
-
-def job_env(recipe: TrainRecipe, logs: Path) -> dict[str, str]:
-    """The launcher's environment: CPU accelerator where there is no GPU, the recipe's NCCL settings."""
-    env = dict(os.environ)
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            env.setdefault("DS_ACCELERATOR", "cpu")
-    except ImportError:
-        pass
-    return launch_env(recipe.launch, env, logs / "launch.env")
-
-
-def is_worker_node(recipe: TrainRecipe) -> bool:
-    """A node other than the first, started on its own (launch.no_ssh): it hosts ranks, nothing else."""
-    return recipe.launch.no_ssh and recipe.launch.node_rank > 0
-
-
-def restarted(
-    once: Callable[[int, Path], int], attempts: int, logs: Path, failed: Callable[[int, Path], None], gave_up: str
-) -> int:
-    """Run the job until it succeeds, at most ``attempts`` times; the attempts it took.
-    ``once(attempt, log_file)`` runs attempt 1, 2, … (its log ``logs/attempt-N.log``) and returns
-    the exit status. A user error (:data:`EXIT_USER_ERROR`: a configuration or data problem, which
-    the same job would hit again) stops at once with the error line from its log; any other
-    failure is reported by ``failed(status, log_file)`` and retried from the latest checkpoint,
-    or, after the last attempt, raised as ``gave_up``."""
-    for attempt in range(1, attempts + 1):
-        log_file = logs / f"attempt-{attempt}.log"
-        rc = once(attempt, log_file)
-        if rc == EXIT_OK:
-            return attempt
-        if rc == EXIT_USER_ERROR:
-            raise BloomlineError(f"training stopped: {_error_line(log_file) or f'exit status {rc}, see {log_file}'}")
-        failed(rc, log_file)
-        if attempt < attempts:
-            time.sleep(1)
-    raise BloomlineError(gave_up)
-
-
-def run_worker_node(r: TrainRecipe, data: str | Path, out: str | Path, say: Any = print) -> int:
-    """This node's ranks of a job whose first node runs the flow ``train``; restarted like the
-    flow restarts its own (they meet again at the same master address and port). Prefect-free:
-    the job's one flow run, its evaluations and its checkpoints belong to the first node."""
-    validate(r, data)
-    run = Path(out).resolve()
-    folder = RunDir(run)
-    run.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(folder.recipe, mask_tree(to_dict(r)))
-    node = r.launch.node_rank
-    logs = folder.logs / f"node-{node}"
-    env = job_env(r, logs)
-    attempts = r.checkpoint.max_restarts + 1
-    recipe_file = ranks_recipe(r, folder)
-    try:
-
-        def once(attempt: int, log_file: Path) -> int:
-            say(f"node {node}: attempt {attempt}/{attempts}, log {log_file}")
-            return run_job(launch_command(recipe_file, data, run, r.parallel.world_size, r.launch), log_file, env)
-
-        def failed(rc: int, log_file: Path) -> None:
-            say(f"node {node}: the job failed (exit {rc}); rejoining from the latest checkpoint")
-
-        return restarted(once, attempts, logs, failed, f"training failed {attempts} times on node {node}; see {logs}")
-    finally:
-        (logs / "launch.env").unlink(missing_ok=True)
-        if recipe_file != folder.recipe:
-            recipe_file.unlink(missing_ok=True)
 
 
 def reshard_if_needed(run: Path, recipe: TrainRecipe, data: str | Path, log_file: Path) -> str | None:
@@ -290,12 +156,6 @@ def stop_watcher(
     RunDir(run).hold_file.unlink(missing_ok=True)  # a SIGKILLed watcher could not remove it
     RunDir(run).prune(recipe.checkpoint.keep)  # nothing waits any more
     return {"evaluated": evaluated_steps(run), "skipped": skipped_steps(run)}
-
-
-def _error_line(log_file: Path) -> str | None:
-    """The message a rank printed for a user error (``error: ...``), to stop with it."""
-    lines = log_file.read_text(errors="replace").splitlines() if log_file.exists() else []
-    return next((l.removeprefix("error: ") for l in reversed(lines) if l.startswith("error: ")), None)
 
 
 class TrainResult(TypedDict):

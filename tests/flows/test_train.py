@@ -1,7 +1,7 @@
-"""The restart loop of the train flow and of a worker node (flows/train.py ``restarted``)."""
+"""The restart loop of the train flow and of a worker node (flows/train_job.py ``restarted``)."""
 
 from bloomline.errors import BloomlineError
-from flows.train import restarted
+from flows.train_job import restarted
 from training.loop.launch import EXIT_OK, EXIT_USER_ERROR
 
 
