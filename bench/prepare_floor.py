@@ -20,7 +20,10 @@ put back; ``--base-mb`` × each size):
 
 ``--steps-only``: each per-document step alone, one process, bloomline's own code, on a
 ``--step-mb`` sample of the 1× corpus (documents from every language): MB/s of its input.
-``--startup-only``: ``bloomline prepare`` on a 1 MB input, wall time and the stages' share.
+``--startup-only``: ``bloomline prepare`` on a 1 MB input, wall time and the stages' share; then
+``bloomline train`` of bloom-tiny for one step on its output (evaluation off) and ``bloomline
+evaluate`` of that checkpoint (bits per byte of 2,048 tokens per language): wall times and their
+own work's share.
 ``--datatrove``: at 4×, datatrove 0.10.1 doing the same steps (bench/scale.py's comparison).
 ``--repo PATH``: the whole runs with another checkout's CLI (before/after).
 """
@@ -30,6 +33,10 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
+import re
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -217,6 +224,36 @@ def startup(wd: Path, repo: Path = REPO) -> None:
         f"dedup {st['dedup']['seconds']:.1f}, pack {st['pack']['seconds']:.1f}); the rest {r['seconds'] - inner:.1f} s "
         f"(target: wall ≤ 10 s)"
     )
+    run = wd / "run-1mb"
+    shutil.rmtree(run, ignore_errors=True)
+    t0 = time.time()
+    cli(repo, "train", "--data", wd / "out-1mb", "--out", run, "-o", "train.steps=1", "-o", "checkpoint.interval=1")
+    wall = time.time() - t0
+    step = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
+    print(
+        f"train, bloom-tiny, 1 step, evaluation off: wall {wall:.1f} s; the step ended {step['time'] - t0:.1f} s after "
+        f"launch (the step itself {step['step_seconds']:.1f} s), the rest {wall - (step['time'] - t0):.1f} s (checkpoint, "
+        "shut-down)"
+    )
+    t0 = time.time()
+    out = cli(repo, "evaluate", "--checkpoint", run / "checkpoints" / "step_1", "--data", wd / "out-1mb")
+    wall = time.time() - t0
+    inner = float(re.search(r"tokens in ([\d.]+) s", out).group(1))
+    print(f"evaluate, bits per byte only, 2,048 tokens per language: wall {wall:.1f} s; the evaluation {inner:.1f} s")
+
+
+def cli(repo: Path, *args: object) -> str:
+    """A bloomline command run from ``repo`` (its output); the start-up runs' own settings."""
+    extra = {
+        "train": ["-o", "evaluation.enabled=false"],
+        "evaluate": ["-o", "tasks=[]", "-o", "max_tokens_per_lang=2048"],
+    }
+    cmd = [sys.executable, "-m", "flows.cli", *map(str, args), *extra[str(args[0])]]
+    env = {**os.environ, "PYTHONPATH": str(repo), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DS_ACCELERATOR": "cpu"}
+    res = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
+    if res.returncode:
+        raise SystemExit(f"{args[0]} failed ({res.returncode}):\n{res.stderr[-3000:]}")
+    return res.stdout + res.stderr  # rich writes to stderr
 
 
 def main() -> None:
