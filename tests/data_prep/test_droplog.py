@@ -243,6 +243,21 @@ def test_report_and_its_refusals(prepared):
         report(out, lang="klingon")
 
 
+def test_the_report_reads_the_kept_score_statistics_the_manifest_holds(prepared, tmp_path):
+    """Not computed a second time (the prepare flow writes the report after the manifest): a value
+    planted in a copy's manifest is the one the report shows."""
+    from data_prep.filter_report import report
+
+    _, out = prepared
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    m = json.loads((copy / "manifest.json").read_text())
+    m["stages"]["quality"]["kept_scores"]["en"]["char_repetition"]["p50"] = 0.123456
+    (copy / "manifest.json").write_text(json.dumps(m))
+    assert "| en | char_repetition | above 0.2 |" in report(out)
+    assert "| 0.1235 |" in report(copy, lang="en").split("| en | char_repetition |")[1].splitlines()[0]
+
+
 def test_filters_command(prepared):
     import subprocess
     import sys
