@@ -2,9 +2,11 @@
 
 Prefect starts its temporary server when a flow first calls its API, and waits for it: about
 4 s on 2 cores, while the command does nothing else. A command calls :func:`start_early` as
-soon as its inputs are checked, and :func:`wait_ready` just before its first flow; between the
-two, the command imports its stages and starts its Dask cluster while the server starts in its
-own process. The server is, in order:
+soon as its recipe is read (``prepare``: and its inputs found), and :func:`wait_ready` just
+before its first flow; between the two, the command checks its inputs against the recipe (a
+checkpoint's parameters, the data's vocabulary: torch imports), imports its stages and starts
+its Dask cluster while the server starts in its own process. A command refused there stops the
+server at exit, still starting. The server is, in order:
 
 1. the one ``PREFECT_API_URL`` names (Prefect's own setting; nothing to start);
 2. a server answering on this machine's loopback at port 4200, ``bloomline serve``'s default

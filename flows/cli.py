@@ -256,14 +256,16 @@ def train(
             if v is not None
         ]
         recipe = load_config(TrainRecipe, config, [*override, *flags, *(["launch.no_ssh=true"] if no_ssh else [])])
-        from flows.train_job import is_worker_node, run_worker_node, validate
+        if recipe.launch.worker_node:  # Prefect-free: the job's flow run is the first node's
+            from flows.train_job import run_worker_node
 
-        validate(recipe, data)  # before any server, launcher or rank starts
-        if is_worker_node(recipe):
             n = run_worker_node(recipe, data.resolve(), out.resolve(), say=console.print)
             console.print(f"[bold green]done[/]: node {recipe.launch.node_rank}'s ranks finished ({n} attempt(s))")
             return
-        start_early()
+        start_early()  # while the recipe is checked against the data (torch's import alone is ~1.5 s)
+        from flows.train_job import validate
+
+        validate(recipe, data)  # before any launcher or rank starts
         from flows.train import train as train_flow
 
         with owned(out, "bloomline train"):
@@ -318,13 +320,13 @@ def evaluate(
         cfg = load_config(EvalConfig, config, override)
         if cfg.heldout:  # the flow may run elsewhere: the folder as the user named it here
             cfg.heldout = str(Path(cfg.heldout).resolve())
+        start_early()  # while the checkpoint is checked (its parameter names: torch, ~1.5 s)
         from training.checkpoint.meta import read_meta
 
-        read_meta(checkpoint)  # a bad checkpoint folder is refused before any server starts
+        read_meta(checkpoint)  # a bad checkpoint folder is refused before the model loads
         from eval.tasks import check
 
         check(cfg.tasks)
-        start_early()
         from flows.evaluate import evaluate_flow
         from training.checkpoint.run_dir import RunDir
 

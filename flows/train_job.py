@@ -2,10 +2,10 @@
 recipe and environment, and the restarts of a job (on the first node by the flow ``train`` in
 flows/train.py, on another node by :func:`run_worker_node`).
 
-Prefect-free on purpose: ``bloomline train`` validates a recipe before it finds or starts a
-Prefect server (flows/api_server.py), and Prefect reads ``PREFECT_API_URL`` when it is first
-imported; importing it here would make Prefect start a temporary server of its own beside the
-one already starting (measured: 5.6 s to a flow's first line, against 1 s).
+Prefect-free on purpose: a node other than the first runs its ranks without Prefect, and
+Prefect reads ``PREFECT_API_URL`` when it is first imported, so a module that imported it before
+``bloomline train`` found or started its server (flows/api_server.py) made Prefect start a
+temporary server of its own beside that one (measured: 5.6 s to a flow's first line, against 1 s).
 """
 
 from __future__ import annotations
@@ -95,11 +95,6 @@ def job_env(recipe: TrainRecipe, logs: Path) -> dict[str, str]:
     except ImportError:
         pass
     return launch_env(recipe.launch, env, logs / "launch.env")
-
-
-def is_worker_node(recipe: TrainRecipe) -> bool:
-    """A node other than the first, started on its own (launch.no_ssh): it hosts ranks, nothing else."""
-    return recipe.launch.no_ssh and recipe.launch.node_rank > 0
 
 
 def restarted(

@@ -35,6 +35,12 @@ class LaunchConfig:
     nccl: dict[str, str] = field(default_factory=lambda: dict(BLOOM_NCCL_ENV))
     """NCCL_* variables set for every rank on every node (DeepSpeed's launcher exports them); BLOOM's by default."""
 
+    @property
+    def worker_node(self) -> bool:
+        """A node other than the first, started on its own (``no_ssh``): it hosts ranks, nothing
+        else (the job's flow run, evaluations and checkpoints belong to the first node)."""
+        return self.no_ssh and self.node_rank > 0
+
     def validate(self) -> None:
         check(self.launcher in LAUNCHERS, "launcher", f"'{self.launcher}': use one of {', '.join(LAUNCHERS)}")
         check(
