@@ -95,10 +95,12 @@ def decide(scores: dict[str, np.ndarray], checks: tuple[Check, ...], thresholds:
     return out
 
 
-HELD_VALUES = 1 << 23
-"""Kept scores held in memory at most (8M, 128 MiB with their group ids): up to this, the counting
-pass keeps them and the quantiles are read off one sort; beyond it (a corpus of over a million
-documents), data_prep/quantiles.py finds them in a few more streamed passes."""
+HELD_VALUES = 1 << 21
+"""Kept scores held in memory at most (2M, 32 MiB with their group ids): up to this, the counting
+pass keeps them and the quantiles are read off one sort; beyond it (a corpus of over about
+300,000 documents), data_prep/quantiles.py finds them in a few more streamed passes. At 8M the
+driver of a 4 GB prepare peaked 125 MiB above its peak at 256 MB (bench/scale.py: 1.25×, the
+limit of flat), all of it these held values."""
 
 
 def kept_stats(
