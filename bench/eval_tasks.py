@@ -198,14 +198,14 @@ def against_lm_eval(ckpt: Path, data: Path, specs: list[TaskSpec]) -> None:
     from eval.tasks.base import Context
     from eval.tasks.lm_eval_local import export_lm_args, run_lm_eval
     from training.checkpoint.load import load_model
-    from training.checkpoint.meta import torch_dtype
+    from training.checkpoint.meta import PRECISIONS
     from training.config import EvalConfig
     from training.data.shard_reader import ShardIndex
 
     print("3. bloomline's task scoring against lm-eval's own run on the export (same machine, same items)")
     with tempfile.TemporaryDirectory() as tmp:
         hf = export(ckpt, Path(tmp) / "hf", data)
-        model, _ = load_model(ckpt, torch_dtype("fp32"))
+        model, _ = load_model(ckpt, PRECISIONS["fp32"])
         mf = data / "tokenizer" / "tokenizer.model"
         sp = spm.SentencePieceProcessor(model_file=str(mf))
         index = ShardIndex(data, "valid")

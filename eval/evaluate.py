@@ -27,7 +27,7 @@ from eval.tasks import make, validation_spec
 from eval.tasks.base import Context
 from eval.tasks.validation import language_samples
 from training.checkpoint.load import load_model
-from training.checkpoint.meta import torch_dtype, trained_on
+from training.checkpoint.meta import PRECISIONS, trained_on
 from training.checkpoint.run_dir import META_FILE
 from training.config import EvalConfig
 from training.data.shard_reader import ShardIndex, verify_once
@@ -124,7 +124,7 @@ def evaluate(
     tasks = [(spec, make(spec)) for spec in [validation_spec(), *cfg.tasks]]  # an unknown task: refused before loading
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    model, meta = load_model(ckpt_dir, torch_dtype(cfg.precision))
+    model, meta = load_model(ckpt_dir, PRECISIONS[cfg.precision])
     if not trained_on(meta, data_dir):
         raise CheckpointError(
             f"{ckpt_dir / META_FILE}: field 'data_manifest_sha256' is not the sha256 of "

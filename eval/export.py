@@ -23,7 +23,7 @@ from bloomline.errors import CheckpointError
 from bloomline.io import write_json_atomic
 from data_prep.shards import manifest_path
 from training.checkpoint.load import load_model
-from training.checkpoint.meta import torch_dtype, trained_on
+from training.checkpoint.meta import PRECISIONS, trained_on
 from training.checkpoint.run_dir import META_FILE
 from training.parallel.layout import EMBEDDING
 
@@ -128,7 +128,7 @@ def export(ckpt_dir: str | Path, out: str | Path, data_dir: Optional[str | Path]
     from data_prep.shards import load_manifest
 
     ckpt_dir, out = Path(ckpt_dir), Path(out)
-    model, meta = load_model(ckpt_dir, torch_dtype(dtype))
+    model, meta = load_model(ckpt_dir, PRECISIONS[dtype])
     data = Path(data_dir or meta["data_dir"])
     manifest = load_manifest(data)
     if not trained_on(meta, data):

@@ -16,7 +16,7 @@ import torch
 
 from bloomline.errors import CheckpointError
 from bloomline.io import sha256_file
-from training.checkpoint.meta import model_config, read_meta, torch_dtype
+from training.checkpoint.meta import PRECISIONS, model_config, read_meta
 from training.checkpoint.run_dir import META_FILE
 from training.parallel.layout import (
     bloom_name,
@@ -108,7 +108,7 @@ def _rank_weights(step_dir: Path, meta: dict[str, Any], tp_rank: int) -> tuple[d
     """One TP rank's parameters under Bloom names, and the file(s) they came from."""
     lay, cfg = meta["layout"], model_config(meta)
     if lay["zero_stage"] == 3:
-        return _zero3_weights(step_dir, tp_rank, torch_dtype(meta["precision"])), f"{step_dir}/*mp_rank_{tp_rank:02d}*"
+        return _zero3_weights(step_dir, tp_rank, PRECISIONS[meta["precision"]]), f"{step_dir}/*mp_rank_{tp_rank:02d}*"
     out: dict[str, torch.Tensor] = {}
     if lay["pp"] > 1:
         for idx, prefix in enumerate(pipeline_prefixes(cfg.num_layers)[:-1]):

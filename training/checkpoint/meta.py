@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
+import torch
+
 import bloomline
 from bloomline.config import from_dict, to_dict
 from bloomline.errors import CheckpointError, ConfigError
@@ -25,17 +27,7 @@ from training.parallel.layout import (
 FORMAT_VERSION = 3  # 3: the blend rule (``blend``); 2: the online mixture's state (``mixture``)
 READS_VERSIONS = (1, 2, 3)
 """Version 1 files read as a fixed mixture, versions 1 and 2 as the manifest's blend."""
-PRECISIONS = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
-"""A checkpoint's ``precision`` values, and the torch dtype each names (:func:`torch_dtype`)."""
-
-
-def torch_dtype(precision: str) -> Any:
-    """The torch dtype of a ``precision`` value. Torch is imported here, not with the module:
-    ``bloomline evaluate`` reads a checkpoint's metadata before it starts its Prefect server, and
-    a torch import first (~1.5 s) would hold the server's start back by as much."""
-    import torch
-
-    return getattr(torch, PRECISIONS[precision])
+PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def trained_on(meta: dict[str, Any], data_dir: str | Path) -> bool:

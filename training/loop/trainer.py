@@ -21,7 +21,7 @@ import torch
 
 from bloomline.errors import BloomlineError
 from data_prep.shards import check_model_fits, manifest_sha256
-from training.checkpoint.meta import make_meta, read_meta, saved_recipe, torch_dtype
+from training.checkpoint.meta import PRECISIONS, make_meta, read_meta, saved_recipe
 from training.checkpoint.resume import plan_resume, restore_rng, rng_state
 from training.checkpoint.run_dir import RunDir, step_dir_name
 from training.config import ModelConfig, TrainRecipe
@@ -52,7 +52,7 @@ class Trainer:
         assert isinstance(cfg, ModelConfig)
         seed = recipe.train.seed
         self.mesh: Mesh = init_distributed(recipe.parallel, seed)
-        self.dtype = torch_dtype(recipe.train.precision)
+        self.dtype = PRECISIONS[recipe.train.precision]
         self.num_params = model_params(cfg)
         self.device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 

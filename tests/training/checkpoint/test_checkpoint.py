@@ -181,14 +181,3 @@ def test_the_writer_discards_the_future_a_resumed_run_redoes(tmp_path):
     run.step_dir(5).mkdir()  # a save killed before its bloomline.json
     run.latest_file.write_text("step_20")
     assert run.discard_unpublished() == [5, 30] and run.complete_steps() == [10, 20]
-
-
-def test_reading_a_checkpoints_metadata_imports_no_torch():
-    """bloomline evaluate reads bloomline.json before it starts its Prefect server: torch, imported
-    first, would hold that start back (training/checkpoint/meta.py ``torch_dtype``)."""
-    import subprocess
-    import sys
-
-    code = "import sys, training.checkpoint.meta; assert 'torch' not in sys.modules"
-    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr[-2000:]
