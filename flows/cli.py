@@ -324,6 +324,9 @@ def evaluate(
         from training.checkpoint.meta import read_meta
 
         read_meta(checkpoint)  # a bad checkpoint folder is refused before the model loads
+        from training.checkpoint.safe_load import check_folder
+
+        check_folder(checkpoint)  # a file that names code, or is cut short, too (memory-mapped: fast)
         from eval.tasks import check
 
         check(cfg.tasks)

@@ -20,12 +20,13 @@ from prefect.cache_policies import NONE
 from bloomline.config import from_dict, to_dict
 from bloomline.errors import BloomlineError
 from bloomline.io import write_json_atomic
-from bloomline.secrets import mask_tree
+from bloomline.secrets import mask_tree, masks_exceptions
 from eval.publish import retract_after
 from flows.params import Local, real
 from flows.progress import TrainProgress
 from flows.runlock import owns
 from flows.train_job import job_env, ranks_recipe, restarted, validate
+from training.checkpoint.integrity import newest_intact
 from training.checkpoint.meta import read_meta, saved_recipe, trained_on
 from training.checkpoint.run_dir import RunDir
 from training.config import TrainRecipe
@@ -179,7 +180,8 @@ def open_run(r: TrainRecipe, run: Path, reference: Any, log: Any) -> RunDir:
     run.mkdir(parents=True, exist_ok=True)
     folder = RunDir(run)
     write_json_atomic(folder.recipe, mask_tree(to_dict(r)))
-    resumed_at = folder.latest_step() or 0
+    # a damaged latest falls back to the newest intact checkpoint, before any rank could fail on it
+    resumed_at = newest_intact(folder, log.warning) or 0
     # A killed job may have left checkpoint folders beyond `latest` and evaluations of them: the
     # ranks redo those steps from `latest`, so nothing may read that future meanwhile (this flow
     # writes the run; no rank nor watcher runs yet). Metrics rows past `latest` go when rank 0
@@ -265,6 +267,7 @@ def run_ranks(
 
 
 @flow(name="train", persist_result=False)
+@masks_exceptions
 @owns(lambda recipe, data, out, local: out, "flow train")
 def train(recipe: dict[str, Any], data: str, out: str, local: Local | None = None) -> TrainResult:
     """Train (or resume) the recipe on prepared data; restarts from ``latest`` after a failure

@@ -463,6 +463,29 @@ def test_evaluate_publishes_results_tensorboard_and_artifacts_and_refuses_bad_ch
     (other / "manifest.json").write_text(json.dumps(m))
     res = cli("evaluate", "--checkpoint", run / "checkpoints" / "step_4", "--data", other)
     assert res.returncode == 2 and "was trained on other data" in res.stderr
+    # a planted model-state pickle: refused in one line by evaluate and export, and its code never runs
+    import torch
+
+    planted = tmp_path / "planted" / "checkpoints" / "step_4"
+    shutil.copytree(run / "checkpoints" / "step_4", planted)
+    f, marker = planted / "mp_rank_00_model_states.pt", tmp_path / "ran"
+    sd = torch.load(f, weights_only=False)
+    sd["rng"] = Planted(marker)
+    torch.save(sd, f)
+    refused = f"{f} is refused: it names posix.system"
+    one_line_error(cli("evaluate", "--checkpoint", planted, "--data", demo_data), refused)
+    one_line_error(cli("export", "--checkpoint", planted, "--out", tmp_path / "hf", "--data", demo_data), refused)
+    assert not marker.exists()
+
+
+class Planted:
+    """A pickled callable: loading it with weights_only=False runs ``touch`` on the marker."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ from bloomline.errors import CheckpointError
 from bloomline.io import sha256_file
 from training.checkpoint.meta import PRECISIONS, model_config, read_meta
 from training.checkpoint.run_dir import META_FILE
+from training.checkpoint.safe_load import check_folder, safe_load
 from training.parallel.layout import (
     bloom_name,
     first_mismatch,
@@ -94,16 +95,6 @@ def check_files(step_dir: Path, meta: dict[str, Any]) -> None:
         refuse("dp", f"holds {found['dp']} ZeRO optimizer partition(s) per model-parallel rank")
 
 
-def _load(path: Path) -> Any:
-    if not path.is_file():
-        raise CheckpointError(f"{path} is missing")
-    try:
-        # DeepSpeed's files hold Python objects (its config, our RNG state): trusted files of our own runs.
-        return torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:  # a truncated or overwritten file: torch's own error says little
-        raise CheckpointError(f"{path} is unreadable ({type(e).__name__}: {e})") from None
-
-
 def _rank_weights(step_dir: Path, meta: dict[str, Any], tp_rank: int) -> tuple[dict[str, torch.Tensor], str]:
     """One TP rank's parameters under Bloom names, and the file(s) they came from."""
     lay, cfg = meta["layout"], model_config(meta)
@@ -113,11 +104,15 @@ def _rank_weights(step_dir: Path, meta: dict[str, Any], tp_rank: int) -> tuple[d
     if lay["pp"] > 1:
         for idx, prefix in enumerate(pipeline_prefixes(cfg.num_layers)[:-1]):
             f = step_dir / f"layer_{idx:02d}-model_{tp_rank:02d}-model_states.pt"
-            out.update({f"{prefix}.{k}": v for k, v in _load(f).items()})
+            layer = safe_load(f)
+            if not isinstance(layer, dict):
+                raise CheckpointError(f"{f}: no layer weights")
+            out.update({f"{prefix}.{k}": v for k, v in layer.items()})
         where = f"{step_dir}/layer_*-model_{tp_rank:02d}-model_states.pt"
     else:
         f = step_dir / f"mp_rank_{tp_rank:02d}_model_states.pt"
-        module = _load(f).get("module")
+        states = safe_load(f)
+        module = states.get("module") if isinstance(states, dict) else None
         if not isinstance(module, dict):
             raise CheckpointError(f"{f}: no module weights")
         out = {bloom_name(k, cfg.num_layers): v for k, v in module.items()}
@@ -130,7 +125,8 @@ def _zero3_weights(step_dir: Path, tp_rank: int, dtype: torch.dtype) -> dict[str
     """ZeRO-3 keeps no whole weights in the model-state files: gather this TP rank's fp32 master
     partitions with DeepSpeed's ``zero_to_fp32`` (which reads one model-parallel rank's files, so
     they are linked into a folder of their own) and round them to the training precision, which
-    is what the bf16/fp16 copies the model computed with hold."""
+    is what the bf16/fp16 copies the model computed with hold. ``zero_to_fp32`` loads with
+    ``weights_only=False``: every file it reads is checked first (safe_load.check_folder)."""
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -138,6 +134,7 @@ def _zero3_weights(step_dir: Path, tp_rank: int, dtype: torch.dtype) -> dict[str
         tag.mkdir()
         for f in step_dir.glob(f"*mp_rank_{tp_rank:02d}_*.pt"):
             (tag / f.name).symlink_to(f.resolve())
+        check_folder(tag)
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             sd = get_fp32_state_dict_from_zero_checkpoint(tmp, tag="t")
     return {k: v.to(dtype) for k, v in sd.items()}

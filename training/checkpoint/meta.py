@@ -24,9 +24,12 @@ from training.parallel.layout import (
     tp_rules,
 )
 
-FORMAT_VERSION = 3  # 3: the blend rule (``blend``); 2: the online mixture's state (``mixture``)
-READS_VERSIONS = (1, 2, 3)
-"""Version 1 files read as a fixed mixture, versions 1 and 2 as the manifest's blend."""
+FORMAT_VERSION = (
+    4  # 4: each file's size and sha256 (``files``); 3: the blend rule (``blend``); 2: the online mixture's state
+)
+READS_VERSIONS = (1, 2, 3, 4)
+"""Version 1 files read as a fixed mixture, versions 1 and 2 as the manifest's blend, versions
+1-3 with no record of their files (checked for safety only, training/checkpoint/integrity.py)."""
 PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -46,8 +49,10 @@ def make_meta(
     trainer: dict[str, Any],
     mixture: Optional[dict[str, Any]] = None,
     blend: Optional[dict[str, Any]] = None,
+    files: Optional[dict[str, dict[str, Any]]] = None,
 ) -> dict[str, Any]:
-    """The bloomline.json of a checkpoint (fields in training/CHECKPOINT.md)."""
+    """The bloomline.json of a checkpoint (fields in training/CHECKPOINT.md); ``files``: the
+    folder's files as training/checkpoint/integrity.py ``file_records`` gives them."""
     from training.model.bloom import full_shapes
 
     assert isinstance(recipe.model, ModelConfig)
@@ -66,6 +71,7 @@ def make_meta(
         "mixture": mixture,
         "blend": blend if blend is not None else dict(MANIFEST_BLEND),
         "recipe": mask_tree(to_dict(recipe)),
+        "files": files,
     }
 
 
@@ -103,6 +109,19 @@ def read_meta(step_dir: str | Path) -> dict[str, Any]:
         )
     meta.setdefault("mixture", None)  # version 1: a fixed mixture
     meta.setdefault("blend", dict(MANIFEST_BLEND))  # versions 1 and 2: the manifest's blend
+    meta.setdefault("files", None)  # versions 1-3: no record of the files
+    if meta["files"] is not None and not (
+        isinstance(meta["files"], dict)
+        and all(
+            isinstance(v, dict)
+            and isinstance(v.get("bytes"), int)
+            and isinstance(v.get("sha256"), str)
+            and "/" not in k
+            and k not in ("", ".", "..")
+            for k, v in meta["files"].items()
+        )
+    ):
+        raise CheckpointError(f"{path}: field 'files' should be null or {{name: {{bytes, sha256}}}}")
     if meta["mixture"] is not None and not isinstance(meta["mixture"], dict):
         raise CheckpointError(f"{path}: field 'mixture' should be null or a dict, got {meta['mixture']!r}")
     for key, tp in _FIELDS.items():

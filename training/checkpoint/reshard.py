@@ -32,6 +32,7 @@ from typing import Any
 
 from bloomline.host import available_cpus
 from training.checkpoint.meta import model_config, read_meta
+from training.checkpoint.safe_load import check_folder, safe_load
 from training.parallel.layout import EMBEDDING, LAYOUT_KEYS, bloom_name, layout_label, layout_name, tp_dim
 
 MARKER = "bloomline_layout.json"  # in step_N/universal: written last, says which layout it is laid out for
@@ -99,6 +100,8 @@ def convert(step_dir: str | Path, layout: dict[str, int]) -> Path:
     model = model_config(meta)
     source = meta["layout"]
     check_convertible(step_dir, meta, layout)
+    # DeepSpeed's converter loads with weights_only=False: nothing it reads may name code
+    check_folder(step_dir, recursive=False)
     tmp = step_dir / "universal.tmp"
     # The converter globs the step folder for model-state files, so no earlier output may stay inside it.
     shutil.rmtree(tmp, ignore_errors=True)
@@ -150,7 +153,7 @@ def _strip_model_states(folder: Path) -> None:
     import torch
 
     for f in folder.glob("*model_states.pt"):
-        sd = torch.load(f, map_location="cpu", weights_only=False)
+        sd = safe_load(f)
         sd["module"] = None
         torch.save(sd, f)
 
@@ -199,10 +202,10 @@ def _zero3_form(zero: Path, source: dict[str, int], target: dict[str, int], mode
     if 3 not in (source["zero_stage"], target["zero_stage"]):
         return
     path = zero / "optimizer_state.pt"
-    sd = torch.load(path, weights_only=False)
+    sd = safe_load(path)
     params = sorted(d for d in zero.iterdir() if d.is_dir())
     nested = sd.get(c.OPTIMIZER_STATE_DICT) or {}
-    step = nested["state"][0]["step"] if "state" in nested else torch.load(params[0] / "step.pt", weights_only=False)
+    step = nested["state"][0]["step"] if "state" in nested else safe_load(params[0] / "step.pt")
     groups = sd.get("param_groups") or nested["param_groups"]
     out = {k: sd[k] for k in (c.LOSS_SCALER, "dynamic_loss_scale", "overflow", c.CLIP_GRAD) if k in sd}
     out["param_groups"] = groups
@@ -214,7 +217,7 @@ def _zero3_form(zero: Path, source: dict[str, int], target: dict[str, int], mode
         for d in params:
             name = bloom_name(d.name, model.num_layers)
             for key in ("fp32", "exp_avg", "exp_avg_sq"):
-                t = torch.load(d / f"{key}.pt", weights_only=False)
+                t = safe_load(d / f"{key}.pt")
                 if isinstance(t, torch.Tensor):  # flat: whole, with the cut the TP loader slices by
                     entry: dict[str, Any] = {c.PARAM: t.view(shapes[name])}
                     if tp_dim(name) is not None:
@@ -232,7 +235,7 @@ def _trim_vocab(folder: Path, rows: int) -> None:
     import torch
 
     for f in folder.glob("*.pt"):
-        d = torch.load(f, weights_only=False)
+        d = safe_load(f)
         if isinstance(d, dict) and "param" in d and d["param"].dim() == 2 and d["param"].shape[0] > rows:
             d["param"] = d["param"][:rows].clone()
             torch.save(d, f)

@@ -19,8 +19,9 @@ from typing import Any, Iterator
 
 import torch
 
-from bloomline.errors import BloomlineError
+from bloomline.errors import BloomlineError, CheckpointError
 from data_prep.shards import check_model_fits, manifest_sha256
+from training.checkpoint.integrity import checkpoint_files, file_records
 from training.checkpoint.meta import PRECISIONS, make_meta, read_meta, saved_recipe
 from training.checkpoint.resume import plan_resume, restore_rng, rng_state
 from training.checkpoint.run_dir import RunDir, step_dir_name
@@ -358,6 +359,11 @@ class Trainer:
             save_latest=False,
         )
         torch.distributed.barrier()
+        # each rank hashes a share of the files (training/checkpoint/integrity.py), rank 0 records them all
+        step_dir = self.run.step_dir(self.step)
+        names = checkpoint_files(step_dir)
+        shares: list[Any] = [None] * self.mesh.world
+        torch.distributed.all_gather_object(shares, file_records(step_dir, names[self.mesh.rank :: self.mesh.world]))
         if self.mesh.rank == 0:
             meta = make_meta(
                 self.step,
@@ -368,6 +374,7 @@ class Trainer:
                 self._trainer_state(),
                 self.mixture.state_dict(),
                 self.blend.identity(),
+                files={k: v for share in shares for k, v in share.items()},
             )
             # `latest` moves once all ranks wrote; what the evaluation watcher holds is kept (RunDir.hold)
             self.run.publish(self.step, meta, self.recipe.checkpoint.keep)
@@ -379,18 +386,25 @@ class Trainer:
             return
         step_dir = self.run.step_dir(self._resume_step)
         meta = read_meta(step_dir)
-        if self.engine.load_universal_checkpoint():
-            # ranks of this layout each cut their slice of the whole tensors in step_N/universal
-            _, client = self.engine.load_checkpoint(
-                str(step_dir), tag="universal", load_optimizer_states=True, load_lr_scheduler_states=False
-            )
-        else:
-            _, client = self.engine.load_checkpoint(
-                str(self.run.checkpoints),
-                tag=step_dir_name(self._resume_step),
-                load_optimizer_states=True,
-                load_lr_scheduler_states=False,
-            )
+        try:
+            if self.engine.load_universal_checkpoint():
+                # ranks of this layout each cut their slice of the whole tensors in step_N/universal
+                _, client = self.engine.load_checkpoint(
+                    str(step_dir), tag="universal", load_optimizer_states=True, load_lr_scheduler_states=False
+                )
+            else:
+                _, client = self.engine.load_checkpoint(
+                    str(self.run.checkpoints),
+                    tag=step_dir_name(self._resume_step),
+                    load_optimizer_states=True,
+                    load_lr_scheduler_states=False,
+                )
+        except (OSError, RuntimeError, EOFError, ValueError, KeyError) as e:
+            # the files were checked before the ranks started (training/checkpoint/integrity.py); one
+            # damaged since fails the same way on every restart, so it is a user error (exit 2), not a crash
+            raise CheckpointError(
+                f"{step_dir} could not be loaded: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}"
+            ) from None
         # DeepSpeed restores the checkpoint's clipping threshold with the optimizer; the recipe rules.
         if hasattr(self.engine.optimizer, "clip_grad"):
             self.engine.optimizer.clip_grad = self.recipe.optim.clip_grad

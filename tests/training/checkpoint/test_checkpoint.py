@@ -3,6 +3,7 @@ checkpoint folders laid out as DeepSpeed lays them out (real DeepSpeed-written c
 every layout are loaded in test_trainer_multiproc.py)."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,88 @@ def test_the_writer_discards_the_future_a_resumed_run_redoes(tmp_path):
     run.step_dir(5).mkdir()  # a save killed before its bloomline.json
     run.latest_file.write_text("step_20")
     assert run.discard_unpublished() == [5, 30] and run.complete_steps() == [10, 20]
+
+
+class Planted:
+    """A pickled callable: loading it with weights_only=False runs ``touch`` on the marker."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_planted_pickle_is_refused_in_one_line_and_runs_nothing(tmp_path):
+    from training.checkpoint.reshard import convert
+    from training.checkpoint.safe_load import check_folder
+
+    r = recipe("parallel.zero_stage=0")
+    step = tmp_path / "run" / "checkpoints" / "step_4"
+    write_checkpoint(step, r, Bloom(r.model, seed=2))
+    f = step / "mp_rank_00_model_states.pt"
+    sd = torch.load(f)
+    marker = tmp_path / "ran"
+    sd["rng"] = Planted(marker)
+    torch.save(sd, f)
+    with pytest.raises(CheckpointError) as e:
+        load_model(step)  # what bloomline evaluate and export call
+    assert str(e.value) == (
+        f"{f} is refused: it names posix.system, which is not a type a checkpoint holds, and loading it could "
+        f"run code (training/CHECKPOINT.md, 'What is safe to load')"
+    )
+    # before DeepSpeed's own loaders (weights_only=False) read the folder: its universal converter,
+    # zero_to_fp32, the ranks' resume (training/checkpoint/integrity.py)
+    with pytest.raises(CheckpointError, match="posix.system"):
+        check_folder(step)
+    meta = json.loads((step / "bloomline.json").read_text())
+    meta["layout"]["zero_stage"] = 1  # a layout the converter takes
+    (step / "bloomline.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="posix.system"):
+        convert(step, {"tp": 1, "pp": 1, "dp": 2, "zero_stage": 1})
+    assert not marker.exists()
+    assert not (step / "universal.tmp").exists()
+    # the types DeepSpeed's states hold load as data: numpy's RNG state, its loss scaler, its enum
+    import numpy as np
+    from deepspeed.runtime.fp16.loss_scaler import LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+
+    from training.checkpoint.safe_load import safe_load
+
+    state = {"rng": np.random.get_state(), "scaler": LossScaler(2.0), "zero": ZeroStageEnum(1)}
+    torch.save(state, tmp_path / "ok.pt")
+    back = safe_load(tmp_path / "ok.pt")
+    assert (back["rng"][1] == state["rng"][1]).all() and back["scaler"].cur_scale == 2.0 and back["zero"] == 1
+
+
+def test_a_damaged_latest_falls_back_to_the_newest_intact_checkpoint(tmp_path):
+    from training.checkpoint.integrity import checkpoint_files, damage, file_records, newest_intact
+
+    r = recipe("parallel.zero_stage=0", "parallel.tp=2")
+    run = RunDir(tmp_path / "run")
+    for step in (2, 4, 6):
+        d = run.step_dir(step)
+        meta = write_checkpoint(d, r, Bloom(r.model, seed=step), step=step)
+        meta["files"] = file_records(d, checkpoint_files(d))
+        run.publish(step, meta, keep=3)
+    assert sorted(meta["files"]) == ["mp_rank_00_model_states.pt", "mp_rank_01_model_states.pt"]
+    assert damage(run.step_dir(6)) is None and newest_intact(run, print) == 6
+    # one byte changed, the size kept: the sha256 finds it
+    f6 = run.step_dir(6) / "mp_rank_01_model_states.pt"
+    blob = bytearray(f6.read_bytes())
+    blob[-100] ^= 1
+    f6.write_bytes(bytes(blob))
+    assert damage(run.step_dir(6)) == f"{f6} is damaged: its sha256 differs from the one recorded when it was written"
+    f4 = run.step_dir(4) / "mp_rank_00_model_states.pt"
+    f4.write_bytes(f4.read_bytes()[: f4.stat().st_size // 2])  # cut in half
+    said: list[str] = []
+    assert newest_intact(run, said.append) == 2
+    assert said == [
+        f"{f6} is damaged: its sha256 differs from the one recorded when it was written; resuming from step_2, "
+        f"the newest intact checkpoint (the steps after it are trained again)"
+    ]
+    assert run.latest_step() == 2 and run.discard_unpublished() == [4, 6]
+    (run.step_dir(2) / "mp_rank_00_model_states.pt").unlink()
+    with pytest.raises(CheckpointError) as e:
+        newest_intact(run, said.append)
+    assert str(e.value).startswith(f"{run.step_dir(2) / 'mp_rank_00_model_states.pt'} is missing; no earlier")

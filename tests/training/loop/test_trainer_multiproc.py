@@ -171,6 +171,12 @@ def test_3d_layout_trains_resumes_and_loads_as_the_single_device_model(data, tmp
     assert all(m["flops"] == pytest.approx(m["padded_tokens"] * FLOPS_PER_TOKEN(m["bucket"]), rel=1e-9) for m in b)
     ck = three_d / "checkpoints" / "step_4"
     assert len(list(ck.glob("*optim_states.pt"))) == 8  # one ZeRO-1 shard per rank
+    # the 8 ranks each hashed a share of the files; bloomline.json records them all, as they are
+    from training.checkpoint.integrity import checkpoint_files, damage
+
+    assert sorted(read_meta(ck)["files"]) == checkpoint_files(ck)
+    assert len(checkpoint_files(ck)) == len(list(ck.glob("*.pt"))) > 8
+    assert damage(ck) is None
     la, _ = logits_of(one / "checkpoints" / "step_4")
     lb, meta = logits_of(ck)
     assert meta["layout"] == {"tp": 2, "pp": 2, "dp": 2, "zero_stage": 1}
