@@ -61,8 +61,12 @@ def _started(pid: int) -> Optional[float]:
 
 
 def is_alive(tok: str) -> bool:
-    """Whether the driver of ``tok`` still runs (the same process, not a new one with its pid)."""
-    pid, start = driver_of(tok)
+    """Whether the driver of ``tok`` still runs (the same process, not a new one with its pid);
+    False for a string that is no token (a lock file is read from a folder anyone may have written)."""
+    try:
+        pid, start = driver_of(tok)
+    except ValueError:
+        return False
     began = _started(pid)
     return began is not None and abs(began - start) < 0.01
 

@@ -12,7 +12,9 @@ writing its results into the run its training job holds, carries the holder's jo
 (flows/lifeline.py) and goes ahead. A lock whose holder died (the file still names it, but no one
 holds it) is taken over, and the takeover is logged; when the dead holder ran on this host, the
 processes of its job that are still alive are ended first (flows/lifeline.py sweep), so nothing of
-the old job writes beside the new one. The file is emptied when the lock is released.
+the old job writes beside the new one. A file that names a job still alive on this host that does
+not hold it is a copy (``cp -r`` of a folder that job writes): it is taken, said so, and that job
+is left alone. The file is emptied when the lock is released.
 """
 
 from __future__ import annotations
@@ -107,7 +109,14 @@ def acquire(folder: str | Path, command: str, say: Callable[[str], None] = print
     if previous.get("token") not in (None, tok):  # its holder died without releasing it
         host = socket.gethostname()
         where = f"pid {previous.get('pid', '?')} on {previous.get('host', '?')} ({previous.get('command', '?')})"
-        if previous.get("host") == host and previous.get("token"):
+        if previous.get("host") == host and previous.get("token") and lifeline.is_alive(previous["token"]):
+            # nobody holds this file, yet the job it names lives: it holds the lock of another folder,
+            # and this one is a copy of it (cp -r of a run in training). That job is not ours to end.
+            say(
+                f"{folder} is a copy of a folder in use by {where}, which still runs: this job takes the copy "
+                f"and leaves that one alone"
+            )
+        elif previous.get("host") == host and previous.get("token"):
             ended = lifeline.sweep(previous["token"])
             say(
                 f"took over {folder} from {where}, which is gone"

@@ -141,3 +141,33 @@ def test_a_dead_holders_lock_is_taken_over_and_its_leftovers_ended(tmp_path):
     assert (tmp_path / "run" / LOCK_FILE).read_text() == ""  # released: nothing to take over next time
     with acquire(tmp_path / "run", "test", say=said.append):
         assert len(said) == 1
+
+
+def test_a_copy_of_a_live_jobs_folder_is_taken_and_that_job_left_running(tmp_path):
+    """cp -r of a folder a live job holds copies its lock file, which names that job: taking the
+    copy says so and signals none of that job's processes; the original stays held."""
+    import shutil
+
+    driver, d = start_driver(tmp_path / "run")
+    try:
+        shutil.copytree(tmp_path / "run", tmp_path / "copy")
+        said = []
+        with acquire(tmp_path / "copy", "test", say=said.append) as lock:
+            assert not lock.nested
+            assert said == [
+                f"{tmp_path / 'copy'} is a copy of a folder in use by pid {driver.pid} on {os.uname().nodename} "
+                f"(test driver), which still runs: this job takes the copy and leaves that one alone"
+            ]
+        time.sleep(0.5)
+        assert driver.poll() is None and all(alive(d[k]) for k in ("child", "grandchild", "reaper"))
+        with pytest.raises(FolderInUse):
+            acquire(tmp_path / "run", "test")
+        # a lock file naming no job at all (written by hand) is taken over like a dead one's
+        (tmp_path / "odd").mkdir()
+        (tmp_path / "odd" / LOCK_FILE).write_text(json.dumps({"pid": 1, "host": os.uname().nodename, "token": "x"}))
+        said.clear()
+        with acquire(tmp_path / "odd", "test", say=said.append):
+            assert len(said) == 1 and "which is gone" in said[0]
+    finally:
+        driver.kill()
+        driver.wait()
