@@ -36,7 +36,8 @@ class TrainProgress:
         self.metrics, self.steps, self.log, self.every_s = Path(metrics), steps, log, every_s
         self.offset = self.metrics.stat().st_size if self.metrics.exists() else 0  # this attempt's lines only
         self.recent: list[dict[str, Any]] = []
-        self.last_report = 0.0
+        # the first report is due at once, whatever the monotonic clock reads (it starts near 0 at boot)
+        self.last_report = float("-inf")
         self.reported_step = -1
         self.artifact_key = artifact_key
         self.artifact_id: Any = None
