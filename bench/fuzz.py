@@ -5,22 +5,29 @@
 The strategies (tests/data_prep/test_fuzz.py runs them in CI, a few examples with a fixed seed):
 
 * :func:`lines`: JSONL lines as other people's tools write them — records with hostile text
-  (controls, bidi marks, zero-width and combining characters, lone surrogates, NUL), wrong types
-  for every field, values that are not objects, JSON cut anywhere, nesting past Python's
-  recursion limit, invalid UTF-8, binary junk, lines over the size limit, blank lines;
-* :func:`tables`: Parquet tables with wrong column types, nulls, nested and binary columns,
-  dictionary-encoded strings and empty row groups;
+  (controls, bidi marks, zero-width and combining characters, lone surrogates, NUL, terminal
+  escapes, rich markup, secrets), wrong types for every field, values that are not objects, JSON
+  cut anywhere, nesting past Python's recursion limit, invalid UTF-8, binary junk, lines over the
+  size limit, blank lines, ids longer than the drop log keeps;
+* :func:`tables`: Parquet tables (and Arrow streams, :func:`write_saved_dataset`) with wrong
+  column types, nulls, nested and binary columns, dictionary-encoded strings, empty row groups and
+  dictionary bombs: one value over the size limit that every row points at, alone or many times
+  in a list (:func:`dictionary_bomb` makes the full-size one: a few KB of file, gigabytes decoded);
 * :func:`cut_gzip`: a gzip stream of lines cut at any byte;
-* :func:`overrides`: ``-o key=value`` with real and made-up keys and hostile YAML values.
+* :func:`overrides`: ``-o key=value`` with real and made-up keys and hostile YAML values;
+* :func:`hostile_runs`: a megabyte of each shape that made a search quadratic or hold a match per
+  character (one record's id of ``a.a.a…`` stalled the filter report's masking for hours).
 
 The long run draws files of hostile lines until ``--records`` records are generated (plus some
 Parquet files and cut gzip streams), mixes in a clean file from the sample corpus, runs the whole
 ``prepare`` over them (read, normalize, language ID, quality, dedup, tokenizer, PII, tokenize,
-pack: ``data_prep.pipeline.run_all``), and checks the properties: it never raises; every non-blank
-line and every row is booked exactly once (the ledger's records equal the input's, a cut gzip's
-counted as its whole lines before the cut plus one error for the break); the drop log equals the
-ledger; the clean file's kept documents are the same as when it is prepared alone. It prints how
-many inputs were tried and what was found.
+pack: ``data_prep.pipeline.run_all``) and the filter report, and checks the properties: it never
+raises; every non-blank line and every row is booked exactly once (the ledger's records equal the
+input's, a cut gzip's counted as its whole lines before the cut plus one error for the break); the
+drop log equals the ledger; the clean file's kept documents are the same as when it is prepared
+alone; the searches over whatever a file holds (masking, PII, terminal escaping) take seconds,
+not hours, on a megabyte of each :func:`hostile_runs` shape. It prints how many inputs were tried
+and what was found.
 """
 
 from __future__ import annotations
@@ -71,7 +78,33 @@ SPECIAL = [
     "' OR 1=1 --",
     "%s%n",
     "../../etc/passwd",
+    # terminal escapes and rich markup (shown inert: bloomline/terminal.py)
+    "[bold red]x[/]",
+    "[link=file:///etc/passwd]y[/link]",
+    "\x1b]0;pwned\x07",
+    "\x9b31m",
+    "\x9d8;;http://evil\x9c",
+    # secrets (masked: bloomline/secrets.py), one with "@" and "/" in its password
+    "s3://user:p@ss/w0rd@host/x",
+    "https://h/x?client_secret=abc&apikey=def&X-Goog-Signature=0ff",
 ]
+SCALABLE = {
+    "dotted": "a.",  # the URL pattern's scheme, quadratic before issue 37
+    "url-heads": "a://b:",  # a password search started at every head
+    "scheme-runs": "a.a.a.a://",
+    "at-signs": "x://u:a@",
+    "query": "&a",
+    "colons": ":",  # a PII seed match every other character
+}
+"""Shapes that made a search backtrack or hold a match per character, repeated to any length."""
+
+
+def hostile_runs(size: int = 1 << 20) -> dict[str, str]:
+    """Each :data:`SCALABLE` shape repeated to ``size`` characters: what one record's id or text may
+    be, for the searches that run over whatever a file holds (masking, PII, the filter report)."""
+    return {k: (v * (size // len(v) + 1))[:size] for k, v in SCALABLE.items()}
+
+
 LANG_LABELS = [
     "en",
     "fr",
@@ -139,6 +172,7 @@ def lines(draw: Any) -> bytes:
                 "nan",
                 "bigint",
                 "dupkeys",
+                "long_id",
             ]
         )
     )
@@ -166,6 +200,10 @@ def lines(draw: Any) -> bytes:
         return b'{"text": NaN, "lang": Infinity, "id": -Infinity}'
     if kind == "bigint":  # past Python's int-to-str digit limit
         return b'{"text": "x", "lang": "en", "id": ' + b"9" * draw(st.integers(4000, 6000)) + b"}"
+    if kind == "long_id":  # an id longer than the drop log keeps (data_prep/droplog.py ID_CHARS), under the size limit
+        shape = draw(st.sampled_from(sorted(SCALABLE.values())))
+        doc_id = shape * draw(st.integers(300 // len(shape), (MAX_DOC_BYTES // 2) // len(shape)))
+        return _dump({"id": doc_id, "text": draw(hostile_text), "lang": draw(st.sampled_from(LANG_LABELS))}, True)
     return b'{"text": "first", "text": "second", "lang": "en", "lang": "fr"}'  # duplicate keys
 
 
@@ -203,7 +241,14 @@ def tables(draw: Any) -> Any:
             [None if s is None else {"a": s} for s in draw(strs)], pa.struct([("a", pa.string())])
         ),
         "null": lambda: pa.nulls(n),
+        # one value over read.max_doc_bytes that every row points at, and 8 times in each row's list
+        "bomb": lambda: pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array([big])),
+        "list_bomb": lambda: pa.ListArray.from_arrays(
+            pa.array(range(0, 8 * n + 1, 8), pa.int32()),
+            pa.DictionaryArray.from_arrays(pa.array([0] * 8 * n, pa.int32()), pa.array([big])),
+        ),
     }
+    big = "w " * draw(st.integers(MAX_DOC_BYTES // 2 + 1, MAX_DOC_BYTES))
     cols = {}
     for name in ("text", "lang", "id"):
         kind = draw(st.sampled_from([*kinds, "missing"]))
@@ -212,6 +257,35 @@ def tables(draw: Any) -> Any:
     if "lang" in cols and draw(st.booleans()):  # mostly real labels, so rows get past the language check
         cols["lang"] = pa.array(draw(st.lists(st.sampled_from(LANG_LABELS), min_size=n, max_size=n)), pa.string())
     return pa.table(cols) if cols else pa.table({"other": pa.array(range(n))}), draw(st.integers(1, 8))
+
+
+def dictionary_bomb(value_bytes: int, refs: int, ordinary: list[dict]) -> Any:
+    """A table whose text column is dictionary-encoded: one value of ``value_bytes`` that the first
+    ``refs`` rows point at, then the ``ordinary`` records. Parquet stores the value once (8 MiB and
+    1,024 rows: a file of a few KB, 8 GiB as Python strings), so does an Arrow stream."""
+    import pyarrow as pa
+
+    texts = ["bomb " * (value_bytes // 5) + "b" * (value_bytes % 5), *(r["text"] for r in ordinary)]
+    idx = [0] * refs + list(range(1, len(texts)))
+    return pa.table(
+        {
+            "id": [f"bomb-{i}" for i in range(refs)] + [r["id"] for r in ordinary],
+            "text": pa.DictionaryArray.from_arrays(pa.array(idx, pa.int32()), pa.array(texts)),
+            "lang": ["en"] * refs + [r["lang"] for r in ordinary],
+        }
+    )
+
+
+def write_saved_dataset(folder: Path, table: Any) -> None:
+    """``table`` as ``datasets.Dataset.save_to_disk`` lays one out: an Arrow stream and the
+    ``state.json`` naming it (``datasets`` itself would decode a dictionary column)."""
+    import pyarrow as pa
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with pa.OSFile(str(folder / "data-00000-of-00001.arrow"), "wb") as f, pa.ipc.new_stream(f, table.schema) as w:
+        w.write_table(table, max_chunksize=max(1, table.num_rows // 3))
+    (folder / "state.json").write_text(json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}]}))
+    (folder / "dataset_info.json").write_text("{}")
 
 
 @st.composite
@@ -335,9 +409,18 @@ def main() -> int:
         files += 1
     n_jsonl = expected
     tabs = _draw_many(tables(), 200, rng.randrange(2**31))
-    for i, (t, groups) in enumerate(tabs):
-        pq.write_table(t, inputs / f"hostile-{i:04d}.parquet", row_group_size=max(1, t.num_rows // groups or 1))
-        expected += t.num_rows  # every row is a record, whatever its columns
+    datasets = args.work / "datasets"  # saved datasets, each its own source (Arrow streams)
+    bomb = dictionary_bomb(MAX_DOC_BYTES + 1, 1024, [])
+    for i, (t, groups) in enumerate([*tabs, (bomb, 1)]):
+        # half without pyarrow's stored schema: dictionary columns are then read as dictionaries by request
+        pq.write_table(
+            t,
+            inputs / f"hostile-{i:04d}.parquet",
+            row_group_size=max(1, t.num_rows // groups or 1),
+            store_schema=bool(i % 2),
+        )
+        write_saved_dataset(datasets / f"hostile-{i:04d}", t)
+        expected += 2 * t.num_rows  # every row is a record, whatever its columns
     cuts = _draw_many(cut_gzip(), 200, rng.randrange(2**31))
     for i, (data, cut) in enumerate(cuts):
         (inputs / f"cut-{i:04d}.jsonl.gz").write_bytes(cut)
@@ -348,14 +431,15 @@ def main() -> int:
     shutil.copy(clean, inputs / "clean-en.jsonl")
     expected += records_in(clean.read_bytes())
     print(
-        f"generated {n_jsonl:,} JSONL records in {files} files, {len(tabs)} Parquet tables "
-        f"({sum(t.num_rows for t, _ in tabs):,} rows), {len(cuts)} gzip streams cut anywhere, in {gen_s:.0f} s; "
+        f"generated {n_jsonl:,} JSONL records in {files} files, {len(tabs)} tables as Parquet and as Arrow streams "
+        f"({sum(t.num_rows for t, _ in tabs):,} rows each way) and a dictionary bomb, {len(cuts)} gzip streams cut "
+        f"anywhere, in {gen_s:.0f} s; "
         f"{expected:,} records in all"
     )
 
     base = ["langid.enabled=true", f"read.max_doc_bytes={MAX_DOC_BYTES}", "keep_work=true", "tokenizer.vocab_size=2000"]
     cfg = load_config(PrepareConfig, REPO / "configs/data/demo.yaml", base)
-    cfg.sources = [SourceConfig(path=str(inputs))]
+    cfg.sources = [SourceConfig(path=str(inputs)), *(SourceConfig(path=str(d)) for d in sorted(datasets.iterdir()))]
     crashes, found = [], {}
     t1 = time.perf_counter()
     try:
@@ -364,6 +448,16 @@ def main() -> int:
         crashes.append(f"{type(e).__name__}: {str(e)[:300]}")
         m = None
     run_s = time.perf_counter() - t1
+    if m is not None:  # the report flows/prepare.py publishes: every drop's id, source and text, masked
+        from bloomline.secrets import mask_text
+        from data_prep.filter_report import report
+
+        t2 = time.perf_counter()
+        try:
+            mask_text(report(args.work / "out"))
+        except Exception as e:  # noqa: BLE001 - what the fuzz run is here to find
+            crashes.append(f"filter report: {type(e).__name__}: {str(e)[:300]}")
+        print(f"the filter report, masked: {time.perf_counter() - t2:.1f} s")
     unbooked = None
     if m is not None:
         unbooked = expected - m["totals"]["input_records"]
@@ -384,7 +478,33 @@ def main() -> int:
         print(
             f"the clean file's kept documents, prepared with the hostile ones and alone: {'the same' if same else 'DIFFERENT'}"
         )
-    return 1 if crashes or unbooked else 0
+    took = hostile_search_seconds(1 << 20)
+    worst = max(took, key=took.get)
+    print(f"searches over a file's text, 1 MiB of each hostile shape: slowest {worst} {took[worst]:.2f} s")
+    return 1 if crashes or unbooked or took[worst] > SEARCH_S else 0
+
+
+SEARCH_S = 5.0
+"""Seconds one search may take over 1 MiB of a hostile shape. The linear ones take about a second
+at most on a loaded core (PII on dense ``@`` or ``:``); a quadratic one takes minutes to hours
+(the URL pattern before issue 37: 40k characters 6.8 s)."""
+
+
+def hostile_search_seconds(size: int) -> dict[str, float]:
+    """Seconds on each :func:`hostile_runs` shape of ``size`` characters, per search that runs over
+    whatever a file holds (``shape/search``): secret masking, PII redaction, terminal escaping."""
+    from bloomline.secrets import mask_text
+    from bloomline.terminal import printable
+    from data_prep.pii import redact
+
+    searches = {"mask": lambda t: mask_text(t, env={}), "pii": redact, "printable": printable}
+    out = {}
+    for name, text in hostile_runs(size).items():
+        for what, search in searches.items():
+            t0 = time.perf_counter()
+            search(text)
+            out[f"{name}/{what}"] = time.perf_counter() - t0
+    return out
 
 
 def clean_docs_unchanged(cfg: Any, clean: Path, work: Path) -> bool:

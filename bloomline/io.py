@@ -2,7 +2,8 @@
 
 Every file a stage publishes is written to a temporary name in the same folder and renamed into
 place (``os.replace`` is atomic on POSIX), so a reader never sees a partial file and a killed
-run leaves at worst a ``*.tmp-*`` file, which the next run removes. By default the file is also
+run leaves at worst a temporary file (:func:`tmp_path`: ``NAME.tmp-bloomline-PID``), which the
+next run removes from the folders it owns (:func:`remove_stale_tmp`). By default the file is also
 fsynced before the rename. The dedup job's and the tokenizer sample's many small markers under
 ``.work`` skip that (``durable=False``; it cost a third of the dedup stage): a killed process
 loses nothing the page cache holds. The data files under ``.work`` were never fsynced, so after
@@ -15,10 +16,21 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-TMP_MARK = ".tmp-"
+TMP_MARK = ".tmp-bloomline-"
+"""What every temporary name bloomline writes carries (:func:`tmp_path`), and all that
+:func:`remove_stale_tmp` deletes: a user's own ``notes.tmp-1`` is not bloomline's to delete."""
+_STALE = re.compile(rf".+{re.escape(TMP_MARK)}\d+", re.DOTALL)
+
+
+def tmp_path(path: str | Path) -> Path:
+    """The temporary name ``path`` is written under before its rename: beside it (same
+    filesystem, so the rename is atomic), unique to this process."""
+    path = Path(path)
+    return path.with_name(f"{path.name}{TMP_MARK}{os.getpid()}")
 
 
 @contextlib.contextmanager
@@ -26,7 +38,7 @@ def atomic_path(path: str | Path, durable: bool = True) -> Iterator[Path]:
     """Yield a temporary path; on success fsync it (``durable``) and rename it to ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}{TMP_MARK}{os.getpid()}")
+    tmp = tmp_path(path)
     try:
         yield tmp
         if durable:
@@ -79,11 +91,17 @@ def sha256_file(path: str | Path, bufsize: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def remove_stale_tmp(root: str | Path) -> int:
-    """Delete temporary files a killed run left under ``root``; returns how many."""
+def remove_stale_tmp(root: str | Path, owned: Iterable[str] = ()) -> int:
+    """Delete the temporary files (:func:`tmp_path`) a killed run left in ``root`` itself and, all
+    levels down, in its subfolders ``owned`` (the ones bloomline writes); returns how many.
+
+    Only names that end in :data:`TMP_MARK` and a pid, and only there: ``root`` may be a folder
+    of the user's (``--out ~``), whose other files and folders are not bloomline's to touch."""
+    root = Path(root)
+    found = [*root.glob(f"*{TMP_MARK}*"), *(p for d in owned for p in (root / d).rglob(f"*{TMP_MARK}*"))]
     n = 0
-    for p in Path(root).rglob(f"*{TMP_MARK}*"):
-        if p.is_file():
+    for p in found:
+        if _STALE.fullmatch(p.name) and p.is_file() and not p.is_symlink():
             p.unlink()
             n += 1
     return n

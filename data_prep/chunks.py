@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 
-from bloomline.io import read_json, write_json_atomic
+from bloomline.io import read_json, tmp_path, write_json_atomic
 from data_prep.config import PrepareConfig
 from data_prep.decontaminate import Decontaminator, load_index
 from data_prep.dedup.signature import DedupSigner
@@ -95,7 +95,7 @@ def process_chunk(chunk: dict[str, Any], cfg: PrepareConfig, out: str, strict: b
     table = pa.table(cols, schema=CHUNK_SCHEMA)
     data = paths.chunk_data(chunk["id"])
     data.parent.mkdir(parents=True, exist_ok=True)
-    tmp = data.with_name(data.name + ".tmp-write")
+    tmp = tmp_path(data)
     with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, CHUNK_SCHEMA) as w:
         w.write_table(table, max_chunksize=4096)
     tmp.replace(data)

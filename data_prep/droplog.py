@@ -22,6 +22,7 @@ ledger's; :func:`check_dropped` enforces it. Documented in ``data_prep/FORMAT.md
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
@@ -29,6 +30,7 @@ from typing import Any, Optional
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bloomline.io import tmp_path
 from data_prep.filters import SCORES
 
 DROPPED_DIR, SCORES_DIR = "dropped", "scores"
@@ -48,6 +50,23 @@ DROP_SCHEMA = pa.schema(
     ]
 )
 SCORE_SCHEMA = pa.schema([("lang", pa.string()), ("reason", pa.string()), *((k, pa.float64()) for k in SCORES)])
+
+ID_CHARS = 256
+"""The longest id the drop log holds (``id``, ``duplicate_of``). An id is whatever a record's id
+field holds: one of a megabyte made every later reader slow (the filter report's masking ran
+for 14 minutes on it, issue 37), so a longer one is cut (:func:`capped_id`), keeping a hash of
+the whole by which the record can still be found."""
+_ID_HASH = 16  # hex digits of sha256: 64 bits, enough to tell the ids of one corpus apart
+
+
+def capped_id(s: Optional[str]) -> Optional[str]:
+    """``s`` when it has at most ``ID_CHARS`` characters; else its first characters, ``…`` and the
+    first 16 hex digits of the sha256 of the whole ``s`` (UTF-8), ``ID_CHARS`` in all (so a capped
+    id is left as it is)."""
+    if s is None or len(s) <= ID_CHARS:
+        return s
+    digest = hashlib.sha256(s.encode("utf-8", "surrogatepass")).hexdigest()[:_ID_HASH]
+    return f"{s[: ID_CHARS - _ID_HASH - 1]}…{digest}"
 
 
 class DropLog:
@@ -104,11 +123,15 @@ def _utf8(s: Optional[str]) -> Optional[str]:
 
 
 def write_rows(path: Path, rows: list[dict[str, Any]], schema: pa.Schema) -> None:
-    """Write ``rows`` as one Parquet file, atomically; nothing when there are none."""
+    """Write ``rows`` as one Parquet file, atomically; nothing when there are none. Ids
+    (``id``, ``duplicate_of``) are capped (:func:`capped_id`)."""
     if not rows:
         return
+    capped = [k for k in ("id", "duplicate_of") if k in schema.names]
+    if capped:
+        rows = [{**r, **{k: capped_id(r[k]) for k in capped}} for r in rows]
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp-write")
+    tmp = tmp_path(path)
     table = pa.Table.from_pylist(rows, schema=schema)
     # no statistics or page index that could vary: the same rows give the same bytes
     pq.write_table(table, tmp, compression="zstd", write_statistics=False)

@@ -31,8 +31,9 @@ import pyarrow.parquet as pq
 from bloomline import languages
 from bloomline.config import from_dict
 from bloomline.errors import ConfigError, DataError
+from bloomline.terminal import printable
 from data_prep.config import CodeThresholds, FilterConfig, QualityThresholds
-from data_prep.droplog import DROP_SCHEMA, DROPPED_DIR, SCORE_SCHEMA, SCORES_DIR, check_dropped, drop_counts
+from data_prep.droplog import DROP_SCHEMA, DROPPED_DIR, SCORE_SCHEMA, SCORES_DIR, capped_id, check_dropped, drop_counts
 from data_prep.filters import CHECKS, CODE_CHECKS, Check
 from data_prep.quantiles import quantiles
 
@@ -287,8 +288,10 @@ def drop_examples(
         for batch in pq.ParquetFile(f).iter_batches(batch_size=4096, columns=DROP_SCHEMA.names):
             for row in selected(pa.Table.from_batches([batch])).to_pylist():
                 e = res[row["lang"]][f"{row['outcome']}:{row['reason']}"]
-                if len(e["examples"]) < n:
-                    e["examples"].append(row)
+                if len(e["examples"]) < n:  # ids capped again: a drop log written before they were
+                    e["examples"].append(
+                        {**row, "id": capped_id(row["id"]), "duplicate_of": capped_id(row["duplicate_of"])}
+                    )
                     missing -= 1
             if not missing:
                 break
@@ -303,14 +306,16 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>&|~!#])")
 
 
 def md_text(text: object) -> str:
-    """``text`` as Markdown that renders as the text itself, on one line."""
-    return _MD_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+    """``text`` as Markdown that renders as the text itself, on one line, its control characters
+    shown as escapes (bloomline/terminal.py: ``bloomline filters`` prints the report as it is)."""
+    return _MD_SPECIAL.sub(r"\\\1", printable(" ".join(str(text).split()), lines=False))
 
 
 def md_code(text: object) -> str:
-    """``text`` as a Markdown code span (literal: no markup, no escapes), on one line; its fence is
-    longer than any run of backticks inside it (CommonMark, "Code spans")."""
-    one = " ".join(str(text).split())
+    """``text`` as a Markdown code span (literal: no markup, no escapes), on one line, its control
+    characters shown as escapes; its fence is longer than any run of backticks inside it
+    (CommonMark, "Code spans")."""
+    one = printable(" ".join(str(text).split()), lines=False)
     fence = "`" * (max((len(r) for r in re.findall(r"`+", one)), default=0) + 1)
     pad = " " if one.startswith("`") or one.endswith("`") else ""
     return f"{fence}{pad}{one}{pad}{fence}"

@@ -8,7 +8,8 @@ Work is cut into *chunks*: plain JSONL at line boundaries every ``read.chunk_byt
 formats one file each, and consecutive small files together (*bundles*, :func:`plan_chunks`).
 A chunk is the unit of parallel work and of resume. Readers stream:
 memory is bounded by one record (a record over ``read.max_doc_bytes`` is skipped without being
-held whole), never by the size of the corpus.
+held whole; Parquet is read a row group at a time, and a row measured before it is decoded:
+data_prep/table_reader.py), never by the size of the corpus.
 
 A *record* is a non-blank line (JSONL) or a row. Every record is booked in the ledger: bad
 records become errors with a reason and their ``path:line``.
@@ -31,6 +32,7 @@ from bloomline.errors import DataError
 from data_prep.config import ReadConfig, SourceConfig
 from data_prep.document import UNKNOWN_LANG, Document, Ledger, StrictModeError
 from data_prep.step import failure
+from data_prep.table_reader import TOO_LONG_CHARS, TableReader
 
 
 @dataclass(frozen=True)
@@ -267,8 +269,9 @@ def _jsonl_ranges(path: Path, chunk_bytes: int) -> Iterator[tuple[int, int, int]
             start = end
 
 
-class ChunkReader:
-    """Streams the records of one chunk as Documents; bad records go to the ledger."""
+class ChunkReader(TableReader):
+    """Streams the records of one chunk as Documents; bad records go to the ledger (Parquet and
+    Arrow rows: data_prep/table_reader.py)."""
 
     name = "read"
 
@@ -354,7 +357,9 @@ class ChunkReader:
             yield from self._jsonl() if part.fmt.startswith("jsonl") else self._table()
 
     # -- records -> documents --------------------------------------------------------------
-    def _from_record(self, rec: Any, loc: str, raw: Any = None) -> Document | None:
+    def _lang_of(self, rec: Any, loc: str, raw: Any) -> str | None:
+        """The language of a record, or None with the record booked as an error (not an object, no
+        label, a label that is no language)."""
         c = self.part
         if not isinstance(rec, dict):
             self._error(UNKNOWN_LANG, "not_an_object", loc, raw)
@@ -363,9 +368,14 @@ class ChunkReader:
         lang = languages.resolve(label) if isinstance(label, str) else None
         if label is None:
             self._error(UNKNOWN_LANG, "missing_lang", loc, raw)
-            return None
-        if lang is None:
+        elif lang is None:
             self._error(UNKNOWN_LANG, "unknown_lang", f"{loc} (lang={label!r:.80})", raw)
+        return lang
+
+    def _from_record(self, rec: Any, loc: str, raw: Any = None) -> Document | None:
+        c = self.part
+        lang = self._lang_of(rec, loc, raw)
+        if lang is None:
             return None
         text = rec.get(c.text_field)
         if text is None:
@@ -379,7 +389,7 @@ class ChunkReader:
             return None
         n_bytes = len(text.encode("utf-8", "surrogatepass"))
         if n_bytes > self.cfg.max_doc_bytes:
-            self._error(lang, "too_long", loc, text[:256])
+            self._error(lang, "too_long", loc, text[:TOO_LONG_CHARS])
             return None
         doc_id = rec.get(c.id_field)
         doc_id = str(doc_id) if doc_id is not None else loc  # before the ledger: str() of a strange id may raise
@@ -426,7 +436,7 @@ class ChunkReader:
                         self._break(e, f"at byte {pos:,} of its text, in line {line_no:,}")
                         return
                     self.stats["records"] += 1
-                    self._error(UNKNOWN_LANG, "too_long", loc, raw[:256])
+                    self._error(UNKNOWN_LANG, "too_long", loc, raw[:TOO_LONG_CHARS])
                     yield None
                     continue
                 if not raw.strip():
@@ -455,54 +465,3 @@ class ChunkReader:
             self._error(UNKNOWN_LANG, "malformed_json", loc, raw)
             return None
         return self._from_record(rec, loc, raw)
-
-    def _table(self) -> Iterator[Document | None]:
-        """The rows of a Parquet file, a row group at a time (a group that fails to decode is one
-        error naming its rows; the groups around it are read), or of an Arrow stream (a batch
-        that fails ends the file with one error naming the row)."""
-        c = self.part
-        try:
-            if c.fmt == "parquet":
-                pf = pq.ParquetFile(c.path)
-                names = set(pf.schema_arrow.names)
-                groups = [(pf.metadata.row_group(i).num_rows, i) for i in range(pf.num_row_groups)]
-            else:
-                reader = pa.ipc.open_stream(pa.memory_map(c.path, "r"))
-                names = set(reader.schema.names)
-        except (OSError, pa.ArrowException) as e:
-            raise DataError(f"cannot read {c.path}: {e}") from None
-        cols = [x for x in (c.text_field, c.lang_field, c.id_field) if x in names]
-        row = 0
-        if c.fmt == "parquet":
-            for n, i in groups:
-                first = row
-                try:
-                    for batch in pf.iter_batches(batch_size=1024, columns=cols or None, row_groups=[i]):
-                        yield from self._rows(batch, row)
-                        row += batch.num_rows
-                except (OSError, pa.ArrowException) as e:
-                    self._break(e, f"row group {i} (rows {first:,} to {first + n - 1:,}) from row {row:,}")
-                row = first + n
-            return
-        try:
-            for batch in reader:
-                yield from self._rows(batch.select(cols), row)
-                row += batch.num_rows
-        except (OSError, pa.ArrowException) as e:
-            self._break(e, f"at row {row:,}")
-
-    def _rows(self, batch: pa.RecordBatch, first: int) -> Iterator[Document | None]:
-        c = self.part
-        try:
-            recs = batch.to_pylist()
-        except (pa.ArrowException, ValueError, RecursionError) as e:  # a value Python cannot hold
-            for k in range(batch.num_rows):
-                self.stats["records"] += 1
-                self._error(UNKNOWN_LANG, failure("read", e), f"{c.path}:row {first + k}")
-                yield None
-            return
-        for k, rec in enumerate(recs):
-            loc = f"{c.path}:row {first + k}"
-            self.stats["records"] += 1
-            raw = rec.get(c.text_field) if isinstance(rec, dict) and isinstance(rec.get(c.text_field), str) else None
-            yield self._isolated(lambda: self._from_record(rec, loc, raw), loc, raw)

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from bloomline.errors import DataError
-from bloomline.io import TMP_MARK, read_contract_json, sha256_file
+from bloomline.io import read_contract_json, sha256_file, tmp_path
 
 FORMAT_VERSION = 1
 
@@ -59,7 +59,7 @@ class ShardWriter:
         self.path = Path(path)
         self.lang, self.bucket, self.split = lang, bucket, split
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = self.path.with_name(f"{self.path.name}{TMP_MARK}{os.getpid()}")
+        self._tmp = tmp_path(self.path)
         self.schema = SCHEMA.with_metadata(
             {"bloomline.format_version": str(FORMAT_VERSION), "bucket": str(bucket), "split": split, "lang": lang}
         )

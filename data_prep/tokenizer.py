@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 from bloomline.errors import BloomlineError, DataError
 from bloomline.host import available_cpus
-from bloomline.io import copy_atomic, read_json, sha256_file, write_json_atomic
+from bloomline.io import copy_atomic, read_json, sha256_file, tmp_path, write_json_atomic
 from data_prep.alpha import alpha_weights
 from data_prep.chunks import chunk_table, dropped_positions
 from data_prep.document import uniform_draw
@@ -174,7 +174,7 @@ def sample_chunk(cid: int, cfg: PrepareConfig, out: str, rate: dict[str, float])
     t = chunk_table(paths, cid, ["pos", "id", "lang", "text", "exact"])
     taken: dict[str, int] = {}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp-write")
+    tmp = tmp_path(path)
     with open(tmp, "w", encoding="utf-8") as f:
         for pos, did, lang, text, ex in zip(*(t.column(c).to_pylist() for c in ("pos", "id", "lang", "text", "exact"))):
             if pos in drops or uniform_draw(cfg.seed, "tok", did, ex) >= rate.get(lang, 0.0):

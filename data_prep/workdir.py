@@ -75,9 +75,13 @@ def shard_path(split: str, lang: str, bucket: int, k: int) -> str:
 
 
 def prepare_start(paths: Paths) -> None:
-    """Before any stage: the folder exists and no temporary file of a killed run is left."""
+    """Before any stage: the folder exists and no temporary file of a killed run is left, in DIR
+    or in the subfolders a prepare run writes (data_prep/FORMAT.md, "Files"), nowhere else: DIR
+    may be a folder of the user's (``--out ~``)."""
+    from data_prep.droplog import DROPPED_DIR, SCORES_DIR
+
     paths.out.mkdir(parents=True, exist_ok=True)
-    remove_stale_tmp(paths.out)
+    remove_stale_tmp(paths.out, (paths.work.name, "tokenizer", "shards", DROPPED_DIR, SCORES_DIR))
 
 
 def clean_work(paths: Paths) -> None:

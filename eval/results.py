@@ -19,7 +19,8 @@ import pyarrow.compute  # noqa: F401 (pa.compute)
 import pyarrow.parquet as pq
 
 from bloomline.errors import BloomlineError
-from bloomline.io import TMP_MARK, remove_stale_tmp, write_bytes_atomic
+from bloomline.io import remove_stale_tmp, tmp_path, write_bytes_atomic
+from bloomline.secrets import mask_text
 from training.checkpoint.run_dir import RunDir
 
 RESULTS_VERSION = 3
@@ -223,7 +224,7 @@ def _write(folder: Path, step: int, rows: list[dict[str, Any]], schema: pa.Schem
     folder.mkdir(parents=True, exist_ok=True)
     remove_stale_tmp(folder)  # what a killed evaluation left
     path = folder / f"step_{step:08d}.parquet"
-    tmp = path.with_name(f"{path.name}{TMP_MARK}{os.getpid()}")
+    tmp = tmp_path(path)
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
     os.replace(tmp, path)
     return path
@@ -297,7 +298,8 @@ def skipped_file(run_dir: str | Path) -> Path:
 
 
 def record_skipped(run_dir: str | Path, step: int, reason: str) -> None:
-    """Record that checkpoint ``step`` will not be evaluated, and why (one JSON line, appended)."""
+    """Record that checkpoint ``step`` will not be evaluated, and why (one JSON line, appended);
+    ``reason``, which may quote an exception, with its secrets masked (the file is shown and shared)."""
     import datetime as dt
     import json
 
@@ -306,7 +308,11 @@ def record_skipped(run_dir: str | Path, step: int, reason: str) -> None:
     with open(f, "a", encoding="utf-8") as out:
         out.write(
             json.dumps(
-                {"step": step, "reason": reason, "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+                {
+                    "step": step,
+                    "reason": mask_text(reason),
+                    "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                }
             )
             + "\n"
         )

@@ -17,7 +17,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
 from bloomline.config import from_dict, to_dict
-from bloomline.secrets import mask_text, mask_tree
+from bloomline.secrets import mask_text, mask_tree, masks_exceptions
 from eval.publish import run_evaluation
 from eval.results import is_language, of_languages
 from flows.params import Local, real
@@ -87,6 +87,7 @@ def summary_markdown(res: dict[str, Any], top: int = 5) -> str:
 
 
 @flow(name="evaluate", persist_result=False)
+@masks_exceptions
 @owns(lambda checkpoint, data, config, out, local: out or RunDir.of_checkpoint(checkpoint).root, "flow evaluate")
 def evaluate_flow(
     checkpoint: str, data: str, config: dict[str, Any], out: str | None = None, local: Local | None = None
@@ -97,7 +98,7 @@ def evaluate_flow(
 
     log = get_run_logger()
     cfg = from_dict(EvalConfig, real(config, local))
-    res = task(run_evaluation, name="evaluate-checkpoint", cache_policy=NONE, persist_result=False)(
+    res = task(masks_exceptions(run_evaluation), name="evaluate-checkpoint", cache_policy=NONE, persist_result=False)(
         checkpoint, data, cfg, out, progress=log.info
     )
     run = Path(res["results"]).parents[2].name

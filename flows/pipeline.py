@@ -30,7 +30,7 @@ from prefect.cache_policies import NONE
 from bloomline.config import from_dict, to_dict
 from bloomline.errors import BloomlineError
 from bloomline.io import content_digest, read_json, write_json_atomic
-from bloomline.secrets import mask_tree
+from bloomline.secrets import mask_tree, masks_exceptions
 from data_prep.shards import manifest_path, manifest_sha256
 from eval.results import clear_evaluations, copy_evaluations, results_dir
 from eval.tasks import data_digest
@@ -177,6 +177,7 @@ def evaluations_of(folder: RunDir, key: StageKey, restore_from: Path | None = No
 
 
 @flow(name="pipeline", persist_result=False)
+@masks_exceptions
 @owns(lambda config, out, local: out, "flow pipeline")
 def pipeline(config: dict[str, Any], out: str, local: Local | None = None) -> dict[str, Any]:
     """The main job (see the module docstring); returns the record of every stage and where the

@@ -20,7 +20,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 
 from bloomline.config import from_dict, to_dict
-from bloomline.secrets import mask_text, mask_tree
+from bloomline.secrets import mask_text, mask_tree, masks_exceptions
 from data_prep.config import PrepareConfig
 from data_prep.pipeline import Progress, run_all
 from flows.api_server import wait_ready
@@ -31,10 +31,11 @@ from flows.summary import summary_rows
 
 
 def _stage(name: str, fn: Callable[..., Any], *args: Any) -> Any:
-    return task(fn, name=name, cache_policy=NONE, persist_result=False)(*args)
+    return task(masks_exceptions(fn), name=name, cache_policy=NONE, persist_result=False)(*args)
 
 
 @flow(name="prepare", log_prints=False, persist_result=False)
+@masks_exceptions
 @owns(lambda config, out, strict, local: out, "flow prepare")
 def prepare(config: dict[str, Any], out: str, strict: bool = False, local: Local | None = None) -> dict[str, Any]:
     """Raw corpora → length-bucketed Arrow shards + manifest.json in ``out`` (``local``:

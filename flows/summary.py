@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bloomline.terminal import printable, rich_escape
+
 
 def summary_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
@@ -37,7 +39,7 @@ def print_summary(manifest: dict[str, Any], console: Any) -> None:
     for c in cols:
         table.add_column(c, justify="left" if c in ("lang", "why_dropped") else "right", overflow="fold")
     for r in rows:
-        table.add_row(*(f"{r[c]:,}" if isinstance(r[c], int) else str(r[c]) for c in cols))
+        table.add_row(*(f"{r[c]:,}" if isinstance(r[c], int) else rich_escape(r[c]) for c in cols))
     t = manifest["totals"]
     table.add_row(
         "TOTAL",
@@ -59,12 +61,12 @@ def print_summary(manifest: dict[str, Any], console: Any) -> None:
         )
     for r in rows:
         if r["why_dropped"]:
-            console.print(f"{r['lang']} dropped: {r['why_dropped']}", highlight=False)
+            console.print(printable(f"{r['lang']} dropped: {r['why_dropped']}"), highlight=False, markup=False)
     examples = [
         (lang, r, loc) for lang, e in manifest["languages"].items() for r, loc in e.get("error_examples", {}).items()
     ]
     for lang, reason, loc in examples[:20]:
-        console.print(f"[yellow]error[/] {lang} {reason}: e.g. {loc}")
+        console.print(f"[yellow]error[/] {rich_escape(f'{lang} {reason}: e.g. {loc}')}")
 
 
 def print_pipeline(res: dict, console: Any) -> None:
@@ -76,17 +78,20 @@ def print_pipeline(res: dict, console: Any) -> None:
         t.add_column(col)
     for name, s in res["stages"].items():
         t.add_row(
-            name, "[cyan]reused[/]" if s["reused"] else "[green]ran[/]", s["why"], f"{s['seconds']:.1f}", s["folder"]
+            name,
+            "[cyan]reused[/]" if s["reused"] else "[green]ran[/]",
+            rich_escape(s["why"]),  # settings' values, paths: as written
+            f"{s['seconds']:.1f}",
+            rich_escape(s["folder"]),
         )
     console.print(t)
-    console.print(f"[bold green]done[/]: {res['run']}")
-    console.print(f"  dashboard    {res['dashboard']}")
-    console.print(f"  TensorBoard  {res['tensorboard']}")
-    console.print(f"  checkpoints  {res['checkpoints']}")
+    console.print(f"[bold green]done[/]: {rich_escape(res['run'])}")
+    for label, key in (("dashboard", "dashboard"), ("TensorBoard", "tensorboard"), ("checkpoints", "checkpoints")):
+        console.print(f"  {label:<12} {rich_escape(res[key])}")
     if res.get("export"):
-        console.print(f"  HF export    {res['export']}")
-    console.print(f"  data         {res['data']}")
-    console.print(f"open TensorBoard: tensorboard --logdir {res['tensorboard']} --host 127.0.0.1")
+        console.print(f"  HF export    {rich_escape(res['export'])}")
+    console.print(f"  data         {rich_escape(res['data'])}")
+    console.print(f"open TensorBoard: tensorboard --logdir {rich_escape(res['tensorboard'])} --host 127.0.0.1")
 
 
 def print_plan(res: dict, console: Any) -> None:

@@ -19,8 +19,35 @@ ENGINE_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")
 
 class UserErrorTracebackFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        return not isinstance(exc, BloomlineError)
+        # a masked record keeps its exception's type only (bloomline/secrets.py mask_record)
+        kind = record.exc_info[0] if record.exc_info else getattr(record, "exc_type", None)
+        return not (isinstance(kind, type) and issubclass(kind, BloomlineError)) and not says_disk_full(record)
+
+
+def says_disk_full(record: logging.LogRecord) -> bool:
+    """A record of a write that found no space (its exception, or the text a masked record or a
+    Dask worker's "Compute Failed" keeps of it): the command ends with its own line about it
+    (bloomline/disk.py), the same for every record Prefect and Dask log of that one failure."""
+    from bloomline.disk import full_disk
+
+    if record.exc_info and record.exc_info[1] is not None and full_disk(record.exc_info[1]):
+        return True
+    try:
+        text = record.getMessage()
+    except Exception:  # noqa: BLE001 - a malformed record is not ours to judge
+        return False
+    text += record.exc_text or ""
+    return any(words in text for words in DISK_FULL_WORDS)
+
+
+DISK_FULL_WORDS = ("No space left on device", "Disk quota exceeded")
+
+
+class DiskFullFilter(logging.Filter):
+    """For a Dask worker's loggers: its report of a task that found no space."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not says_disk_full(record)
 
 
 def install() -> None:

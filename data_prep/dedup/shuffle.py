@@ -16,7 +16,7 @@ from typing import Any, Iterable
 import numpy as np
 import pyarrow as pa
 
-from bloomline.io import read_json, write_json_atomic
+from bloomline.io import read_json, tmp_path, write_json_atomic
 from data_prep.dedup.signature import mix64
 
 
@@ -50,7 +50,7 @@ def write_routed(
     counts = np.bincount(part, minlength=n) if len(part) else np.zeros(n, dtype=np.int64)
     cols = {k: v[order] for k, v in columns.items()}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp-write")
+    tmp = tmp_path(path)
     with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as w:
         start = 0
         for c in counts.tolist():

@@ -53,7 +53,17 @@ def junk_records():
         ("j-mismatch", fr, "en"),
         ("j-exact", en["text"], "en"),
         ("j-near", near, "en"),
+        # hostile ids (issue 37): a megabyte, and one of terminal escapes and rich markup
+        (LONG_ID, "Two words.", "en"),
+        (HOSTILE_ID, "Only [bold red]x[/] and \x1b]0;pwned\x07 here.", "en"),
+        ("b." * 1000, KEPT, "en"),  # kept, and so named by its duplicate
+        ("j-dup-of-long", KEPT, "en"),
     ]
+
+
+LONG_ID = "a." * 500_000  # 1 MB of what made secret masking quadratic
+HOSTILE_ID = "esc-[bold red]x[/]\x1b]0;pwned\x07\x9b31m"
+KEPT = GOOD + " The bread is still warm when the first customers arrive, and the queue reaches the corner."
 
 
 def run(tmp_path, bad_inputs, name="out", overrides=()):
@@ -137,6 +147,57 @@ def test_every_drop_has_a_row_that_matches_the_ledger(prepared):
     t = pq.read_table(f)
     pq.write_table(t.slice(1), f)
     assert check_dropped(bad, langs)
+
+
+def test_a_megabyte_id_is_capped_in_the_drop_log_and_the_report(prepared):
+    """One record's 1 MB id stalled every prepare at its end (the filter report's masking, issue
+    37): the drop log keeps its first characters and a hash of the whole, and the report the
+    prepare flow publishes (masked) is made in seconds."""
+    import hashlib
+    import time
+
+    from bloomline.secrets import mask_text
+    from data_prep.droplog import ID_CHARS
+    from data_prep.filter_report import report
+
+    _, out = prepared
+    rows = all_rows(out / "dropped")
+    (long,) = [r for r in rows if (r["id"] or "").startswith("a.a.")]
+    digest = hashlib.sha256(LONG_ID.encode()).hexdigest()[:16]
+    assert long["id"] == LONG_ID[: ID_CHARS - 17] + "…" + digest and len(long["id"]) == ID_CHARS
+    (dup,) = [r for r in rows if r["id"] == "j-dup-of-long"]
+    assert dup["reason"] == "exact" and dup["duplicate_of"].startswith("b.b.") and len(dup["duplicate_of"]) == ID_CHARS
+    t0 = time.perf_counter()
+    text = mask_text(report(out, examples=10_000))  # as flows/prepare.py publishes it
+    assert time.perf_counter() - t0 < 10
+    assert f"`{long['id']}`" in text and f"{dup['duplicate_of']}" in text.replace("\\", "")
+
+
+def test_texts_from_the_data_show_inert_in_the_report_and_the_filters_command(prepared):
+    """Ids, sources and texts reach the terminal through ``bloomline filters``: control characters
+    shown as escapes, rich markup and Markdown as written."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from data_prep.filter_report import report
+    from flows.cli import app
+
+    _, out = prepared
+    (row,) = [r for r in all_rows(out / "dropped") if r["id"] == HOSTILE_ID]  # the log keeps it as read
+    control = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+    shown = "`esc-[bold red]x[/]\\x1b]0;pwned\\x07\\x9b31m`"
+    text = report(out, lang="en", reason=row["reason"], examples=10_000)
+    assert shown in text and not control.search(text)
+    res = CliRunner().invoke(
+        app, ["filters", str(out), "--lang", "en", "--reason", row["reason"], "--examples", "10000"]
+    )
+    assert res.exit_code == 0 and shown in res.stdout and not control.search(res.stdout)
+    # an error quoting a path of the user's: one line, its markup and escapes inert
+    bad = str(out.parent / "no-[bold red]x[/]-\x1b]0;pwned\x07")
+    res = CliRunner().invoke(app, ["filters", bad])
+    assert res.exit_code == 2 and "no-[bold red]x[/]-\\x1b]0;pwned\\x07" in res.stderr, res.stderr
+    assert not control.search(res.stderr)
 
 
 def test_kept_scores_are_summarised_in_the_manifest(prepared):

@@ -11,7 +11,18 @@ import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.fuzz import MAX_DOC_BYTES, cut_gzip, gzip_prefix_records, jsonl_bytes, lines, overrides, records_in, tables
+from bench.fuzz import (
+    MAX_DOC_BYTES,
+    cut_gzip,
+    gzip_prefix_records,
+    hostile_text,
+    jsonl_bytes,
+    lines,
+    overrides,
+    records_in,
+    tables,
+    write_saved_dataset,
+)
 from bloomline.config import load_config
 from bloomline.errors import BloomlineError
 from data_prep.chunks import chunk_table, process_chunk
@@ -103,13 +114,27 @@ def test_hostile_jsonl_every_line_booked_once_nothing_raised(ls):
 
 
 @ci(15)
-@given(tables())
-def test_hostile_parquet_every_row_booked_once_nothing_raised(table_and_groups):
+@given(tables(), st.booleans())
+def test_hostile_parquet_every_row_booked_once_nothing_raised(table_and_groups, store_schema):
+    """Without pyarrow's stored schema a dictionary column comes back a dictionary only because the
+    reader asks for one (data_prep/table_reader.py)."""
     table, groups = table_and_groups
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / "t.parquet"
-        pq.write_table(table, f, row_group_size=max(1, table.num_rows // groups))
+        pq.write_table(table, f, row_group_size=max(1, table.num_rows // groups), store_schema=store_schema)
         summaries, ledger = chunk_stage(config(f), Path(d) / "out")
+        assert ledger.totals().get("docs_in", 0) == table.num_rows
+        assert dict(drop_counts(Path(d) / "out" / "dropped")) == booked_as_dropped(ledger)
+
+
+@ci(10)
+@given(tables())
+def test_hostile_arrow_streams_every_row_booked_once_nothing_raised(table_and_groups):
+    """The same tables as saved datasets (Arrow streams keep their dictionaries)."""
+    table, _ = table_and_groups
+    with tempfile.TemporaryDirectory() as d:
+        write_saved_dataset(Path(d) / "ds", table)
+        summaries, ledger = chunk_stage(config(Path(d) / "ds"), Path(d) / "out")
         assert ledger.totals().get("docs_in", 0) == table.num_rows
         assert dict(drop_counts(Path(d) / "out" / "dropped")) == booked_as_dropped(ledger)
 
@@ -159,3 +184,21 @@ def test_the_whole_prepare_never_raises_and_books_every_line(ls):
         cfg.tokenizer.vocab_size = 1000
         m = run_all(cfg, d / "out")
         assert m["totals"]["input_records"] == records_in(data) + clean
+
+
+@ci(200)
+@given(st.lists(st.sampled_from(["", "x", " "]) | hostile_text, max_size=4).map("".join))
+def test_hostile_text_reaches_a_terminal_inert_and_a_secret_beside_it_is_masked(text):
+    """What a file holds is shown with its control characters as escapes and its rich markup as
+    written (bloomline/terminal.py), and masking a secret beside it is not thrown off by it."""
+    import re
+
+    from rich.text import Text
+
+    from bloomline.secrets import MASK, mask_text
+    from bloomline.terminal import printable, rich_escape
+
+    shown = printable(text)
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", shown)
+    assert Text.from_markup(rich_escape(text), emoji=False).plain == shown
+    assert mask_text(f"{text} tcp://u:fz-s3cr3t@h:1", env={}).endswith(f" tcp://u:{MASK}@h:1")

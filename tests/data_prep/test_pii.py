@@ -98,3 +98,19 @@ def test_the_fast_patterns_match_as_the_plain_ones():
         assert redact(text) == plain_redact(text)
 
     check()
+
+
+def test_a_colon_run_is_scanned_in_memory_of_its_runs_not_its_matches():
+    """1 MiB of ``:`` holds a seed match every other character: the runs are merged as the matches
+    come, so the search holds O(runs), not the 512Ki matches (60 MiB when they were sorted)."""
+    import tracemalloc
+
+    text = ":" * (1 << 20) + " 10.0.0.1 " + "::" * 1000
+    tracemalloc.start()
+    try:
+        out, counts = redact(text)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (out, counts) == plain_redact(text) and counts == {"ip_address": 1}
+    assert peak < 4 * len(text), f"{peak / 2**20:.1f} MiB"  # the output string itself is ~1 MiB

@@ -11,6 +11,7 @@ import pytest
 from bloomline import languages
 from bloomline.config import load_config
 from bloomline.errors import DataError
+from bloomline.io import TMP_MARK
 from data_prep.config import PrepareConfig, SourceConfig
 from data_prep.pipeline import run_all
 from data_prep.shards import load_manifest
@@ -86,8 +87,17 @@ def test_deterministic_resumable_and_refuses_other_config(tmp_path, bad_inputs):
     for p in list((out / "shards").rglob("*.arrow"))[::3]:
         p.unlink()
     sorted((out / ".work" / "chunks").glob("c*.json"))[-2].unlink()
-    (out / "shards" / "stale.arrow.tmp-999").write_bytes(b"partial")
+    (out / "shards" / f"stale.arrow{TMP_MARK}999").write_bytes(b"partial")
+    # files of the user's in DIR, which may be any folder (--out ~): not bloomline's to delete
+    users = [out / "notes.tmp-1", out / "mine" / f"draft{TMP_MARK}7"]
+    for p in users:
+        p.parent.mkdir(exist_ok=True)
+        p.write_bytes(b"the user's")
     run_all(cfg, out)
+    assert all(p.read_bytes() == b"the user's" for p in users)
+    for p in users:
+        p.unlink()
+    (out / "mine").rmdir()
     assert tree_bytes(out) == ref
     # same command again: already complete, and nothing written (a work folder left behind would
     # make the finished output differ from an uninterrupted run's)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from bloomline.config import load_config
+from bloomline.io import TMP_MARK
 from eval.evaluate import generations
 from eval.metrics import LangTotals, metric_rows, regressions
 from eval.results import (
@@ -138,7 +139,7 @@ def rows_for(step, bpb):
 def test_results_store_replaces_a_checkpoints_rows_and_refuses_foreign_files(tmp_path):
     write_results(tmp_path, 10, rows_for(10, 1.0), [])
     write_results(tmp_path, 20, rows_for(20, 1.1), [])
-    (tmp_path / "eval" / "results" / "step_00000020.parquet.tmp-4242").write_bytes(b"half")  # a killed evaluation
+    (tmp_path / "eval" / "results" / f"step_00000020.parquet{TMP_MARK}4242").write_bytes(b"half")  # a killed evaluation
     write_results(tmp_path, 20, rows_for(20, 1.2), [])  # re-evaluated: replaces, no duplicates
     t = read_results(tmp_path)
     assert evaluated_steps(tmp_path) == [10, 20] and t.num_rows == 2 * len(rows_for(10, 1.0))

@@ -208,6 +208,22 @@ def test_secrets_seen_in_a_config_are_masked_in_any_form():
     assert rec.getMessage() == "invalid address 'u:***@10.0.0.1:8786', token ***"
 
 
+def test_every_flow_fails_with_a_masked_message():
+    """Prefect keeps a failed run's state message (``"{type}: {exception}"``) in its database:
+    what leaves each flow is masked first (tests/bloomline/test_secrets.py: the state Prefect
+    makes of it), and its parameters' signature is still the flow's own."""
+    import inspect
+
+    from flows.evaluate import evaluate_flow
+    from flows.pipeline import pipeline
+    from flows.prepare import prepare
+    from flows.train import train
+
+    for f in (prepare, train, evaluate_flow, pipeline):
+        assert getattr(f.fn, "masks_exceptions", False), f.name
+        assert "local" in inspect.signature(f.fn).parameters and "local" in f.parameters.properties, f.name
+
+
 def test_stage_keys_hash_contents_not_paths(tmp_path):
     from bloomline.config import load_config
     from flows.config import PipelineConfig

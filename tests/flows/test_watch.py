@@ -40,16 +40,17 @@ def test_newest_first_none_skipped_silently(tmp_path):
     def evaluate(ckpt, data, settings, out, local=None):
         step = int(ckpt.rsplit("_", 1)[1])
         order.append(step)
-        if step == 20:
-            raise RuntimeError("the checkpoint is damaged")
+        if step == 20:  # an error quoting a secret: what the watcher records of it is masked
+            raise RuntimeError("the checkpoint is damaged (s3://u:w4tch-s3cr3t@h/k)")
         write_results(out, step, [], [])
 
     assert watch(tmp_path, tmp_path, recipe, done=lambda: True, evaluate=evaluate) == [30, 10]
     assert order == [30, 20, 10] and evaluated_steps(tmp_path) == [10, 30]
     assert skipped_steps(tmp_path) == {
-        20: "its evaluation failed: RuntimeError: the checkpoint is damaged",
+        20: "its evaluation failed: RuntimeError: the checkpoint is damaged (s3://u:***@h/k)",
         40: "tested",
     }
+    assert b"w4tch-s3cr3t" not in run.skipped.read_bytes()
     assert run.complete_steps() == [40]  # keep=1: the rest were deleted once settled
 
 
