@@ -8,14 +8,22 @@ checkpoint's parameters, the data's vocabulary: torch imports), imports its stag
 its Dask cluster while the server starts in its own process. A command refused there stops the
 server at exit, still starting. The server is, in order:
 
-1. the one ``PREFECT_API_URL`` names (Prefect's own setting; nothing to start);
-2. a server answering on this machine's loopback at port 4200, ``bloomline serve``'s default
-   (a team that keeps one running gets its runs in that UI, and skips the start);
+1. the one ``PREFECT_API_URL`` names (Prefect's own setting; nothing to start). When it is the
+   server of a running ``bloomline serve`` of this user's (as 2. proves it), the auth string
+   that serve keeps is sent to it (``PREFECT_API_AUTH_STRING``, unless set);
+2. the server of a running ``bloomline serve`` of this user's, named in the marker file serve
+   writes (flows/serve_state.py), once proven the user's own: every socket listening on its port
+   is this user's, and it refuses a request without serve's auth string and answers one with it
+   (a team that keeps one running gets its runs in that UI, and skips the start). A server that
+   merely answers on 127.0.0.1:4200 is not adopted: any local user could have taken the port,
+   and would receive every run's logs and artifacts and could cancel its runs;
 3. else the temporary server Prefect would start (its ``SubprocessASGIServer`` command: uvicorn
    on Prefect's app factory, UI off, the ephemeral settings), started here at once and given to
    Prefect as ``PREFECT_API_URL``; stopped when the command exits. Starting it here, rather than
    through Prefect's class, spares the command importing Prefect's server (~1.5 s) before the
-   server process can even begin.
+   server process can even begin. It requires an auth string made for it (given to this
+   process's Prefect client as ``PREFECT_API_AUTH_STRING``), so another user on the host cannot
+   read the runs' logs and artifacts from its loopback port.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -30,8 +39,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-SERVE_URL = "http://127.0.0.1:4200/api"
-"""``bloomline serve``'s server with its default host and port."""
+from flows import serve_state
 
 _server: dict = {}  # the temporary server this process started: {"proc", "url"}
 
@@ -51,11 +59,16 @@ def start_early() -> str:
     set as ``PREFECT_API_URL`` in the environment, which Prefect reads when it loads."""
     if _server:
         return f"temporary {_server['url']}"
+    served, auth = serve_state.marked_url(), serve_state.kept_auth_string()
+    ours = served is not None and auth is not None and serve_state.owned_server(served, auth)
     if os.environ.get("PREFECT_API_URL"):
+        if ours and os.environ["PREFECT_API_URL"].rstrip("/") == served.rstrip("/"):
+            os.environ.setdefault("PREFECT_API_AUTH_STRING", auth)
         return "configured"
-    if answers(SERVE_URL):
-        os.environ["PREFECT_API_URL"] = SERVE_URL
-        return f"running {SERVE_URL}"
+    if ours:
+        os.environ["PREFECT_API_URL"] = served
+        os.environ["PREFECT_API_AUTH_STRING"] = auth
+        return f"running {served}"
     if os.environ.get("PREFECT_SERVER_EPHEMERAL_ENABLED", "true").lower() in ("0", "false", "no"):
         return "configured"  # no server allowed to start: Prefect says what is missing, at the first flow
     _start_temporary()
@@ -72,18 +85,25 @@ def _free_port() -> int:
 def _start_temporary() -> None:
     port = _free_port()
     app_dir = Path(importlib.util.find_spec("prefect").submodule_search_locations[0]).parent
+    auth = secrets.token_urlsafe(32)
     env = {
         **os.environ,
         # as Prefect's SubprocessASGIServer runs it: no UI, the ephemeral server's services
         "PREFECT_UI_ENABLED": "0",
         "PREFECT__SERVER_EPHEMERAL": "1",
         "PREFECT__SERVER_FINAL": "1",
+        "PREFECT_SERVER_API_AUTH_STRING": auth,
     }
+    # this process's Prefect client, and every process it starts (ranks, watcher, workers), sends it
+    os.environ["PREFECT_API_AUTH_STRING"] = auth
     proc = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "--app-dir", str(app_dir), "--factory"]
         + ["prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port)]
         + ["--log-level", "error", "--lifespan", "on"],
         env=env,
+        # not in the terminal's process group: Ctrl-C reaches the driver, which ends the job's
+        # processes in order (flows/interrupt.py), rather than the server dying under a running flow
+        start_new_session=True,
     )
     _server.update(proc=proc, url=f"http://127.0.0.1:{port}/api")
     atexit.register(stop)

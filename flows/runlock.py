@@ -144,7 +144,8 @@ def acquire(folder: str | Path, command: str, say: Callable[[str], None] = print
 def owns(folder_of: Callable[..., Any], command: str) -> Callable:
     """Decorate a flow function: it runs holding the lock of ``folder_of(**its arguments)``,
     takeovers logged on the flow run's logger. Under the ``bloomline`` command, which took the
-    lock first, this is the re-entrant case; a flow run ``bloomline serve`` starts takes it here."""
+    lock first, this is the re-entrant case; a flow run ``bloomline serve`` starts takes it here,
+    once its arguments passed flows/served.py's check."""
     import functools
     import inspect
     import typing
@@ -156,8 +157,11 @@ def owns(folder_of: Callable[..., Any], command: str) -> Callable:
         def run(*args: Any, **kwargs: Any) -> Any:
             from prefect import get_run_logger
 
+            from flows import served
+
             bound = sig.bind(*args, **kwargs)
             bound.apply_defaults()
+            served.check(bound.arguments)  # a run bloomline serve started: before anything is touched
             with acquire(folder_of(**bound.arguments), command, say=get_run_logger().warning):
                 return fn(*args, **kwargs)
 

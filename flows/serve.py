@@ -6,13 +6,28 @@ Prefect's own ``serve`` does the work: it registers the deployments and, in this
 the server for runs of them and executes each one in a subprocess. Each deployment's default
 parameters are the bundled recipes as JSON, so the UI shows every value, editable.
 
-Security: a server started here listens on 127.0.0.1 unless ``--host`` says otherwise, and
-Prefect's server has no authentication of its own (set ``PREFECT_SERVER_API_AUTH_STRING`` to
-require one); logs go through bloomline's masking (bloomline/secrets.py).
+Security. Whoever can create a run of a deployment runs code as the serving user (an
+``evaluate`` of a planted checkpoint, a ``prepare`` on their own Dask scheduler), so:
+
+- the server requires an auth string (Prefect's ``PREFECT_SERVER_API_AUTH_STRING``; every
+  request but ``/health`` without it gets 401). The one the user gives
+  (``PREFECT_SERVER_API_AUTH_STRING`` or ``PREFECT_API_AUTH_STRING``), else the one kept in
+  ``~/.bloomline/serve/auth`` (mode 0600; ``$BLOOMLINE_HOME/serve/auth``), made by the first serve
+  (flows/serve_state.py). This process's client and the flow runs it starts send it
+  (``PREFECT_API_AUTH_STRING``); the user's ``prefect`` CLI reads it from that file, the UI asks
+  for it, the user's other ``bloomline`` commands find it themselves (flows/api_server.py). An
+  existing server (``--api-url``) that answers without it is refused;
+- the server listens on 127.0.0.1 unless ``--host`` says otherwise (with a warning then: the
+  auth string crosses the network in clear HTTP; put a TLS proxy in front);
+- a run may use only the folders given as ``--root`` (the current folder by default), may not
+  name a Dask scheduler, launcher arguments or an NCCL plugin (flows/served.py, checked before
+  the run touches anything);
+- logs go through bloomline's masking (bloomline/secrets.py).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -52,14 +67,16 @@ def wait_healthy(api_url: str, timeout: float = 180.0) -> None:
     raise BloomlineError(f"the Prefect server at {api_url} did not answer within {timeout:.0f} s ({last})")
 
 
-def start_server(host: str, port: int, log_file: Path) -> subprocess.Popen:
-    """``prefect server start`` in its own session (stopped with its process group)."""
+def start_server(host: str, port: int, log_file: Path, auth: str) -> subprocess.Popen:
+    """``prefect server start`` in its own session (stopped with its process group), requiring
+    ``auth`` of every request but its health check."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_SERVER_API_HOST": host,
         "PREFECT_SERVER_API_PORT": str(port),
+        "PREFECT_SERVER_API_AUTH_STRING": auth,
     }
     with open(log_file, "ab") as log:
         return subprocess.Popen(
@@ -69,6 +86,35 @@ def start_server(host: str, port: int, log_file: Path) -> subprocess.Popen:
             env=env,
             start_new_session=True,
         )
+
+
+def require_auth(api_url: str, auth: str) -> None:
+    """Refuse a server that answers without ``auth`` (anyone who reaches it could run code
+    here), or that refuses it; the string itself is never shown."""
+    from flows.serve_state import status
+
+    code = status(api_url, None)
+    if code is None:
+        raise BloomlineError(f"the Prefect server at {api_url} stopped answering")
+    if code != 401:
+        raise BloomlineError(
+            f"the Prefect server at {api_url} answers requests without authentication: "
+            "start it with PREFECT_SERVER_API_AUTH_STRING set (bloomline serve starts its own so)"
+        )
+    if status(api_url, auth) != 200:
+        raise BloomlineError(
+            f"the Prefect server at {api_url} refuses this auth string: set PREFECT_API_AUTH_STRING to its own"
+        )
+
+
+def serve_roots(paths: list[Path]) -> list[Path]:
+    """The folders served runs may use (``--root``; the current folder when none), resolved;
+    a BloomlineError for one that is not a folder."""
+    roots = [Path(os.path.realpath(p)) for p in (paths or [Path.cwd()])]
+    for given, root in zip(paths or [Path.cwd()], roots):
+        if not root.is_dir():
+            raise BloomlineError(f"--root {given}: not a folder")
+    return roots
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -114,14 +160,17 @@ def deployments() -> list[Any]:
     ]
 
 
-def serve_deployments() -> None:
-    """Register the deployments on the server at PREFECT_API_URL and run what it schedules (blocks)."""
+def serve_deployments(roots: list[Path]) -> None:
+    """Register the deployments on the server at PREFECT_API_URL and run what it schedules
+    (blocks); the flow runs may use only ``roots`` (flows/served.py)."""
     from prefect import serve
 
     from bloomline.secrets import install_log_masking
     from flows import user_errors
+    from flows.served import ROOTS_ENV
 
     install_log_masking()
     user_errors.install()
+    os.environ[ROOTS_ENV] = json.dumps([str(r) for r in roots])  # the flow runs' subprocesses inherit it
     os.chdir(REPO)  # the flow runs' subprocesses import the flows from here
     serve(*deployments(), print_starting_message=True)

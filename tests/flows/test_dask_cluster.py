@@ -25,3 +25,27 @@ def test_a_local_cluster_leaves_the_drivers_environment_as_it_was():
         if "MALLOC_TRIM_THRESHOLD_" not in before:
             assert client.submit(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_")).result() is None
     assert dict(os.environ) == before
+
+
+def test_the_local_cluster_refuses_a_client_without_its_credentials():
+    """Any user of the host can reach a loopback port; a plain Dask scheduler runs whatever
+    functions its clients send, as the job's user. Only the cluster's own TLS credentials get in:
+    a plain TCP client and a TLS client with other (self-signed) credentials are both refused."""
+    from distributed import Client
+    from distributed.security import Security
+
+    cfg = load_config(PrepareConfig, REPO / "configs/data/demo.yaml", ["dask.n_workers=1"])
+    with dask_client(cfg) as client:
+        address = client.scheduler.address
+        assert address.startswith("tls://127.0.0.1:")
+        assert client.submit(lambda: 1 + 1).result() == 2  # the job's own client and worker get through
+        for kind, addr, sec in (
+            ("plain", address.replace("tls://", "tcp://"), None),
+            ("other credentials", address, Security.temporary()),
+        ):
+            try:
+                with Client(addr, security=sec, timeout="3s") as intruder:
+                    intruder.submit(lambda: 0).result(timeout=3)
+            except (OSError, TimeoutError):
+                continue
+            raise AssertionError(f"a {kind} client reached the cluster at {addr}")

@@ -1,8 +1,11 @@
-"""`bloomline serve` against a real `prefect server`: the deployments are registered, a run of one
-started through Prefect's client API completes, and its state and artifacts read back."""
+"""`bloomline serve` with its real Prefect server: it requires its auth string, the deployments are
+registered, a run of one started through Prefect's client API completes, and its state and
+artifacts read back; a run's parameters stay within the roots serve was given."""
 
 import json
 import os
+import re
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -13,49 +16,54 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-def test_a_deployment_runs_on_a_real_prefect_server(tmp_path):
+def test_serve_requires_its_auth_string_and_runs_only_what_its_roots_allow(tmp_path, monkeypatch):
+    """One `bloomline serve` (its own server, with an auth string it makes and keeps mode 0600):
+    a request without the string is refused (anyone who reaches the API could otherwise run code
+    as the serving user); a run of a deployment started with it completes and its state and
+    artifacts read back; a run naming a Dask scheduler, or a folder outside --root, fails in one
+    line before it touches anything; and the user's other commands find and adopt the server."""
+    from flows import api_server, serve_state
+    from flows.serve import stop, wait_healthy
     from training.loop.launch import free_port
 
     port = free_port()
     url = f"http://127.0.0.1:{port}/api"
-    env = {
-        **os.environ,
-        "PREFECT_HOME": str(tmp_path / "prefect-home"),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_API_URL": url,
-    }
-    procs = []
-    try:
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API_", "PREFECT_SERVER_API_"))}
+    env.update(
+        PREFECT_HOME=str(tmp_path / "prefect-home"),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        BLOOMLINE_HOME=str(home),
+    )
+    root = tmp_path / "runs"
+    root.mkdir()
+    serve_log = tmp_path / "serve.log"
+    with open(serve_log, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flows.cli", "serve", "--port", str(port), "--root", str(root)],
+            env=env,
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
-        from flows.serve import wait_healthy
-
+    try:
         wait_healthy(url)
-        serve_log = tmp_path / "serve.log"
-        with open(serve_log, "wb") as log:
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "flows.cli", "serve", "--api-url", url],
-                    env=env,
-                    cwd=REPO,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
-        out = tmp_path / "prepared"
+        auth = home / "serve" / "auth"
+        assert stat.S_IMODE(auth.stat().st_mode) == 0o600 and stat.S_IMODE(auth.parent.stat().st_mode) == 0o700
+        secret = auth.read_text().strip()
+        assert serve_state.status(url, None) == 401  # the API without the auth string
+        assert serve_state.status(url, "a guess") == 401
+        assert serve_state.status(url, secret) == 200
+        assert secret not in serve_log.read_text(errors="replace")  # named by its file, never shown
+
+        out, outside = root / "prepared", tmp_path / "outside"
         script = f"""
-import asyncio, json, time
+import asyncio, json
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, FlowRunFilter, FlowRunFilterId
 from prefect.deployments import run_deployment
+from flows.serve import default_parameters
 
 async def main():
     async with get_client() as client:
@@ -66,16 +74,27 @@ async def main():
                 break
             await asyncio.sleep(0.5)
         deps = sorted(flows[d.flow_id] + "/" + d.name for d in await client.read_deployments())
-    run = await run_deployment("prepare/bloomline", parameters={{"out": {str(out)!r}}}, timeout=600)
+    config = default_parameters()["prepare"]["config"]
+    config["dask"]["address"] = "tcp://127.0.0.1:9"
+    runs = {{
+        "ok": await run_deployment("prepare/bloomline", parameters={{"out": {str(out)!r}}}, timeout=600),
+        "dask": await run_deployment("prepare/bloomline", parameters={{"out": {str(out)!r} + "-dask", "config": config}}, timeout=600),
+        "outside": await run_deployment("prepare/bloomline", parameters={{"out": {str(outside)!r}}}, timeout=600),
+    }}
+    got = {{"deployments": deps}}
     async with get_client() as client:
-        run = await client.read_flow_run(run.id)
-        arts = await client.read_artifacts(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))
-    print(json.dumps({{"deployments": deps, "state": run.state.type.value, "artifacts": sorted(a.key for a in arts if a.key)}}))
+        for name, run in runs.items():
+            run = await client.read_flow_run(run.id)
+            arts = await client.read_artifacts(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))
+            states = await client.read_flow_run_states(run.id)  # a failed served run may end Crashed after it
+            got[name] = {{"state": run.state.type.value, "messages": [s.message or "" for s in states], "artifacts": sorted(a.key for a in arts if a.key)}}
+    print(json.dumps(got))
 
 asyncio.run(main())
 """
+        client_env = {**env, "PREFECT_API_URL": url, "PREFECT_API_AUTH_STRING": secret}
         res = subprocess.run(
-            [sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True, text=True, timeout=900
+            [sys.executable, "-c", script], env=client_env, cwd=REPO, capture_output=True, text=True, timeout=900
         )
         assert res.returncode == 0, res.stderr[-3000:] + serve_log.read_text(errors="replace")[-3000:]
         got = json.loads(res.stdout.strip().splitlines()[-1])
@@ -85,14 +104,98 @@ asyncio.run(main())
             "prepare/bloomline",
             "train/bloomline",
         ]
-        assert got["state"] == "COMPLETED", serve_log.read_text(errors="replace")[-3000:]
-        assert "prepare-summary" in got["artifacts"]
+        assert got["ok"]["state"] == "COMPLETED", serve_log.read_text(errors="replace")[-3000:]
+        assert "prepare-summary" in got["ok"]["artifacts"]
         assert (out / "manifest.json").is_file()
-    finally:
-        from flows.serve import stop
+        for name, key in (("dask", "config.dask.address"), ("outside", "out")):
+            assert got[name]["state"] in ("FAILED", "CRASHED"), got[name]
+            assert any(f"BloomlineError: parameter '{key}' refused: " in m for m in got[name]["messages"]), got[name]
+        assert not outside.exists() and not Path(f"{out}-dask").exists()  # refused before anything was made
 
-        for p in procs[::-1]:
-            stop(p)
+        # the user's other commands report to it, with its auth string
+        for name in ("PREFECT_API_URL", "PREFECT_API_AUTH_STRING"):
+            monkeypatch.setenv(name, "")
+            monkeypatch.delenv(name)
+        monkeypatch.setenv("BLOOMLINE_HOME", str(home))
+        monkeypatch.setattr(api_server, "_server", {})
+        assert api_server.start_early() == f"running {url}"
+        assert os.environ["PREFECT_API_AUTH_STRING"] == secret
+    finally:
+        stop(proc)
+    assert not (home / "serve" / "server.json").exists()  # serve's marker goes with it
+
+
+def test_an_existing_server_without_authentication_is_refused(tmp_path):
+    """`serve --api-url` on a server anyone reaching it can use: one line, exit 2, nothing served."""
+    import http.server
+    import threading
+
+    class Open(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), Open)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API_", "PREFECT_SERVER_API_"))}
+    env["BLOOMLINE_HOME"] = str(tmp_path)
+    try:
+        url = f"http://127.0.0.1:{httpd.server_port}/api"
+        res = subprocess.run(
+            [sys.executable, "-m", "flows.cli", "serve", "--api-url", url],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        httpd.shutdown()
+    assert res.returncode == 2, res.stderr[-2000:]
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "answers requests without authentication" in lines[0], res.stderr
+
+
+def test_served_parameters_are_checked_against_the_roots(tmp_path, monkeypatch):
+    """The check every flow's arguments pass first under serve (flows/served.py), in-process."""
+    from bloomline.errors import BloomlineError
+    from flows import served
+    from flows.serve import default_parameters
+
+    root = tmp_path / "runs"
+    (root / "data").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (root / "link").symlink_to(tmp_path / "elsewhere")
+    params = default_parameters()
+    ok = {"config": params["train"]["recipe"], "data": str(root / "data"), "out": str(root / "run1"), "local": None}
+    served.check(ok)  # outside serve, nothing is checked...
+    monkeypatch.setenv(served.ROOTS_ENV, json.dumps([str(root)]))
+    served.check(ok)  # ...and the bundled recipes pass under it
+    served.check({"config": params["pipeline"]["config"], "out": str(root / "p")})
+    served.check({"config": {**params["train"]["recipe"], "model": "bloom-tiny"}, "data": str(root), "out": str(root)})
+    served.check({"checkpoint": str(root / "run1/checkpoints/step_10"), "data": str(root / "data"), "out": None})
+
+    pipeline = json.loads(json.dumps(params["pipeline"]["config"]))
+    pipeline["train"]["launch"]["nccl"]["NCCL_NET_PLUGIN"] = "/tmp/x.so"
+    refused = {
+        "out": {"out": str(tmp_path / "elsewhere")},
+        "out.": {"out": str(root / "link" / "x")},  # a link out of the root
+        "out..": {"out": str(root / ".." / "elsewhere")},
+        "checkpoint": {"checkpoint": "/etc/passwd", "out": str(root)},
+        "checkpoint.": {"checkpoint": str(root / "step_10"), "out": None},  # its run folder is root's parent
+        "config.sources[0].path": {"config": {"sources": [{"path": "/etc"}]}, "out": str(root)},
+        "config.model": {"config": {"model": "../../etc/x.yaml"}, "out": str(root)},
+        "config.dask.address": {"config": {"dask": {"address": "tcp://10.0.0.1:8786"}}, "out": str(root)},
+        "config.data.dask.address": {"config": {"data": {"dask": {"address": "tcp://h:1"}}}, "out": str(root)},
+        "config.launch.launcher_args": {"config": {"launch": {"launcher_args": "-R exec"}}, "out": str(root)},
+        "config.train.launch.nccl.NCCL_NET_PLUGIN": {"config": pipeline, "out": str(root)},
+    }
+    for key, args in refused.items():
+        with pytest.raises(BloomlineError, match=rf"^parameter '{re.escape(key.rstrip('.'))}' refused: "):
+            served.check(args)
 
 
 def test_the_api_address_of_each_host():

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from training.config import ParallelConfig
+from training.parallel.rendezvous import INIT_METHOD
 from training.parallel.shm import unlink_own_buffer
 
 
@@ -64,7 +65,8 @@ def init_distributed(parallel: ParallelConfig, seed: int) -> Mesh:
         # modulo: launchers that give each process one GPU (srun) still number LOCAL_RANK 0..n-1
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
     if not torch.distributed.is_initialized():
-        deepspeed.init_distributed(dist_backend=backend, verbose=False)
+        # rank 0's store listens on MASTER_ADDR only, not on every interface (training/parallel/rendezvous.py)
+        deepspeed.init_distributed(dist_backend=backend, verbose=False, init_method=INIT_METHOD)
         torch.distributed.barrier()  # every rank has mapped every rank's CPU all-reduce buffer by now
         unlink_own_buffer(torch.distributed.get_rank())  # no kill can leave it in /dev/shm (training/parallel/shm.py)
     world = torch.distributed.get_world_size()
