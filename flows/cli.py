@@ -25,6 +25,7 @@ import typer
 from rich.console import Console
 
 from bloomline.errors import BloomlineError, ConfigError
+from bloomline.terminal import printable, rich_escape
 from flows.api_server import start_early, wait_ready
 from flows.params import hand
 
@@ -92,7 +93,7 @@ class RichProgress:
         tid = self._tasks.get(stage)
         if tid is not None:
             self._p.update(tid, completed=self._p.tasks[tid].total)
-        self._p.console.print(f"[green]✓[/] {stage}: {message}")
+        self._p.console.print(f"[green]✓[/] {stage}: {rich_escape(message)}")
 
     def stop(self) -> None:
         self._p.stop()
@@ -140,11 +141,11 @@ def prepare(
             finally:
                 progress.stop()
         if manifest.get("run_stats", {}).get("already_complete"):
-            console.print(f"[green]{out} is already complete[/] (same config and inputs); nothing to do.")
+            console.print(f"[green]{rich_escape(out)} is already complete[/] (same config and inputs); nothing to do.")
         print_summary(manifest, console)
-        console.print(f"[bold green]done[/]: {Path(out) / 'manifest.json'}")
+        console.print(f"[bold green]done[/]: {rich_escape(Path(out) / 'manifest.json')}")
 
-    _run(body, debug, driver=True)
+    _run(body, debug, driver=True, out=out)
 
 
 def check_inputs(cfg) -> None:
@@ -207,7 +208,7 @@ def pipeline(
 
         print_pipeline(res, console)
 
-    _run(body, debug, driver=True)
+    _run(body, debug, driver=True, out=out)
 
 
 DEFAULT_TRAIN_CONFIG = REPO / "configs" / "train" / "bloom-tiny.yaml"
@@ -266,8 +267,11 @@ def train(
         from flows.train_job import validate
 
         validate(recipe, data)  # before any launcher or rank starts
+        from flows import interrupt
         from flows.train import train as train_flow
+        from flows.train_job import where_stopped
 
+        interrupt.where(lambda: where_stopped(out, recipe.train.steps))
         with owned(out, "bloomline train"):
             sent, local = hand(to_dict(recipe))
             wait_ready()
@@ -289,9 +293,9 @@ def train(
                 f"{out / 'dashboard' / 'index.html'})"
             )
             for step, why in sorted(ev["skipped"].items()):
-                console.print(f"[yellow]not evaluated[/]: step {step}: {why}")
+                console.print(f"[yellow]not evaluated[/]: step {step}: {rich_escape(why)}")
 
-    _run(body, debug, driver=True)
+    _run(body, debug, driver=True, out=out)
 
 
 DEFAULT_EVAL_CONFIG = REPO / "configs" / "eval" / "default.yaml"
@@ -349,13 +353,14 @@ def evaluate(
             if str(t["note"]).startswith(
                 ("malformed record", "lm-eval failed")
             ):  # bad task data: an error, the rest ran
-                print(f"error: {t['task']} {t['lang']} not evaluated, {t['note']}", file=sys.stderr)
+                print(printable(f"error: {t['task']} {t['lang']} not evaluated, {t['note']}"), file=sys.stderr)
             else:
-                console.print(f"[yellow]not evaluated[/]: {t['task']} {t['lang']}: {t['note']}", highlight=False)
+                what = rich_escape(f"{t['task']} {t['lang']}: {t['note']}")
+                console.print(f"[yellow]not evaluated[/]: {what}", highlight=False)
         for g in res["regressions"]:
             console.print(f"[yellow]regression[/]: {g['lang']} bits per byte {g['previous_bpb']:.4f} → {g['bpb']:.4f}")
 
-    _run(body, debug, driver=True)
+    _run(body, debug, driver=True, out=out or checkpoint)
 
 
 @app.command()
@@ -384,7 +389,7 @@ def export(
             f"[bold green]done[/]: {path} (AutoModelForCausalLM.from_pretrained and AutoTokenizer load it offline)"
         )
 
-    _run(body, debug, driver=True)
+    _run(body, debug, driver=True, out=out)
 
 
 @app.command()
@@ -484,40 +489,79 @@ def serve(
     ),
     port: int = typer.Option(4200, "--port", help="Its port."),
     api_url: str = typer.Option(
-        None, "--api-url", help="Use this running Prefect server (http://host:4200/api) instead of starting one."
+        None,
+        "--api-url",
+        help="Use this running Prefect server (http://host:4200/api), which must require an auth string, "
+        "instead of starting one.",
+    ),
+    root: List[Path] = typer.Option(
+        [],
+        "--root",
+        help="A folder the served runs may read and write (repeatable); default: the current folder.",
     ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
-    """Start (or use) a Prefect server and serve pipeline, prepare, train and evaluate as deployments."""
+    """Start (or use) a Prefect server that requires an auth string, and serve pipeline, prepare,
+    train and evaluate as deployments whose runs use only the --root folders (flows/serve.py)."""
 
     def body() -> None:
-        from flows.serve import DEPLOYMENT, LOOPBACK, serve_deployments, start_server, stop, wait_healthy
+        import shlex
+
+        from flows import serve_state
+        from flows.serve import (
+            DEPLOYMENT,
+            LOOPBACK,
+            require_auth,
+            serve_deployments,
+            serve_roots,
+            start_server,
+            stop,
+            wait_healthy,
+        )
         from flows.serve import api_url as url_of
 
+        roots = serve_roots(root)
+        # before Prefect is imported: this process's client and the flow runs it starts send it
+        auth, source = serve_state.auth_string()
+        os.environ["PREFECT_API_AUTH_STRING"] = auth
         server = None
         url = api_url
         if url is None:
             if host not in LOOPBACK:
+                from rich.markup import escape
+
                 console.print(
-                    f"[yellow]warning[/]: the Prefect server listens on {host}, reachable beyond this machine; "
-                    f"it has no authentication unless PREFECT_SERVER_API_AUTH_STRING is set"
+                    f"[yellow]warning[/]: the Prefect server listens on {escape(host)}, reachable beyond this "
+                    "machine over plain HTTP, which carries the auth string in clear: put a TLS proxy in front",
+                    highlight=False,
                 )
             home = Path(os.environ.get("PREFECT_HOME", Path.home() / ".prefect"))
-            server = start_server(host, port, home / "bloomline-server.log")
+            server = start_server(host, port, home / "bloomline-server.log", auth)
             url = url_of(host, port)
         try:
             wait_healthy(url)
+            require_auth(url, auth)
             os.environ["PREFECT_API_URL"] = url
+            serve_state.write_marker(url)  # the user's other commands report here (flows/api_server.py)
             ui = url.removesuffix("/api")
-            console.print(
+
+            def say(text: str) -> None:  # paths and URLs as given: no rich markup read in them
+                console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+            say(
                 f"Prefect server {ui} (UI); deployments: "
                 + ", ".join(f"{f}/{DEPLOYMENT}" for f in ("pipeline", "prepare", "train", "evaluate"))
             )
-            console.print(
-                f"run one: PREFECT_API_URL={url} prefect deployment run 'pipeline/{DEPLOYMENT}' -p out=/path/to/run"
+            key = f"${source}" if source in serve_state.GIVEN else f"$(cat {shlex.quote(source)})"
+            say(f"auth string: {source} (the UI asks for it; clients send it as PREFECT_API_AUTH_STRING)")
+            say("runs may use only: " + ", ".join(map(str, roots)))
+            say(
+                f'run one: PREFECT_API_URL={url} PREFECT_API_AUTH_STRING="{key}" '
+                f"prefect deployment run 'pipeline/{DEPLOYMENT}' -p out={shlex.quote(str(roots[0] / 'run1'))}"
             )
-            serve_deployments()
+            serve_deployments(roots)
         finally:
+            serve_state.remove_marker()
             if server is not None:
                 stop(server)
 
@@ -530,30 +574,42 @@ def owned(folder: Path, command: str) -> Iterator[None]:
     one line naming the holder; a lock left by a dead job is taken over, with a warning."""
     from flows.runlock import acquire
 
-    with acquire(folder, command, say=lambda msg: console.print(f"[yellow]{msg}[/]", highlight=False)):
+    with acquire(folder, command, say=lambda msg: console.print(f"[yellow]{rich_escape(msg)}[/]", highlight=False)):
         yield
 
 
-def _run(body, debug: bool, driver: bool = False) -> None:
+def _run(body, debug: bool, driver: bool = False, out: Path | None = None) -> None:
+    """Run a command's ``body``: a BloomlineError ends it in one line with exit status 2, and so does
+    a full disk (bloomline/disk.py) where it writes into ``out``; a driver's Ctrl-C ends its job
+    (flows/interrupt.py)."""
     from bloomline.secrets import install_log_masking
 
     install_log_masking()
-    if driver:  # every process this command starts ends with it (flows/lifeline.py)
+    if driver:  # every process this command starts ends with it (flows/lifeline.py), Ctrl-C too
+        from flows import interrupt
         from flows.lifeline import become_driver
 
         become_driver()
+        interrupt.install()
     if not debug:
         from flows import user_errors
 
         user_errors.install()
     try:
-        body()
+        try:
+            body()
+        except Exception as e:
+            from bloomline.disk import disk_full_error, full_disk
+
+            if out is not None and not isinstance(e, BloomlineError) and full_disk(e, out):
+                raise disk_full_error(e, out) from None
+            raise
     except BloomlineError as e:
         if debug:
             raise
         from bloomline.secrets import mask_text
 
-        console.print(f"[bold red]error:[/] {mask_text(str(e))}", highlight=False, soft_wrap=True)
+        console.print(f"[bold red]error:[/] {rich_escape(mask_text(str(e)))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
         console.print("[bold red]interrupted[/]: rerun the same command to resume")

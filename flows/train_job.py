@@ -149,6 +149,18 @@ def run_worker_node(r: TrainRecipe, data: str | Path, out: str | Path, say: Any 
             recipe_file.unlink(missing_ok=True)
 
 
+def where_stopped(out: str | Path, steps: int) -> str:
+    """Where a run in ``out`` stands, for the line of an interrupted ``bloomline train``:
+    ``"at step 12/30 (a rerun resumes from its checkpoint step_10)"``."""
+    from training.loop.metrics_log import read_metrics
+
+    folder = RunDir(Path(out))
+    rows = read_metrics(folder.metrics)[0]
+    at = f"at step {rows[-1]['step']}/{steps}" if rows else "before the first step"
+    latest = folder.latest_step()
+    return f"{at} ({'a rerun resumes from checkpoint step_' + str(latest) if latest else 'no checkpoint yet'})"
+
+
 def _error_line(log_file: Path) -> str | None:
     """The message a rank printed for a user error (``error: ...``), to stop with it."""
     lines = log_file.read_text(errors="replace").splitlines() if log_file.exists() else []

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from bloomline.disk import FULL_ERRNOS
 from bloomline.errors import ConfigError
 from bloomline.secrets import copy_masked
 from training.parallel.shm import release_job_shm
@@ -111,11 +112,19 @@ def spawn_logged(
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
     )
-    log = open(log_file, "ab")
+    log = open(log_file, "ab", buffering=0)  # each line is written as it comes (copy_masked flushes anyway)
 
     def copy() -> None:
         with log:
-            copy_masked(proc.stdout, log)
+            try:
+                copy_masked(proc.stdout, log)
+            except OSError as e:
+                if e.errno not in FULL_ERRNOS:
+                    raise
+                # the log's disk is full: the child's output is dropped, never left to fill the pipe
+                # and block the child (the command says the disk is full, bloomline/disk.py)
+                for _ in iter(proc.stdout.readline, b""):
+                    pass
 
     copier = threading.Thread(target=copy, name=f"log {log_file.name}", daemon=True)
     copier.start()

@@ -4,7 +4,7 @@ Started once per rank by the DeepSpeed launcher (``bloomline train`` / the Prefe
 do that); it reads the fully resolved recipe the flow wrote, so every rank trains exactly the
 same configuration. Exit status (``training/loop/launch.py``): EXIT_OK when done or stopped by the
 kill switch; EXIT_USER_ERROR, after printing ``error: <message>`` to stderr, for a problem with
-the configuration or the data, which a restart cannot fix; anything else is a crash.
+the configuration or the data, or a full disk, which a restart cannot fix; anything else is a crash.
 """
 
 from __future__ import annotations
@@ -36,7 +36,15 @@ def main(argv: list[str] | None = None) -> int:
             recipe = from_dict(TrainRecipe, json.load(f))
         recipe.resolve_paths(Path("."))
         seed_everything(recipe.train.seed)
-        Trainer(recipe, args.data, args.out).train()
+        try:
+            Trainer(recipe, args.data, args.out).train()
+        except Exception as e:
+            from bloomline.disk import disk_full_error, full_disk
+
+            # a checkpoint or a metrics line that found no space: the same on every restart
+            if not isinstance(e, BloomlineError) and full_disk(e, args.out):
+                raise disk_full_error(e, args.out) from None
+            raise
     except BloomlineError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         sys.stdout.flush()
