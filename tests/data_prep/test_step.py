@@ -72,3 +72,27 @@ def test_a_batch_step_books_the_one_document_its_batch_failed_on():
     assert [d.id for d in step.run(docs())] == ["d0", "d2"]
     assert ledger.to_dict()["en"]["errors"] == {"langid.ValueError": 1}
     assert step.report() == {"docs_in": 3, "docs_out": 2, "dropped": {"langid.ValueError": 1}}
+
+
+def test_a_batch_ends_at_its_character_budget_as_well_as_its_document_count():
+    """256 documents of 1 MiB each (a 1 KB Parquet file's shared dictionary value can be that)
+    would be one batch of 256 MiB of text, which the quality checks' numpy passes multiply by ~65:
+    batches end at ``batch_chars`` too, and ordinary documents still go 256 at a time."""
+    from data_prep.filters import QualityFilter
+
+    sizes = []
+
+    class Sizes(QualityFilter):
+        def process_batch(self, batch):
+            sizes.append(len(batch))
+            return batch
+
+    def many(n, chars):
+        return (Document(text="a" * chars, lang="en", id=f"d{i}", loc=f"f:{i}", pos=i) for i in range(n))
+
+    from data_prep.config import FilterConfig
+
+    step = Sizes(FilterConfig(), Ledger(DropLog(100)))
+    assert len(list(step.run(many(10, 1 << 20)))) == 10 and sizes == [4, 4, 2]  # 4 MiB of text each
+    sizes.clear()
+    assert len(list(step.run(many(300, 3000)))) == 300 and sizes == [256, 44]
