@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.fuzz import (
+from bench.fuzz_inputs import (
     MAX_DOC_BYTES,
     cut_gzip,
     gzip_prefix_records,

@@ -13,7 +13,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from bench.fuzz import dictionary_bomb, write_saved_dataset
+from bench.fuzz_inputs import dictionary_bomb, write_saved_dataset
 from data_prep.config import ReadConfig, SourceConfig
 from data_prep.document import UNKNOWN_LANG, Ledger
 from data_prep.droplog import DropLog
