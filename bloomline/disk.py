@@ -11,6 +11,7 @@ almost no space left.
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 from pathlib import Path
 from typing import Optional
@@ -18,6 +19,8 @@ from typing import Optional
 from bloomline.errors import BloomlineError
 
 FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+FULL_WORDS = tuple(os.strerror(n) for n in FULL_ERRNOS)
+"""How those errors read once re-raised as text ("No space left on device", "Disk quota exceeded")."""
 TORCH_WRITE_FAILED = ("file write failed", "iostream error", "PytorchStreamWriter failed")
 """How torch's zip writer reports a failed write (its C++ stream errors carry no errno)."""
 NEARLY_FULL_BYTES = 64 << 20
@@ -43,7 +46,7 @@ def full_disk(e: BaseException, folder: Optional[str | Path] = None) -> bool:
         if isinstance(x, OSError) and x.errno in FULL_ERRNOS:
             return True
         text = str(x)
-        if "No space left on device" in text or "Disk quota exceeded" in text:  # strerror, as re-raised
+        if any(words in text for words in FULL_WORDS):  # strerror, as re-raised
             return True
         if any(w in text for w in TORCH_WRITE_FAILED) and folder is not None and free_bytes(folder) < NEARLY_FULL_BYTES:
             return True

@@ -65,7 +65,7 @@ def is_alive(tok: str) -> bool:
     False for a string that is no token (a lock file is read from a folder anyone may have written)."""
     try:
         pid, start = driver_of(tok)
-    except ValueError:
+    except (ValueError, AttributeError, TypeError):
         return False
     began = _started(pid)
     return began is not None and abs(began - start) < 0.01

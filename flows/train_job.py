@@ -10,6 +10,7 @@ temporary server of its own beside that one (measured: 5.6 s to a flow's first l
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from bloomline.config import to_dict
+from bloomline.disk import NEARLY_FULL_BYTES, disk_full_error, free_bytes
 from bloomline.errors import BloomlineError, ConfigError
 from bloomline.io import write_json_atomic
 from bloomline.secrets import mask_tree
@@ -112,7 +114,10 @@ def restarted(
         if rc == EXIT_OK:
             return attempt
         if rc == EXIT_USER_ERROR:
-            raise BloomlineError(f"training stopped: {_error_line(log_file) or f'exit status {rc}, see {log_file}'}")
+            line = _error_line(log_file)
+            if line is None and free_bytes(logs) < NEARLY_FULL_BYTES:  # the rank's line found no room in its log
+                raise disk_full_error(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), logs.parent.parent)
+            raise BloomlineError(f"training stopped: {line or f'exit status {rc}, see {log_file}'}")
         failed(rc, log_file)
         if attempt < attempts:
             time.sleep(1)

@@ -28,7 +28,7 @@ def says_disk_full(record: logging.LogRecord) -> bool:
     """A record of a write that found no space (its exception, or the text a masked record or a
     Dask worker's "Compute Failed" keeps of it): the command ends with its own line about it
     (bloomline/disk.py), the same for every record Prefect and Dask log of that one failure."""
-    from bloomline.disk import full_disk
+    from bloomline.disk import FULL_WORDS, full_disk
 
     if record.exc_info and record.exc_info[1] is not None and full_disk(record.exc_info[1]):
         return True
@@ -37,10 +37,7 @@ def says_disk_full(record: logging.LogRecord) -> bool:
     except Exception:  # noqa: BLE001 - a malformed record is not ours to judge
         return False
     text += record.exc_text or ""
-    return any(words in text for words in DISK_FULL_WORDS)
-
-
-DISK_FULL_WORDS = ("No space left on device", "Disk quota exceeded")
+    return any(words in text for words in FULL_WORDS)
 
 
 class DiskFullFilter(logging.Filter):

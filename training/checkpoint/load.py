@@ -18,7 +18,7 @@ from bloomline.errors import CheckpointError
 from bloomline.io import sha256_file
 from training.checkpoint.meta import PRECISIONS, model_config, read_meta
 from training.checkpoint.run_dir import META_FILE
-from training.checkpoint.safe_load import check_folder, safe_load
+from training.checkpoint.safe_load import enforced, safe_load
 from training.parallel.layout import (
     bloom_name,
     first_mismatch,
@@ -125,8 +125,8 @@ def _zero3_weights(step_dir: Path, tp_rank: int, dtype: torch.dtype) -> dict[str
     """ZeRO-3 keeps no whole weights in the model-state files: gather this TP rank's fp32 master
     partitions with DeepSpeed's ``zero_to_fp32`` (which reads one model-parallel rank's files, so
     they are linked into a folder of their own) and round them to the training precision, which
-    is what the bf16/fp16 copies the model computed with hold. ``zero_to_fp32`` loads with
-    ``weights_only=False``: every file it reads is checked first (safe_load.check_folder)."""
+    is what the bf16/fp16 copies the model computed with hold. ``zero_to_fp32`` asks for
+    ``weights_only=False``: it runs inside safe_load.enforced, so it gets the restricted unpickler."""
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -134,8 +134,11 @@ def _zero3_weights(step_dir: Path, tp_rank: int, dtype: torch.dtype) -> dict[str
         tag.mkdir()
         for f in step_dir.glob(f"*mp_rank_{tp_rank:02d}_*.pt"):
             (tag / f.name).symlink_to(f.resolve())
-        check_folder(tag)
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        with (
+            enforced(),
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+        ):
             sd = get_fp32_state_dict_from_zero_checkpoint(tmp, tag="t")
     return {k: v.to(dtype) for k, v in sd.items()}
 

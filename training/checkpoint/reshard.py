@@ -32,7 +32,7 @@ from typing import Any
 
 from bloomline.host import available_cpus
 from training.checkpoint.meta import model_config, read_meta
-from training.checkpoint.safe_load import check_folder, safe_load
+from training.checkpoint.safe_load import check_folder, enforced, safe_load
 from training.parallel.layout import EMBEDDING, LAYOUT_KEYS, bloom_name, layout_label, layout_name, tp_dim
 
 MARKER = "bloomline_layout.json"  # in step_N/universal: written last, says which layout it is laid out for
@@ -100,8 +100,7 @@ def convert(step_dir: str | Path, layout: dict[str, int]) -> Path:
     model = model_config(meta)
     source = meta["layout"]
     check_convertible(step_dir, meta, layout)
-    # DeepSpeed's converter loads with weights_only=False: nothing it reads may name code
-    check_folder(step_dir, recursive=False)
+    check_folder(step_dir, recursive=False)  # a file that names code: refused in one line, up front
     tmp = step_dir / "universal.tmp"
     # The converter globs the step folder for model-state files, so no earlier output may stay inside it.
     shutil.rmtree(tmp, ignore_errors=True)
@@ -117,7 +116,8 @@ def convert(step_dir: str | Path, layout: dict[str, int]) -> Path:
         inject_missing_state=False,
     )  # every checkpoint carries universal_info
     try:
-        ds_to_universal.main(args)
+        with enforced():  # its loads ask for weights_only=False; its extract workers fork from here
+            ds_to_universal.main(args)
     except AssertionError as e:
         raise RuntimeError(f"DeepSpeed's universal converter refused {step_dir}: {e}") from e
 

@@ -9,17 +9,19 @@ fields set, none of its methods run). A file that names anything else is refused
 naming the file and the type.
 
 DeepSpeed itself loads with ``weights_only=False`` (its checkpoint engine, the universal
-converter, ``zero_to_fp32``). Before any of those read a folder, :func:`check_folder` loads every
-file there this way first (memory-mapped: the tensors' bytes are not read), so no file that could
-run code reaches them.
+converter, ``zero_to_fp32``): those run inside :func:`enforced`, which makes every ``torch.load``
+of the process this one. :func:`check_folder` loads every file of a folder this way ahead
+(memory-mapped: the tensors' bytes are not read), so that a bad file is refused in one line
+before ranks or servers start.
 """
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from bloomline.errors import CheckpointError
 
@@ -58,48 +60,85 @@ _ALLOWED: list[Any] = []
 _UNSUPPORTED = re.compile(r"GLOBAL ([\w.]+)")
 
 
-def _named(e: Exception, path: Path) -> str | None:
+def _named(e: Exception, path: Any) -> str | None:
     """The global a refused file names: from torch's message, else from its static scan."""
     import torch
 
     found = _UNSUPPORTED.search(str(e))
     if found:
         return found.group(1)
+    if not isinstance(path, (str, Path)):
+        return None
     try:
         return ", ".join(torch.serialization.get_unsafe_globals_in_checkpoint(path)) or None
     except Exception:  # noqa: BLE001 - the file is refused either way
         return None
 
 
+class RefusedCheckpoint(CheckpointError):
+    """A file that names something other than data: refused, never a damaged file to fall back from."""
+
+
 def safe_load(path: str | Path, mmap: bool = False) -> Any:
     """``torch.load`` of ``path`` on the CPU with no code run (see the module docstring); raises
-    CheckpointError in one line for a missing, unreadable or refused file. ``mmap``: map the
-    tensors' bytes instead of reading them (a check of what the file holds)."""
+    CheckpointError in one line for a missing or unreadable file, RefusedCheckpoint for one that
+    names code. ``mmap``: map the tensors' bytes instead of reading them (a check of what the file
+    holds)."""
     import torch
 
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path} is missing")
+    return _restricted(torch.load, path, "cpu", mmap)
+
+
+def _restricted(load: Any, f: Any, map_location: Any, mmap: bool) -> Any:
+    """``load`` (torch's own ``torch.load``) of ``f`` with the restricted unpickler and the allowlist."""
+    import torch
+
     if not _ALLOWED:
         _ALLOWED.extend(_numpy_types())
     for _ in range(2):
         try:
             with torch.serialization.safe_globals(_ALLOWED):
-                return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+                return load(f, map_location=map_location, weights_only=True, mmap=mmap)
         except pickle.UnpicklingError as e:
-            what = _named(e, path)
+            what = _named(e, f)
             if what in DEEPSPEED_TYPES and len(_ALLOWED) == len(_numpy_types()):
                 _ALLOWED.extend(_deepspeed_types())
+                if hasattr(f, "seek"):
+                    f.seek(0)
                 continue
-            raise CheckpointError(
-                f"{path} is refused: it names {what or 'a Python object'}, which is not a type a checkpoint "
+            raise RefusedCheckpoint(
+                f"{f} is refused: it names {what or 'a Python object'}, which is not a type a checkpoint "
                 f"holds, and loading it could run code (training/CHECKPOINT.md, 'What is safe to load')"
             ) from None
         except Exception as e:  # a truncated or overwritten file: torch's own error says little
             raise CheckpointError(
-                f"{path} is unreadable: damaged or not a checkpoint ({type(e).__name__}: {_first_line(e)})"
+                f"{f} is unreadable: damaged or not a checkpoint ({type(e).__name__}: {_first_line(e)})"
             ) from None
     raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def enforced() -> Iterator[None]:
+    """Within the block, every ``torch.load`` of this process (and of processes it forks) loads as
+    :func:`safe_load` does, whatever its caller asked for: DeepSpeed's loaders (its engine's resume,
+    the universal converter, ``zero_to_fp32``) pass ``weights_only=False``. So the bytes unpickled
+    are the bytes checked, with no window between a check and DeepSpeed's own load in which a
+    file could be swapped (they all call ``torch.load`` through the module, at call time)."""
+    import torch
+
+    original = torch.load
+
+    def load(f: Any, map_location: Any = None, pickle_module: Any = None, **kwargs: Any) -> Any:
+        return _restricted(original, f, map_location, bool(kwargs.get("mmap")))
+
+    torch.load = load
+    try:
+        yield
+    finally:
+        torch.load = original
 
 
 def _first_line(e: Exception) -> str:

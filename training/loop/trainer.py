@@ -21,10 +21,11 @@ import torch
 
 from bloomline.errors import BloomlineError, CheckpointError
 from data_prep.shards import check_model_fits, manifest_sha256
-from training.checkpoint.integrity import checkpoint_files, file_records
+from training.checkpoint.integrity import checkpoint_files, damage, file_records
 from training.checkpoint.meta import PRECISIONS, make_meta, read_meta, saved_recipe
 from training.checkpoint.resume import plan_resume, restore_rng, rng_state
 from training.checkpoint.run_dir import RunDir, step_dir_name
+from training.checkpoint.safe_load import enforced
 from training.config import ModelConfig, TrainRecipe
 from training.data.blend import check_resume, run_blend
 from training.data.fixed_mixture import FixedMixture
@@ -361,7 +362,9 @@ class Trainer:
         torch.distributed.barrier()
         # each rank hashes a share of the files (training/checkpoint/integrity.py), rank 0 records them all
         step_dir = self.run.step_dir(self.step)
-        names = checkpoint_files(step_dir)
+        names = [checkpoint_files(step_dir) if self.mesh.rank == 0 else None]  # one listing (NFS caches differ)
+        torch.distributed.broadcast_object_list(names, src=0)
+        names = names[0]
         shares: list[Any] = [None] * self.mesh.world
         torch.distributed.all_gather_object(shares, file_records(step_dir, names[self.mesh.rank :: self.mesh.world]))
         if self.mesh.rank == 0:
@@ -387,24 +390,29 @@ class Trainer:
         step_dir = self.run.step_dir(self._resume_step)
         meta = read_meta(step_dir)
         try:
-            if self.engine.load_universal_checkpoint():
-                # ranks of this layout each cut their slice of the whole tensors in step_N/universal
-                _, client = self.engine.load_checkpoint(
-                    str(step_dir), tag="universal", load_optimizer_states=True, load_lr_scheduler_states=False
-                )
-            else:
-                _, client = self.engine.load_checkpoint(
-                    str(self.run.checkpoints),
-                    tag=step_dir_name(self._resume_step),
-                    load_optimizer_states=True,
-                    load_lr_scheduler_states=False,
-                )
-        except (OSError, RuntimeError, EOFError, ValueError, KeyError) as e:
-            # the files were checked before the ranks started (training/checkpoint/integrity.py); one
-            # damaged since fails the same way on every restart, so it is a user error (exit 2), not a crash
-            raise CheckpointError(
-                f"{step_dir} could not be loaded: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}"
-            ) from None
+            with enforced():  # DeepSpeed's loader asks for weights_only=False (training/checkpoint/safe_load.py)
+                if self.engine.load_universal_checkpoint():
+                    # ranks of this layout each cut their slice of the whole tensors in step_N/universal
+                    _, client = self.engine.load_checkpoint(
+                        str(step_dir), tag="universal", load_optimizer_states=True, load_lr_scheduler_states=False
+                    )
+                else:
+                    _, client = self.engine.load_checkpoint(
+                        str(self.run.checkpoints),
+                        tag=step_dir_name(self._resume_step),
+                        load_optimizer_states=True,
+                        load_lr_scheduler_states=False,
+                    )
+        except Exception as e:
+            # A file damaged since the driver checked it (training/checkpoint/integrity.py) fails the
+            # same way on every restart: a user error (exit 2). Anything else (a peer that died, a
+            # collective's timeout, memory) is a crash, which a restart may get past.
+            if isinstance(e, CheckpointError):
+                raise
+            problem = damage(step_dir, meta)
+            if problem is not None:
+                raise CheckpointError(f"{step_dir} could not be loaded: {problem}") from None
+            raise
         # DeepSpeed restores the checkpoint's clipping threshold with the optimizer; the recipe rules.
         if hasattr(self.engine.optimizer, "clip_grad"):
             self.engine.optimizer.clip_grad = self.recipe.optim.clip_grad

@@ -260,9 +260,25 @@ def test_a_damaged_latest_falls_back_to_the_newest_intact_checkpoint(tmp_path):
     assert newest_intact(run, said.append) == 2
     assert said == [
         f"{f6} is damaged: its sha256 differs from the one recorded when it was written; resuming from step_2, "
-        f"the newest intact checkpoint (the steps after it are trained again)"
+        f"the newest intact checkpoint (the steps after it are trained again; step_4.damaged, step_6.damaged "
+        f"kept aside)"
     ]
-    assert run.latest_step() == 2 and run.discard_unpublished() == [4, 6]
+    assert run.latest_step() == 2 and run.complete_steps() == [2] and run.discard_unpublished() == []
+    assert (run.checkpoints / "step_6.damaged" / "mp_rank_01_model_states.pt").read_bytes() == bytes(blob)
+    # a file that names code is no damage to fall back from: refused, whatever is older
+    from training.checkpoint.safe_load import RefusedCheckpoint
+
+    f2 = run.step_dir(2) / "mp_rank_01_model_states.pt"
+    intact = f2.read_bytes()
+    sd = torch.load(f2)
+    sd["rng"] = Planted(tmp_path / "ran")
+    torch.save(sd, f2)
+    meta = json.loads((run.step_dir(2) / "bloomline.json").read_text())
+    meta["files"] = file_records(run.step_dir(2), checkpoint_files(run.step_dir(2)))  # planted with its records
+    (run.step_dir(2) / "bloomline.json").write_text(json.dumps(meta))
+    with pytest.raises(RefusedCheckpoint, match="names posix.system"):
+        newest_intact(run, said.append)
+    f2.write_bytes(intact)
     (run.step_dir(2) / "mp_rank_00_model_states.pt").unlink()
     with pytest.raises(CheckpointError) as e:
         newest_intact(run, said.append)
