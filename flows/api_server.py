@@ -23,7 +23,10 @@ server at exit, still starting. The server is, in order:
    through Prefect's class, spares the command importing Prefect's server (~1.5 s) before the
    server process can even begin. It requires an auth string made for it (given to this
    process's Prefect client as ``PREFECT_API_AUTH_STRING``), so another user on the host cannot
-   read the runs' logs and artifacts from its loopback port.
+   read the runs' logs and artifacts from its loopback port. It is used once proven the one
+   started here (:func:`wait_ready`): its process alive, and the port's listener proven this
+   user's as in 2. A process that took its free port before it bound it gets nothing: the command
+   ends in one line.
 """
 
 from __future__ import annotations
@@ -36,21 +39,12 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
+from bloomline.errors import BloomlineError
 from flows import serve_state
 
-_server: dict = {}  # the temporary server this process started: {"proc", "url"}
-
-
-def answers(api_url: str, timeout: float = 0.5) -> bool:
-    """Whether a Prefect server answers ``GET {api_url}/health`` now."""
-    try:
-        with urllib.request.urlopen(f"{api_url.rstrip('/')}/health", timeout=timeout) as r:
-            return r.status == 200
-    except OSError:
-        return False
+_server: dict = {}  # the temporary server this process started: {"proc", "url", "auth"}
 
 
 def start_early() -> str:
@@ -105,22 +99,30 @@ def _start_temporary() -> None:
         # processes in order (flows/interrupt.py), rather than the server dying under a running flow
         start_new_session=True,
     )
-    _server.update(proc=proc, url=f"http://127.0.0.1:{port}/api")
+    _server.update(proc=proc, url=f"http://127.0.0.1:{port}/api", auth=auth)
     atexit.register(stop)
 
 
 def wait_ready(timeout: float | None = None) -> None:
-    """Until the temporary server :func:`start_early` started answers (at once if it started none)."""
+    """Until the temporary server :func:`start_early` started is proven to answer on its port (at
+    once if it started none): its process alive, and :func:`serve_state.owned_server` (every
+    listener on the port this user's, 401 without its auth string, 200 with it). Else a
+    BloomlineError: whatever else answers there (a process that took the free port between
+    :func:`_free_port` and uvicorn binding it) is sent nothing more."""
     if not _server:
         return
     limit = timeout or float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180"))
     deadline = time.monotonic() + limit
-    while not answers(_server["url"], timeout=2):
-        code = _server["proc"].poll()
+    while True:
+        code = _server["proc"].poll()  # first: a dead server's port answers for someone else
         if code is not None:  # 3: uvicorn's "address in use" (the free port taken in between)
-            raise RuntimeError(f"the temporary Prefect server exited with code {code} before it answered")
+            raise BloomlineError(f"the temporary Prefect server exited with code {code} before it answered")
+        if serve_state.owned_server(_server["url"], _server["auth"]):
+            return
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the temporary Prefect server did not answer within {limit:.0f} s")
+            raise BloomlineError(
+                f"the temporary Prefect server at {_server['url']} was not proven its own within {limit:.0f} s"
+            )
         time.sleep(0.05)
 
 

@@ -510,7 +510,6 @@ def serve(
         from flows import serve_state
         from flows.serve import (
             DEPLOYMENT,
-            LOOPBACK,
             require_auth,
             serve_deployments,
             serve_roots,
@@ -527,7 +526,7 @@ def serve(
         server = None
         url = api_url
         if url is None:
-            if host not in LOOPBACK:
+            if host not in serve_state.LOOPBACK:
                 from rich.markup import escape
 
                 console.print(
@@ -539,8 +538,8 @@ def serve(
             server = start_server(host, port, home / "bloomline-server.log", auth)
             url = url_of(host, port)
         try:
-            wait_healthy(url)
-            require_auth(url, auth)
+            wait_healthy(url, server)  # its exit (the port taken) ends serve: what answers is not it
+            require_auth(url, auth, local=server is not None)
             os.environ["PREFECT_API_URL"] = url
             serve_state.write_marker(url)  # the user's other commands report here (flows/api_server.py)
             ui = url.removesuffix("/api")

@@ -17,11 +17,15 @@ Security. Whoever can create a run of a deployment runs code as the serving user
   (``PREFECT_API_AUTH_STRING``); the user's ``prefect`` CLI reads it from that file, the UI asks
   for it, the user's other ``bloomline`` commands find it themselves (flows/api_server.py). An
   existing server (``--api-url``) that answers without it is refused;
+- nothing is sent the auth string on this host's port unless every socket listening there is
+  this user's (another user's process holding the port would get it, and then the runs), and
+  the server serve starts must be alive when it answers: a port something already listens on is
+  refused before the start, and the start's exit (its port taken meanwhile) ends serve;
 - the server listens on 127.0.0.1 unless ``--host`` says otherwise (with a warning then: the
   auth string crosses the network in clear HTTP; put a TLS proxy in front);
 - a run may use only the folders given as ``--root`` (the current folder by default), may not
-  name a Dask scheduler, launcher arguments or an NCCL plugin (flows/served.py, checked before
-  the run touches anything);
+  name a Dask scheduler, launcher arguments or an NCCL file, library or plugin
+  (flows/served.py, checked before the run touches anything);
 - logs go through bloomline's masking (bloomline/secrets.py).
 """
 
@@ -33,16 +37,17 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from bloomline.errors import BloomlineError
+from flows.serve_state import LOOPBACK, listener_uids, listeners_ours, status
+from flows.served import REPO
 from training.loop.launch import kill_group
 
-REPO = Path(__file__).resolve().parents[1]
 DEPLOYMENT = "bloomline"  # each flow's deployment name: run it as "<flow>/bloomline"
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def api_url(host: str, port: int) -> str:
@@ -52,11 +57,18 @@ def api_url(host: str, port: int) -> str:
     return f"http://{f'[{reach}]' if ':' in reach else reach}:{port}/api"
 
 
-def wait_healthy(api_url: str, timeout: float = 180.0) -> None:
-    """Until ``GET {api_url}/health`` answers (the temporary SQLite database is migrated first)."""
+def wait_healthy(api_url: str, proc: subprocess.Popen | None = None, timeout: float = 180.0) -> None:
+    """Until ``GET {api_url}/health`` answers (the temporary SQLite database is migrated first).
+    ``proc``, the server started to answer there: a BloomlineError as soon as it has exited (its
+    port was taken: what answers there is not it)."""
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise BloomlineError(
+                f"the Prefect server exited (code {proc.returncode}) before it answered at {api_url}: "
+                "is its port taken? (choose another --port)"
+            )
         try:
             with urllib.request.urlopen(f"{api_url.rstrip('/')}/health", timeout=5) as r:
                 if r.status == 200:
@@ -69,7 +81,10 @@ def wait_healthy(api_url: str, timeout: float = 180.0) -> None:
 
 def start_server(host: str, port: int, log_file: Path, auth: str) -> subprocess.Popen:
     """``prefect server start`` in its own session (stopped with its process group), requiring
-    ``auth`` of every request but its health check."""
+    ``auth`` of every request but its health check. A BloomlineError, before anything starts,
+    when something already listens on ``port`` (it would answer in the server's place)."""
+    if listener_uids(port):
+        raise BloomlineError(f"port {port} is already in use on this host: choose another --port")
     log_file.parent.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
@@ -88,11 +103,22 @@ def start_server(host: str, port: int, log_file: Path, auth: str) -> subprocess.
         )
 
 
-def require_auth(api_url: str, auth: str) -> None:
+def require_auth(api_url: str, auth: str, local: bool = False) -> None:
     """Refuse a server that answers without ``auth`` (anyone who reaches it could run code
-    here), or that refuses it; the string itself is never shown."""
-    from flows.serve_state import status
-
+    here), or that refuses it; the string itself is never shown. On this host (``local``, or a
+    loopback address), first refuse, before anything is sent, a port where a socket of another
+    user's listens, or where none can be seen (:func:`flows.serve_state.listeners_ours`)."""
+    u = urllib.parse.urlsplit(api_url)
+    if local or u.hostname in LOOPBACK:
+        try:
+            port = u.port or (443 if u.scheme == "https" else 80)
+        except ValueError as e:  # a port out of range
+            raise BloomlineError(f"{api_url}: {e}") from None
+        if not listeners_ours(port):
+            raise BloomlineError(
+                f"port {port} on this host is not provably this user's (another user's process may listen "
+                "there): the auth string is not sent to it"
+            )
     code = status(api_url, None)
     if code is None:
         raise BloomlineError(f"the Prefect server at {api_url} stopped answering")

@@ -39,6 +39,8 @@ HOME_ENV = "BLOOMLINE_HOME"
 GIVEN = ("PREFECT_SERVER_API_AUTH_STRING", "PREFECT_API_AUTH_STRING")
 """Where a user gives serve its auth string (the server's setting, or the client's)."""
 CHECK_PATH = "/admin/version"  # an API path behind Prefect's auth (only /health and /ready are not)
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+"""The host names of this machine's loopback."""
 
 
 def folder() -> Path:
@@ -163,14 +165,18 @@ def listener_uids(port: int) -> list[int]:
     return uids
 
 
+def listeners_ours(port: int) -> bool:
+    """Whether something listens on TCP ``port`` on this host and every such socket is this
+    user's (False where none can be seen: nothing proves the port is ours)."""
+    uids = listener_uids(port)
+    return bool(uids) and all(uid == os.getuid() for uid in uids)
+
+
 def owned_server(api_url: str, auth: str) -> bool:
     """Whether the server at ``api_url`` is provably this user's own: on this machine's loopback,
     every listener on its port this user's (checked before anything is sent to it, the auth
     string least of all), and it refuses a request without ``auth`` (401) and answers one with it."""
     u = urllib.parse.urlsplit(api_url)
-    if u.hostname not in ("127.0.0.1", "::1", "localhost") or u.port is None:
-        return False
-    uids = listener_uids(u.port)
-    if not uids or any(uid != os.getuid() for uid in uids):
+    if u.hostname not in LOOPBACK or u.port is None or not listeners_ours(u.port):
         return False
     return status(api_url, None, 0.5) == 401 and status(api_url, auth, 2.0) == 200

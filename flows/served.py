@@ -8,7 +8,11 @@ line and before the run touches anything (flows/runlock.py ``owns`` calls it fir
 - a setting that reaches beyond the machine or runs a program of the sender's choosing:
   ``dask.address`` (a Dask client unpickles what the scheduler sends back: whoever runs that
   scheduler runs code here), ``launch.launcher_args`` (arguments to ssh, pdsh, mpirun or srun),
-  and ``launch.nccl`` variables naming a plugin (NCCL loads the named shared library);
+  and ``launch.nccl`` variables naming a file NCCL reads or writes, a library or plugin it
+  loads, or a search path (:data:`NCCL_REFUSED`: ``NCCL_NET_PLUGIN`` loads a shared library,
+  ``NCCL_DEBUG_FILE`` and the ``*_DUMP_FILE`` ones write any path, ``NCCL_CONF_FILE`` reads more
+  variables), or whose name or value could add a variable where DeepSpeed's launcher writes them
+  one a line (a name beyond ``NCCL_[A-Z0-9_]``, a value with a line break or NUL);
 - a path outside the roots: every string under a key that names a path in the flows'
   parameters and recipes (:data:`PATH_KEYS`; a new path setting must use one of these names or
   be added here), resolved as the flow would (relative to its working folder, symbolic links
@@ -44,6 +48,12 @@ tasks' ``data``, ``tokenizer.model``, ``evaluation.heldout``, ``online.reference
 ``launch.hostfile``, and the training recipe's ``model`` (a file, or a bundled recipe's name)."""
 
 _NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
+
+NCCL_REFUSED = ("FILE", "CONF", "DUMP", "PLUGIN", "LIB", "PATH")
+"""What an NCCL variable a served run sets may not have in its name: these name files NCCL reads
+or writes, shared libraries it loads, or search paths (NCCL adds variables; a new one of these
+kinds is refused unseen)."""
+_NCCL_NAME = re.compile(r"NCCL_[A-Z0-9_]+")
 
 
 def roots() -> list[Path] | None:
@@ -82,8 +92,13 @@ def _refuse_setting(key: str, name: str, value: Any) -> None:
         why = "a served run prepares on its own local cluster, not on a scheduler it is sent"
     elif parent == "launch" and name == "launcher_args" and value:
         why = "a served run passes no arguments to ssh, pdsh, mpirun or srun"
-    elif parent == "nccl" and "PLUGIN" in name.upper():
-        why = "a served run sets no NCCL plugin (a shared library NCCL would load)"
+    elif parent == "nccl" and (
+        not _NCCL_NAME.fullmatch(name) or any(w in name for w in NCCL_REFUSED) or re.search(r"[\r\n\0]", str(value))
+    ):
+        why = (
+            "a served run sets no NCCL variable naming a file, library, plugin or path, "
+            "and none with a line break in its name or value"
+        )
     if why:
         raise BloomlineError(f"parameter '{key}' refused: {why} (bloomline serve)")
 

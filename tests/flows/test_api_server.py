@@ -141,6 +141,32 @@ def test_a_configured_serve_server_gets_the_kept_auth_string(fresh, monkeypatch)
         httpd.shutdown()
 
 
+def test_the_temporary_server_is_used_only_once_proven_its_own(fresh, monkeypatch):
+    """A process that took the temporary server's free port before uvicorn bound it answers
+    there: it is not used, and the command ends in one line (uvicorn exits, or never answers as
+    the server started here would)."""
+    from bloomline.errors import BloomlineError
+
+    squatter = http_server(lambda path, header: 200)  # answers anything, /health included
+    dead = subprocess.Popen(["true"])  # uvicorn, exited ("address in use")
+    dead.wait()
+    alive = subprocess.Popen(["sleep", "30"])  # uvicorn, still starting
+    try:
+        monkeypatch.setattr(api_server, "_server", {"proc": dead, "url": squatter.url, "auth": AUTH})
+        with pytest.raises(
+            BloomlineError, match=r"^the temporary Prefect server exited with code 0 before it answered$"
+        ):
+            api_server.wait_ready(timeout=5)
+        api_server._server["proc"] = alive
+        with pytest.raises(BloomlineError, match=r"^the temporary Prefect server at \S+ was not proven its own within"):
+            api_server.wait_ready(timeout=0.5)
+        assert not any(squatter.seen)  # never sent the auth string
+    finally:
+        alive.kill()
+        alive.wait()
+        squatter.shutdown()
+
+
 @pytest.mark.slow
 def test_the_temporary_server_starts_at_once_answers_and_stops(tmp_path):
     """Started before Prefect is imported, named in PREFECT_API_URL, which the flow then uses;

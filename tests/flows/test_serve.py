@@ -159,6 +159,53 @@ def test_an_existing_server_without_authentication_is_refused(tmp_path):
     assert len(lines) == 1 and "answers requests without authentication" in lines[0], res.stderr
 
 
+def test_a_port_another_process_holds_is_sent_no_auth_string(tmp_path):
+    """`serve` on a port something already listens on (another user's squatter would answer
+    /health, and then get the auth string and the deployments): one line, exit 2, and the
+    squatter is sent no credentials."""
+    from tests.flows.test_api_server import AUTH, http_server, prefect_like
+
+    squatter = http_server(prefect_like)  # would take AUTH, as a server started with it does
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API_", "PREFECT_SERVER_API_"))}
+    env.update(
+        BLOOMLINE_HOME=str(tmp_path),
+        PREFECT_HOME=str(tmp_path / "prefect"),
+        PREFECT_SERVER_API_AUTH_STRING=AUTH,
+    )
+    try:
+        res = subprocess.run(
+            [sys.executable, "-m", "flows.cli", "serve", "--port", str(squatter.server_port), "--root", str(tmp_path)],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        squatter.shutdown()
+    assert not any(squatter.seen), squatter.seen  # no Authorization header reached it
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1 and "already in use" in lines[0], res.stderr[-2000:]
+
+
+def test_a_started_server_that_exited_is_not_waited_for_elsewhere(tmp_path):
+    """The server serve started exited (its port taken in between): whatever answers /health
+    there is not it, and serve ends in one line rather than sending it the auth string."""
+    from bloomline.errors import BloomlineError
+    from flows.serve import wait_healthy
+    from tests.flows.test_api_server import http_server
+
+    squatter = http_server(lambda path, header: 200)
+    exited = subprocess.Popen(["true"])
+    exited.wait()
+    try:
+        with pytest.raises(BloomlineError, match=r"^the Prefect server exited \(code 0\) before it answered at "):
+            wait_healthy(squatter.url, exited, timeout=5)
+    finally:
+        squatter.shutdown()
+    assert squatter.seen == []
+
+
 def test_served_parameters_are_checked_against_the_roots(tmp_path, monkeypatch):
     """The check every flow's arguments pass first under serve (flows/served.py), in-process."""
     from bloomline.errors import BloomlineError
@@ -180,6 +227,13 @@ def test_served_parameters_are_checked_against_the_roots(tmp_path, monkeypatch):
 
     pipeline = json.loads(json.dumps(params["pipeline"]["config"]))
     pipeline["train"]["launch"]["nccl"]["NCCL_NET_PLUGIN"] = "/tmp/x.so"
+
+    def nccl(name, value):
+        recipe = json.loads(json.dumps(params["train"]["recipe"]))
+        recipe["launch"]["nccl"] = {"NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_DEBUG": "INFO", name: value}
+        return {"config": recipe, "data": str(root), "out": str(root)}
+
+    served.check(nccl("NCCL_SOCKET_IFNAME", "eth0"))  # a setting that names no file passes
     refused = {
         "out": {"out": str(tmp_path / "elsewhere")},
         "out.": {"out": str(root / "link" / "x")},  # a link out of the root
@@ -192,6 +246,12 @@ def test_served_parameters_are_checked_against_the_roots(tmp_path, monkeypatch):
         "config.data.dask.address": {"config": {"data": {"dask": {"address": "tcp://h:1"}}}, "out": str(root)},
         "config.launch.launcher_args": {"config": {"launch": {"launcher_args": "-R exec"}}, "out": str(root)},
         "config.train.launch.nccl.NCCL_NET_PLUGIN": {"config": pipeline, "out": str(root)},
+        # NCCL writes these paths, reads more variables from this one, adds a variable on a new line
+        "config.launch.nccl.NCCL_DEBUG_FILE": nccl("NCCL_DEBUG_FILE", str(root / "x")),
+        "config.launch.nccl.NCCL_TOPO_DUMP_FILE": nccl("NCCL_TOPO_DUMP_FILE", str(root / "x")),
+        "config.launch.nccl.NCCL_GRAPH_DUMP_FILE": nccl("NCCL_GRAPH_DUMP_FILE", str(root / "x")),
+        "config.launch.nccl.NCCL_CONF_FILE": nccl("NCCL_CONF_FILE", str(root / "nccl.conf")),
+        "config.launch.nccl.NCCL_DEBUG": nccl("NCCL_DEBUG", "INFO\nLD_PRELOAD=/tmp/x.so"),
     }
     for key, args in refused.items():
         with pytest.raises(BloomlineError, match=rf"^parameter '{re.escape(key.rstrip('.'))}' refused: "):
