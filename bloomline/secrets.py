@@ -43,6 +43,9 @@ only as a suffix after ``_``: ``PWD`` itself is the working directory."""
 # ``a.a.a…``: 6.8 s, issue 37).
 _SCHEME_CHAR = re.compile(r"[a-z0-9+.-]", re.IGNORECASE)
 _URL_USER = re.compile(r"[^:/@\s]*:")
+_URL_TOKEN = re.compile(r"[^:/@\s\"'<>`]{16,512}@")
+"""A user part with no password that is a token (GitHub's ``https://ghp_…@github.com``, Hugging
+Face's ``hf_…``): 16 characters or more, where user names are short."""
 _URL_END = re.compile(r"[\s\"'<>`]")
 """Where a URL ends, for the password's search: whitespace, or a quote or bracket around it."""
 _QUERY_SECRET = re.compile(
@@ -77,8 +80,12 @@ def _url_password_spans(text: str) -> Iterator[tuple[int, int]]:
     found, or after a URL's last ``@``, begins no other."""
     sep = text.find("://")
     while sep >= 0:
-        user = _URL_USER.match(text, sep + 3) if sep and _SCHEME_CHAR.match(text, sep - 1) else None
+        head = bool(sep) and _SCHEME_CHAR.match(text, sep - 1) is not None
+        user = _URL_USER.match(text, sep + 3) if head else None
         if user is None:
+            token = _URL_TOKEN.match(text, sep + 3) if head else None
+            if token is not None:  # https://TOKEN@host: a token as the whole user part
+                yield sep + 3, token.end() - 1
             sep = text.find("://", sep + 3)
             continue
         start = user.end()

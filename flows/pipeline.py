@@ -307,7 +307,7 @@ def evaluate_stage(
     _, reused = stages.run_stage(ek, kept, do_evaluate, kept_intact)
     if reused and evaluations_of(folder, ek, restore_from=kept):  # the run's eval/ held other settings' results
         log.info("evaluate: the run's evaluations restored from %s", kept)
-    return task(build, name="dashboard", cache_policy=NONE, persist_result=False)(train_dir)
+    return task(masks_exceptions(build), name="dashboard", cache_policy=NONE, persist_result=False)(train_dir)
 
 
 def export_stage(cfg: PipelineConfig, folder: RunDir, data_dir: Path, run: Path, stages: Stages) -> Path:
@@ -321,7 +321,7 @@ def export_stage(cfg: PipelineConfig, folder: RunDir, data_dir: Path, run: Path,
     export_dir = xk.folder(run)
 
     def do_export() -> dict[str, Any]:
-        made = task(export, name="export-hf", cache_policy=NONE, persist_result=False)(
+        made = task(masks_exceptions(export), name="export-hf", cache_policy=NONE, persist_result=False)(
             final, export_dir, data_dir, cfg.export.dtype
         )
         return {"export": str(made), "step": read_meta(final)["step"]}

@@ -213,9 +213,9 @@ def before_ranks(r: TrainRecipe, run: Path, data: str, logs: Path, env: dict[str
     notice = resume_notice(run, r)
     if notice:
         log.warning(notice)
-    converted = task(reshard_if_needed, name="reshard-checkpoint", cache_policy=NONE, persist_result=False)(
-        run, r, data, logs / "reshard.log"
-    )
+    converted = task(
+        masks_exceptions(reshard_if_needed), name="reshard-checkpoint", cache_policy=NONE, persist_result=False
+    )(run, r, data, logs / "reshard.log")
     if converted:
         log.info("checkpoint laid out for the new layout (universal checkpoint): %s", converted)
     if env.get("DS_ACCELERATOR") == "cpu" and not cpu_comm_kernel_built():
@@ -245,7 +245,7 @@ def run_ranks(
             folder.latest_step() or 0,
         )
         progress = TrainProgress(folder.metrics, r.train.steps, log.info, every_s=PROGRESS_EVERY_S)
-        rc = task(run_job, name=f"ranks-attempt-{attempt}", cache_policy=NONE, persist_result=False)(
+        rc = task(masks_exceptions(run_job), name=f"ranks-attempt-{attempt}", cache_policy=NONE, persist_result=False)(
             launch_command(recipe_file, data, str(folder.root), world, r.launch), log_file, env, poll=progress
         )
         progress()  # the last steps, if the job ended between two polls

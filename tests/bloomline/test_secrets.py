@@ -95,6 +95,19 @@ def test_url_passwords_holding_at_signs_and_slashes_are_masked_to_the_last_at():
     assert secret_parts({"a": "s3://user:p@ss/w0rd@host/x"}) == {"p@ss/w0rd"}
 
 
+def test_a_token_as_a_urls_whole_user_part_is_masked_and_a_user_name_is_not():
+    tok = "ghp_" + "A1b2C3d4" * 5
+    assert mask_text(f"git clone https://{tok}@github.com/o/r.git", env={}) == (
+        f"git clone https://{MASK}@github.com/o/r.git"
+    )
+    assert mask_text("ssh://git@host/x https://user@host/y s3://bucket/key@v2", env={}) == (
+        "ssh://git@host/x https://user@host/y s3://bucket/key@v2"
+    )
+    from bloomline.secrets import secret_parts
+
+    assert secret_parts({"remote": f"https://{tok}@github.com/o/r.git"}) == {tok}
+
+
 def test_tracebacks_are_masked_whatever_formats_them():
     """A record's exception is formatted once, masked, as its ``exc_text``, and its ``exc_info``
     cleared: Prefect's JSON formatter formats ``exc_info`` itself."""

@@ -65,8 +65,14 @@ def _handler(url: str, timeout: timedelta = timedelta(minutes=30), **kwargs: Any
     if rank == 0 and not agent and addr and os.environ.get("MASTER_PORT"):
         sock = listen_on(addr, int(os.environ["MASTER_PORT"]))
         if sock is None:
+            try:
+                ipaddress.ip_address(addr)
+                why = "is not an address of this node"
+            except ValueError:
+                why = "is a host name, not an address"
             print(
-                f"rendezvous: MASTER_ADDR={addr} is not an address of this node; torch's store listens on all",
+                f"rendezvous: MASTER_ADDR={addr} {why}; torch's store listens on every interface "
+                f"(give --master-addr this node's address to bind it there)",
                 file=sys.stderr,
             )
     if sock is None:
