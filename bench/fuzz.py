@@ -28,6 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.fuzz_inputs import (  # noqa: E402
     MAX_DOC_BYTES,
+    STREAM_COMPRESSIONS,
     cut_gzip,
     dictionary_bomb,
     gzip_prefix_records,
@@ -100,7 +101,7 @@ def main() -> int:
             row_group_size=max(1, t.num_rows // groups or 1),
             store_schema=bool(i % 2),
         )
-        write_saved_dataset(datasets / f"hostile-{i:04d}", t)
+        write_saved_dataset(datasets / f"hostile-{i:04d}", t, STREAM_COMPRESSIONS[i % len(STREAM_COMPRESSIONS)])
         expected += 2 * t.num_rows  # every row is a record, whatever its columns
     cuts = _draw_many(cut_gzip(), 200, rng.randrange(2**31))
     for i, (data, cut) in enumerate(cuts):

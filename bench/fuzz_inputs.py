@@ -258,14 +258,25 @@ def dictionary_bomb(value_bytes: int, refs: int, ordinary: list[dict]) -> Any:
     )
 
 
-def write_saved_dataset(folder: Path, table: Any) -> None:
+STREAM_COMPRESSIONS = (None, "lz4", "zstd")
+"""What the buffers of a saved dataset's Arrow stream may be compressed with (``datasets`` writes
+none; a compressed batch is decoded whole, data_prep/ipc_sizes.py)."""
+
+
+def write_saved_dataset(folder: Path, table: Any, compression: str | None = None, batch_rows: int = 0) -> None:
     """``table`` as ``datasets.Dataset.save_to_disk`` lays one out: an Arrow stream and the
-    ``state.json`` naming it (``datasets`` itself would decode a dictionary column)."""
+    ``state.json`` naming it (``datasets`` itself would decode a dictionary column), in batches
+    of ``batch_rows`` (default: a third of the rows), their buffers compressed with
+    ``compression`` (``"zstd"``, ``"lz4"``; ``datasets`` writes none, other writers may)."""
     import pyarrow as pa
 
     folder.mkdir(parents=True, exist_ok=True)
-    with pa.OSFile(str(folder / "data-00000-of-00001.arrow"), "wb") as f, pa.ipc.new_stream(f, table.schema) as w:
-        w.write_table(table, max_chunksize=max(1, table.num_rows // 3))
+    opts = pa.ipc.IpcWriteOptions(compression=compression)
+    with (
+        pa.OSFile(str(folder / "data-00000-of-00001.arrow"), "wb") as f,
+        pa.ipc.new_stream(f, table.schema, options=opts) as w,
+    ):
+        w.write_table(table, max_chunksize=batch_rows or max(1, table.num_rows // 3))
     (folder / "state.json").write_text(json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}]}))
     (folder / "dataset_info.json").write_text("{}")
 

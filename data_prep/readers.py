@@ -31,8 +31,9 @@ from bloomline import languages
 from bloomline.errors import DataError
 from data_prep.config import ReadConfig, SourceConfig
 from data_prep.document import UNKNOWN_LANG, Document, Ledger, StrictModeError
+from data_prep.ipc_sizes import decoded_bytes
 from data_prep.step import failure
-from data_prep.table_reader import TOO_LONG_CHARS, TableReader
+from data_prep.table_reader import TOO_LONG_CHARS, TableReader, batch_bound
 
 
 @dataclass(frozen=True)
@@ -233,7 +234,8 @@ def chunk_bytes(path: Path, fmt: str, cfg: ReadConfig) -> tuple[int, str]:
     """About how many bytes of records the largest chunk of one input holds once read, and how
     that was found: ``read.chunk_bytes`` of a larger JSONL file; a gzip file's text as
     data_prep/gzipped.py measures it (never its trailer alone); Parquet's uncompressed column
-    sizes; an Arrow file's size."""
+    sizes; an Arrow stream's size, or the decoded size of the batches the reader decodes where
+    compression makes that more (data_prep/ipc_sizes.py: from their metadata, nothing decoded)."""
     size = path.stat().st_size
     if fmt == "jsonl":
         return min(size, cfg.chunk_bytes), "read.chunk_bytes"
@@ -245,7 +247,8 @@ def chunk_bytes(path: Path, fmt: str, cfg: ReadConfig) -> tuple[int, str]:
     if fmt == "parquet":
         md = pq.ParquetFile(path).metadata
         return sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups)), "its row groups' sizes"
-    return size, "its size"
+    decoded = decoded_bytes(str(path), batch_bound(cfg.max_doc_bytes))  # no more than the file if not compressed
+    return (decoded, "its batches' decoded sizes") if decoded > size else (size, "its size")
 
 
 def _jsonl_ranges(path: Path, chunk_bytes: int) -> Iterator[tuple[int, int, int]]:

@@ -12,6 +12,14 @@ a time. A row with a field over ``read.max_doc_bytes`` is booked without that fi
   ``empty_text`` or ``too_long``, with the text's first characters), or ``text_not_string``
   when the text is of another type;
 * its id or language label: ``too_long``, under ``_unknown``, as a JSONL line over the limit is.
+
+An Arrow stream's record batch whose buffers are compressed is decoded whole by pyarrow, so its
+decoded size is read first from the stream's metadata (data_prep/ipc_sizes.py): a batch over
+:func:`batch_bound` is one ``too_long`` error under ``_unknown`` naming its rows (one, not one per
+row: its row count is the file's word, and a few KB of file may claim a billion rows), and the
+stream is read on without it; a compressed dictionary over the bound ends the file there, with
+one such error (the batches after it need it). Each batch read from a stream is checked whole
+before its rows are (:func:`_checked`): one that does not hold together ends the file there.
 """
 
 from __future__ import annotations
@@ -22,8 +30,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bloomline.errors import DataError
+from data_prep import ipc_sizes
 from data_prep.document import UNKNOWN_LANG, Document
-from data_prep.row_sizes import Over, head, is_blank, is_text, plan_batch
+from data_prep.row_sizes import SLICE_BYTES, Over, head, is_blank, is_text, plan_batch
 from data_prep.step import failure
 
 TOO_LONG_CHARS = 256
@@ -31,6 +40,15 @@ TOO_LONG_CHARS = 256
 
 _STRING_LEAVES = {"STRING", "NONE", "JSON", "BSON", "ENUM"}
 """Logical types of Parquet BYTE_ARRAY columns that pyarrow can read as dictionaries (not decimals)."""
+
+
+def batch_bound(max_doc_bytes: int) -> int:
+    """The most bytes a compressed batch of an Arrow stream may decode to: :data:`SLICE_BYTES`, as
+    much as one slice of rows that becomes Python objects at once, or, where ``read.max_doc_bytes``
+    is larger, room for a row with its text, label and id each at that limit. A process then holds
+    one batch decoded and one slice of it as Python objects, about 0.2 GiB at the defaults."""
+    return max(SLICE_BYTES, 4 * max_doc_bytes)
+
 
 _NOT_TEXT = object()
 """Stands for a text field of another type than string that is too large to decode: whatever it
@@ -46,6 +64,25 @@ def open_parquet(path: str) -> pq.ParquetFile:
     return pq.ParquetFile(path, metadata=pf.metadata, read_dictionary=strings) if strings else pf
 
 
+def _checked(batch: pa.RecordBatch, dictionaries: dict[int, tuple[tuple[int, ...], pa.Array]]) -> pa.RecordBatch:
+    """``batch`` of an Arrow stream, once its columns hold together: pyarrow checks little of what
+    it reads from a stream, and offsets past their data or text not UTF-8 crash Python (a
+    segmentation fault) when rows are decoded. A dictionary is checked once while batches share
+    it; ``dictionaries`` holds the last one checked of each column (held, so that no other can
+    take its address). Raises ArrowInvalid."""
+    for i, col in enumerate(batch.columns):
+        if not pa.types.is_dictionary(col.type):
+            col.validate(full=True)
+            continue
+        col.indices.validate(full=True)  # each within the dictionary: plan_batch checks
+        d = col.dictionary
+        key = (d.offset, len(d), *(b.address if b is not None else 0 for b in d.buffers()))
+        if i not in dictionaries or dictionaries[i][0] != key:
+            d.validate(full=True)
+            dictionaries[i] = (key, d)
+    return batch
+
+
 class TableReader:
     """Parquet and Arrow rows as records, mixed into data_prep/readers.py ``ChunkReader``, whose
     ``part``, ``cfg``, ``ledger``, ``stats`` and record methods (``_error``, ``_break``,
@@ -53,8 +90,8 @@ class TableReader:
 
     def _table(self: Any) -> Iterator[Document | None]:
         """The rows of a Parquet file, a row group at a time (a group that fails to decode is one
-        error naming its rows; the groups around it are read), or of an Arrow stream (a batch
-        that fails ends the file with one error naming the row)."""
+        error naming its rows; the groups around it are read), or of an Arrow stream (:meth:`_stream`:
+        a batch that fails ends the file with one error naming the row)."""
         c = self.part
         try:
             if c.fmt == "parquet":
@@ -64,7 +101,7 @@ class TableReader:
             else:
                 reader = pa.ipc.open_stream(pa.memory_map(c.path, "r"))
                 names = set(reader.schema.names)
-        except (OSError, pa.ArrowException) as e:
+        except (OSError, ValueError, pa.ArrowException) as e:  # ValueError: a column name not UTF-8
             raise DataError(f"cannot read {c.path}: {e}") from None
         # a forced language leaves the file's label unread; no column at all still counts the rows
         wanted = (c.text_field, None if c.lang else c.lang_field, c.id_field)
@@ -89,12 +126,43 @@ class TableReader:
                     row += batch.num_rows
                 row = first + n
             return
+        yield from self._stream(reader, cols)
+
+    def _stream(self: Any, reader: pa.ipc.RecordBatchStreamReader, cols: list[str]) -> Iterator[Document | None]:
+        """The rows of an Arrow stream, a batch at a time, each batch's size known before it is
+        decoded (data_prep/ipc_sizes.py): a compressed one over :func:`batch_bound` is booked
+        undecoded (the module's docstring says how), and the stream read without it."""
+        c = self.part
+        bound = batch_bound(self.cfg.max_doc_bytes)
+        scan = ipc_sizes.scan(c.path)
+        heavy = scan.over(bound)
+        skipped = {m.start for m in heavy}
+        dictionaries: dict[int, tuple[tuple[int, ...], pa.Array]] = {}
+        row = 0
         try:
-            for batch in reader:
-                yield from self._rows(batch.select(cols), row)
-                row += batch.num_rows
+            if heavy:  # pyarrow's reader would decode each of them whole, on its way to the next batch
+                reader = pa.ipc.open_stream(ipc_sizes.Without(c.path, heavy))
+            for m in scan.messages:
+                if m.start in skipped:
+                    self.stats["records"] += 1
+                    what = (
+                        f"a compressed {'record' if m.kind == 'batch' else m.kind} batch, {m.decoded:,} bytes decoded"
+                    )
+                    if m.kind == "dictionary":  # the batches after it may need it
+                        self._error(UNKNOWN_LANG, "too_long", f"{c.path}: from row {row} ({what})")
+                        return
+                    rows = f"row {row}" if m.rows <= 1 else f"rows {row} to {row + m.rows - 1}"
+                    self._error(UNKNOWN_LANG, "too_long", f"{c.path}:{rows} ({what})")
+                    row += m.rows
+                elif m.kind == "batch":  # (a dictionary is read by pyarrow with the next batch)
+                    batch = reader.read_next_batch()
+                    yield from self._rows(_checked(batch.select(cols), dictionaries), row)
+                    row += batch.num_rows
         except (OSError, pa.ArrowException) as e:
             self._break(e, f"at row {row:,}")
+            return
+        if scan.error is not None:  # where the stream cannot be read past (its metadata)
+            self._break(scan.error, f"at row {row:,}")
 
     def _rows(self: Any, batch: pa.RecordBatch, first: int) -> Iterator[Document | None]:
         """The records of one batch: slices decoded in turn, the rows over the limit booked."""

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from bench.fuzz_inputs import (
     MAX_DOC_BYTES,
+    STREAM_COMPRESSIONS,
     cut_gzip,
     gzip_prefix_records,
     hostile_text,
@@ -128,12 +129,13 @@ def test_hostile_parquet_every_row_booked_once_nothing_raised(table_and_groups, 
 
 
 @ci(10)
-@given(tables())
-def test_hostile_arrow_streams_every_row_booked_once_nothing_raised(table_and_groups):
-    """The same tables as saved datasets (Arrow streams keep their dictionaries)."""
+@given(tables(), st.sampled_from(STREAM_COMPRESSIONS))
+def test_hostile_arrow_streams_every_row_booked_once_nothing_raised(table_and_groups, compression):
+    """The same tables as saved datasets (Arrow streams keep their dictionaries), their buffers
+    compressed or not."""
     table, _ = table_and_groups
     with tempfile.TemporaryDirectory() as d:
-        write_saved_dataset(Path(d) / "ds", table)
+        write_saved_dataset(Path(d) / "ds", table, compression)
         summaries, ledger = chunk_stage(config(Path(d) / "ds"), Path(d) / "out")
         assert ledger.totals().get("docs_in", 0) == table.num_rows
         assert dict(drop_counts(Path(d) / "out" / "dropped")) == booked_as_dropped(ledger)
