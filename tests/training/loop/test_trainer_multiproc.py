@@ -109,7 +109,7 @@ def test_resume_is_exact_on_one_rank(data, reference, tmp_path):
     # bloomline.json: the checked contract (training/CHECKPOINT.md)
     meta = read_meta(tmp_path / "checkpoints" / "step_4")
     assert (
-        meta["format_version"] == 3
+        meta["format_version"] == 4
         and meta["mixture"] is None
         and meta["blend"] == {"rule": "alpha", "alpha": "manifest"}
         and meta["layout"] == {"tp": 1, "pp": 1, "dp": 1, "zero_stage": 1}
