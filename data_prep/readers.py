@@ -126,8 +126,15 @@ def _discover(source: SourceConfig) -> list[tuple[Path, str]]:
     if (root / "state.json").is_file() or (root / "dataset_dict.json").is_file():
         return [(p, "arrow") for p in _hf_arrow_files(root)]
     out: list[tuple[Path, str]] = []
+    datasets: set[Path] = set()  # saved datasets found: their own files are theirs, not JSONL records
     for p in sorted(root.rglob("*")):
-        if p.is_dir() and ((p / "state.json").is_file() and (p / "dataset_info.json").is_file()):
+        if datasets.intersection(p.parents):
+            continue
+        if p.is_dir() and (
+            ((p / "state.json").is_file() and (p / "dataset_info.json").is_file())
+            or (p / "dataset_dict.json").is_file()
+        ):
+            datasets.add(p)
             out.extend((f, "arrow") for f in _hf_arrow_files(p))
         elif p.is_file() and (fmt := _fmt(p)) and not any(part.startswith(".") for part in p.relative_to(root).parts):
             out.append((p, fmt))

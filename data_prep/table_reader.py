@@ -193,7 +193,11 @@ class TableReader:
             # decoded first: the slice's values only (a dictionary read whole holds its group's), and
             # pyarrow turns plain strings into Python ones faster than dictionary entries
             cols = [x.dictionary_decode() if pa.types.is_dictionary(x.type) else x for x in batch.columns]
-            recs = pa.RecordBatch.from_arrays(cols, names=batch.schema.names).to_pylist()
+            recs = (
+                pa.RecordBatch.from_arrays(cols, names=batch.schema.names).to_pylist()
+                if cols
+                else [{} for _ in range(batch.num_rows)]  # none of the fields: each row is still a record, booked
+            )
         except (pa.ArrowException, ValueError, RecursionError) as e:  # a value Python cannot hold
             yield from self._failed(batch.num_rows, first, e)
             return

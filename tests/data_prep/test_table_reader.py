@@ -89,6 +89,14 @@ def test_fields_over_the_limit_are_booked_as_a_decoded_record_would_be(tmp_path)
     assert texts["empty_text"] == " " * 500 and texts["missing_lang"] == big[:500]  # as a decoded record's
 
 
+def test_a_table_with_none_of_the_fields_books_every_row(tmp_path):
+    """No text, label or id column: each row is still a record, booked (it read as no record at all)."""
+    pq.write_table(pa.table({"foo": [1, 2, 3]}), tmp_path / "x.parquet")
+    write_saved_dataset(tmp_path / "ds", pa.table({"foo": [1, 2]}))
+    docs, ledger = read(tmp_path, ReadConfig())
+    assert docs == [] and ledger.to_dict()[UNKNOWN_LANG]["errors"] == {"missing_lang": 5}
+
+
 def test_a_compressed_batch_over_the_bound_is_booked_undecoded_and_the_next_one_read(tmp_path):
     """A saved dataset whose first batch is 80 MiB of text in 10 KB of ZSTD, which pyarrow would
     decompress whole before any row is measured: one ``too_long`` naming its rows, found from the
