@@ -22,10 +22,6 @@ for _name in ("distributed", "distributed.scheduler", "distributed.nanny", "dist
     logging.getLogger(_name).setLevel(logging.WARNING)
 
 
-def _mask_worker_logs(worker: Any = None) -> None:
-    install_log_masking()
-
-
 def _ignore_terminal_interrupt(worker: Any = None) -> None:
     """A local worker is in the terminal's process group, so Ctrl-C reaches it as well as the
     driver; left to itself it dies there, mid-task, with a traceback of its own. The driver ends
@@ -38,15 +34,23 @@ def _ignore_terminal_interrupt(worker: Any = None) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _quiet_user_errors(worker: Any = None) -> None:
-    """A task that found the disk full is reported once, by the command's last line
-    (flows/user_errors.py), not also by each worker's "Compute Failed" with its traceback."""
+def _worker_logs(worker: Any = None) -> None:
+    """Every worker's log records masked (bloomline/secrets.py); and a task that found the disk
+    full reported once, by the command's last line (flows/user_errors.py), not also by each
+    worker's "Compute Failed" with its traceback."""
     from flows.user_errors import DiskFullFilter
 
+    install_log_masking()
     for name in ("distributed.worker", "distributed.core"):
         logger = logging.getLogger(name)
         if not any(isinstance(f, DiskFullFilter) for f in logger.filters):
             logger.addFilter(DiskFullFilter())
+
+
+def _local_worker(worker: Any = None) -> None:
+    """A local cluster's worker: :func:`_worker_logs`, and the terminal's Ctrl-C ignored."""
+    _worker_logs(worker)
+    _ignore_terminal_interrupt(worker)
 
 
 @contextmanager
@@ -97,8 +101,7 @@ def dask_client(cfg: PrepareConfig) -> Iterator[Any]:
 
     if cfg.dask.address:
         with Client(cfg.dask.address) as client:
-            client.register_worker_callbacks(_mask_worker_logs)  # also on workers that join later
-            client.register_worker_callbacks(_quiet_user_errors)
+            client.register_worker_callbacks(_worker_logs)  # also on workers that join later
             yield client
         return
     # One single-threaded process per core: SentencePiece, fastText and the filters are
@@ -123,9 +126,7 @@ def dask_client(cfg: PrepareConfig) -> Iterator[Any]:
         ) as cluster,
         Client(cluster) as client,
     ):
-        client.register_worker_callbacks(_mask_worker_logs)
-        client.register_worker_callbacks(_ignore_terminal_interrupt)
-        client.register_worker_callbacks(_quiet_user_errors)
+        client.register_worker_callbacks(_local_worker)
         yield client
 
 

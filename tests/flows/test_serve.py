@@ -125,35 +125,32 @@ asyncio.run(main())
     assert not (home / "serve" / "server.json").exists()  # serve's marker goes with it
 
 
-def test_an_existing_server_without_authentication_is_refused(tmp_path):
-    """`serve --api-url` on a server anyone reaching it can use: one line, exit 2, nothing served."""
-    import http.server
-    import threading
+def refused_serve(tmp_path, answer, *args, **env):
+    """`bloomline serve ARGS` (PREFECT_API_* unset, ``env`` added) beside a loopback server that
+    answers each GET with ``answer(path, authorization)``, its port as ``{port}`` in ``args``:
+    the result and the Authorization headers the server was sent."""
+    from tests.flows.test_api_server import http_server
 
-    class Open(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    httpd = http.server.HTTPServer(("127.0.0.1", 0), Open)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API_", "PREFECT_SERVER_API_"))}
-    env["BLOOMLINE_HOME"] = str(tmp_path)
+    server = http_server(answer)
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API_", "PREFECT_SERVER_API_"))}
+    full.update(BLOOMLINE_HOME=str(tmp_path), **env)
     try:
-        url = f"http://127.0.0.1:{httpd.server_port}/api"
         res = subprocess.run(
-            [sys.executable, "-m", "flows.cli", "serve", "--api-url", url],
-            env=env,
+            [sys.executable, "-m", "flows.cli", "serve", *(a.format(port=server.server_port) for a in args)],
+            env=full,
             cwd=REPO,
             capture_output=True,
             text=True,
             timeout=120,
         )
     finally:
-        httpd.shutdown()
+        server.shutdown()
+    return res, server.seen
+
+
+def test_an_existing_server_without_authentication_is_refused(tmp_path):
+    """`serve --api-url` on a server anyone reaching it can use: one line, exit 2, nothing served."""
+    res, _ = refused_serve(tmp_path, lambda path, header: 200, "--api-url", "http://127.0.0.1:{port}/api")
     assert res.returncode == 2, res.stderr[-2000:]
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "answers requests without authentication" in lines[0], res.stderr
@@ -163,27 +160,19 @@ def test_a_port_another_process_holds_is_sent_no_auth_string(tmp_path):
     """`serve` on a port something already listens on (another user's squatter would answer
     /health, and then get the auth string and the deployments): one line, exit 2, and the
     squatter is sent no credentials."""
-    from tests.flows.test_api_server import AUTH, http_server, prefect_like
+    from tests.flows.test_api_server import AUTH, prefect_like
 
-    squatter = http_server(prefect_like)  # would take AUTH, as a server started with it does
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API_", "PREFECT_SERVER_API_"))}
-    env.update(
-        BLOOMLINE_HOME=str(tmp_path),
+    res, seen = refused_serve(  # the squatter would take AUTH, as a server started with it does
+        tmp_path,
+        prefect_like,
+        "--port",
+        "{port}",
+        "--root",
+        str(tmp_path),
         PREFECT_HOME=str(tmp_path / "prefect"),
         PREFECT_SERVER_API_AUTH_STRING=AUTH,
     )
-    try:
-        res = subprocess.run(
-            [sys.executable, "-m", "flows.cli", "serve", "--port", str(squatter.server_port), "--root", str(tmp_path)],
-            env=env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    finally:
-        squatter.shutdown()
-    assert not any(squatter.seen), squatter.seen  # no Authorization header reached it
+    assert not any(seen), seen  # no Authorization header reached it
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1 and "already in use" in lines[0], res.stderr[-2000:]
 
