@@ -3,7 +3,9 @@ perplexity, bits per byte of the data's validation split) and every task of ``ta
 (eval/tasks/), plus a few greedy generations.
 
 The model is the checkpoint's whole single-device ``Bloom`` (``training.checkpoint.load.load_model``,
-any layout); one process. Results are rows of contract 3, version 2 (``eval/results.py``,
+any layout) in this process, on the CPU or the accelerator (``device``), or the checkpoint spread
+over ``parallel``'s tp·pp ranks (eval/parallel/); the tasks see either through one interface
+(eval/model.py). Results are rows of contract 3, version 4 (``eval/results.py``,
 ``eval/RESULTS.md``): one per (task, scope, language, weighting, metric), with the checkpoint's
 identity and the training tokens of the language it had seen.
 """
@@ -21,24 +23,24 @@ import torch
 from bloomline.errors import CheckpointError, ConfigError
 from data_prep.shards import load_manifest, manifest_path
 from data_prep.tokenizer import token_bytes
-from eval.generate import greedy
+from eval.generate import generate
 from eval.metrics import GROUPS, group_of
+from eval.model import EvalModel, LocalModel, resolve_device
 from eval.tasks import make, validation_spec
 from eval.tasks.base import Context
 from eval.tasks.validation import language_samples
 from training.checkpoint.load import load_model
-from training.checkpoint.meta import PRECISIONS, trained_on
+from training.checkpoint.meta import PRECISIONS, model_config, read_meta, trained_on
 from training.checkpoint.run_dir import META_FILE
-from training.config import EvalConfig
+from training.config import EvalConfig, ParallelConfig
 from training.data.shard_reader import ShardIndex, verify_once
-from training.model.bloom import Bloom
 from training.parallel.layout import layout_label
 
 
 @dataclass
 class Evaluation:
     rows: list[dict[str, Any]]
-    """Result rows (contract 3, version 2) with the checkpoint's identity added."""
+    """Result rows (contract 3, version 4) with the checkpoint's identity added."""
     generations: list[dict[str, Any]]
     seconds: float
     tokens: int
@@ -56,32 +58,27 @@ class Evaluation:
 
 
 def generations(
-    model: Bloom, index: ShardIndex, cfg: EvalConfig, decode: Callable[[list[int]], str], eos_id: int
+    model: EvalModel, index: ShardIndex, cfg: EvalConfig, decode: Callable[[list[int]], str], eos_id: int
 ) -> list[dict[str, Any]]:
     """``cfg.prompts_per_lang`` greedy generations per language, from the first ``cfg.prompt_tokens``
-    tokens of its first validation documents (fixed, so rounds compare)."""
-    out = []
+    tokens of its first validation documents (fixed, so rounds compare), decoded together."""
+    prompts: list[tuple[str, int, list[int]]] = []
     for lang in index.languages:
-        prompts: list[list[int]] = []
+        mine: list[list[int]] = []
         for _, refs in language_samples(index, lang, None):
             for sid, row in refs:
                 toks, offsets = index.fetch(sid, row)
                 for start in offsets.tolist():
                     doc = toks[start : start + cfg.prompt_tokens].tolist()
-                    if len(doc) == cfg.prompt_tokens and eos_id not in doc and len(prompts) < cfg.prompts_per_lang:
-                        prompts.append(doc)
-            if len(prompts) >= cfg.prompts_per_lang:
+                    if len(doc) == cfg.prompt_tokens and eos_id not in doc and len(mine) < cfg.prompts_per_lang:
+                        mine.append(doc)
+            if len(mine) >= cfg.prompts_per_lang:
                 break
-        for k, p in enumerate(prompts):
-            out.append(
-                {
-                    "lang": lang,
-                    "k": k,
-                    "prompt": decode(p),
-                    "completion": decode(greedy(model, p, cfg.new_tokens, eos_id)),
-                }
-            )
-    return out
+        prompts += [(lang, k, p) for k, p in enumerate(mine)]
+    outs = generate(model, [p for _, _, p in prompts], cfg.new_tokens, eos_id)
+    return [
+        {"lang": lang, "k": k, "prompt": decode(p), "completion": decode(o)} for (lang, k, p), o in zip(prompts, outs)
+    ]
 
 
 def seen(scope: str, lang: str, tokens_seen: dict[str, int], langs: list[str]) -> int:
@@ -108,6 +105,11 @@ def heldout_data(data_dir: Path, cfg: EvalConfig) -> Path:
     return other
 
 
+def precision_of(cfg: EvalConfig, device: torch.device) -> str:
+    """The evaluation's precision: ``cfg.precision``, else bf16 on a GPU and fp32 on the CPU."""
+    return cfg.precision or ("bf16" if device.type == "cuda" else "fp32")
+
+
 def evaluate(
     ckpt_dir: str | Path,
     data_dir: str | Path,
@@ -116,21 +118,61 @@ def evaluate(
     stamp: Optional[Path] = None,
     progress: Callable[[str], None] = lambda msg: None,
 ) -> Evaluation:
-    """Evaluate the checkpoint ``ckpt_dir`` on ``data_dir``'s validation splits and ``cfg.tasks``."""
-    import sentencepiece as spm
-
-    t0 = time.perf_counter()
+    """Evaluate the checkpoint ``ckpt_dir`` on ``data_dir``'s validation splits and ``cfg.tasks``:
+    in this process, or on ``cfg.parallel``'s tp·pp ranks (eval/parallel/). Everything a user can
+    get wrong is refused here, in one line, before a model is loaded or a rank started."""
     ckpt_dir, data_dir = Path(ckpt_dir), Path(data_dir)
-    tasks = [(spec, make(spec)) for spec in [validation_spec(), *cfg.tasks]]  # an unknown task: refused before loading
+    meta = checked(ckpt_dir, data_dir, cfg)
+    if cfg.parallel.world_size > 1:
+        from eval.parallel.launch import evaluate_on_ranks
+
+        return evaluate_on_ranks(ckpt_dir, data_dir, cfg, run, meta, stamp, progress)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    model, meta = load_model(ckpt_dir, PRECISIONS[cfg.precision])
+    device = resolve_device(cfg.device)
+    bloom, meta = load_model(ckpt_dir, PRECISIONS[precision_of(cfg, device)])
+    return evaluate_with(LocalModel(bloom, device), meta, ckpt_dir, data_dir, cfg, run, stamp, progress)
+
+
+def checked(ckpt_dir: Path, data_dir: Path, cfg: EvalConfig) -> dict[str, Any]:
+    """The checkpoint's bloomline.json, once the settings, the tasks, the device and the layout
+    are known to fit it and the data is the data it trained on."""
+    for spec in [validation_spec(), *cfg.tasks]:
+        make(spec)  # an unknown task, or one without its data
+    resolve_device(cfg.device)
+    meta = read_meta(ckpt_dir)
     if not trained_on(meta, data_dir):
         raise CheckpointError(
             f"{ckpt_dir / META_FILE}: field 'data_manifest_sha256' is not the sha256 of "
             f"{manifest_path(data_dir)}: the checkpoint was trained on other data; evaluate it "
             f"with the --data it was trained on"
         )
+    check_eval_layout(cfg, model_config(meta))
+    return meta
+
+
+def check_eval_layout(cfg: EvalConfig, model: Any) -> None:
+    """The evaluation layout must cut the model as training's would: tp divides its heads (and
+    hidden size and padded vocabulary), pp is at most its layers."""
+    ParallelConfig(tp=cfg.parallel.tp, pp=cfg.parallel.pp).check_model(model)
+
+
+def evaluate_with(
+    model: EvalModel,
+    meta: dict[str, Any],
+    ckpt_dir: Path,
+    data_dir: Path,
+    cfg: EvalConfig,
+    run: str,
+    stamp: Optional[Path] = None,
+    progress: Callable[[str], None] = lambda msg: None,
+) -> Evaluation:
+    """Every task, then the generations, on ``model`` (whatever runs it); rows with the
+    checkpoint's identity and the layout they were evaluated in."""
+    import sentencepiece as spm
+
+    t0 = time.perf_counter()
+    tasks = [(spec, make(spec)) for spec in [validation_spec(), *cfg.tasks]]
     index = ShardIndex(heldout_data(data_dir, cfg), "valid")
     if stamp is not None:
         verify_once(index, stamp)
@@ -140,7 +182,7 @@ def evaluate(
     sp = spm.SentencePieceProcessor(model_file=str(model_file))
     tokens_seen = meta["sampler"]["tokens_by_lang"]
     base = dict(
-        model=model.eval(),
+        model=model,
         tokenizer=sp,
         index=index,
         token_bytes=token_bytes(model_file),
@@ -162,8 +204,9 @@ def evaluate(
         "run": run,
         "step": int(meta["step"]),
         "checkpoint": str(ckpt_dir.resolve()),
-        "precision": cfg.precision,
+        "precision": precision_of(cfg, model.device),
         "layout": layout_label(meta["layout"]),
+        "eval_layout": model.layout,
         "data_manifest_sha256": meta["data_manifest_sha256"],
         "evaluated_at": now,
     }

@@ -23,10 +23,13 @@ from bloomline.io import remove_stale_tmp, tmp_path, write_bytes_atomic
 from bloomline.secrets import mask_text
 from training.checkpoint.run_dir import RunDir
 
-RESULTS_VERSION = 3
-READS = (1, 2, 3)
+RESULTS_VERSION = 4
+READS = (1, 2, 3, 4)
 """Results versions :func:`read_results` reads: version 1's wide rows become long ones, versions 1
-and 2 get a null ``epochs_seen``."""
+and 2 get a null ``epochs_seen``, versions 1 to 3 the ``eval_layout`` every evaluation then had
+(:data:`BEFORE_LAYOUTS`)."""
+BEFORE_LAYOUTS = "tp=1 pp=1 device=cpu"
+"""The ``eval_layout`` of every evaluation written before version 4: one process on the CPU."""
 VERSION_KEY = b"bloomline.results_version"
 
 SCHEMA = pa.schema(
@@ -48,14 +51,18 @@ SCHEMA = pa.schema(
         ("epochs_seen", pa.float64()),
         ("precision", pa.string()),
         ("layout", pa.string()),
+        ("eval_layout", pa.string()),
         ("data_manifest_sha256", pa.string()),
         ("evaluated_at", pa.timestamp("us", tz="UTC")),
     ],
     metadata={VERSION_KEY: str(RESULTS_VERSION).encode()},
 )
-"""Version 3: one row per (step, task, scope, lang, weighting, metric) (eval/RESULTS.md)."""
+"""Version 4: one row per (step, task, scope, lang, weighting, metric) (eval/RESULTS.md)."""
 
-SCHEMA_V2 = pa.schema([f for f in SCHEMA if f.name != "epochs_seen"], metadata={VERSION_KEY: b"2"})
+SCHEMA_V3 = pa.schema([f for f in SCHEMA if f.name != "eval_layout"], metadata={VERSION_KEY: b"3"})
+"""Version 3: version 4 without ``eval_layout``."""
+
+SCHEMA_V2 = pa.schema([f for f in SCHEMA_V3 if f.name != "epochs_seen"], metadata={VERSION_KEY: b"2"})
 """Version 2: version 3 without ``epochs_seen``."""
 
 SCHEMA_V1 = pa.schema(
@@ -88,7 +95,7 @@ Scope = Literal["language", "group", "overall"]
 
 
 class ResultRow(TypedDict):
-    """One row of a results file (version 2; the columns of :data:`SCHEMA`, eval/RESULTS.md)."""
+    """One row of a results file (version 4; the columns of :data:`SCHEMA`, eval/RESULTS.md)."""
 
     run: str
     step: int
@@ -107,6 +114,7 @@ class ResultRow(TypedDict):
     epochs_seen: Optional[float]
     precision: str
     layout: str
+    eval_layout: str
     data_manifest_sha256: str
     evaluated_at: Any
 
@@ -126,6 +134,7 @@ class ValidationRow(TypedDict):
     epochs_seen: Optional[float]
     precision: str
     layout: str
+    eval_layout: str
     data_manifest_sha256: str
     evaluated_at: Any
     loss: float
@@ -266,25 +275,38 @@ def _read(folder: Path, schema: pa.Schema, versions: dict[str, Any]) -> pa.Table
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
-def _v1_to_v3(t: pa.Table) -> pa.Table:
-    return pa.Table.from_pylist(long_rows(t.to_pylist()), schema=SCHEMA)
+def _v3_to_v4(t: pa.Table) -> pa.Table:
+    at = SCHEMA.get_field_index("eval_layout")
+    column = pa.array([BEFORE_LAYOUTS] * len(t), pa.string())
+    return t.add_column(at, SCHEMA.field(at), column).replace_schema_metadata(SCHEMA.metadata)
 
 
-def _v2_to_v3(t: pa.Table) -> pa.Table:
-    at = SCHEMA.get_field_index("epochs_seen")
-    return t.add_column(at, SCHEMA.field(at), pa.nulls(len(t), pa.float64())).replace_schema_metadata(SCHEMA.metadata)
+def _v1_to_v4(t: pa.Table) -> pa.Table:
+    rows = [{**r, "eval_layout": BEFORE_LAYOUTS} for r in long_rows(t.to_pylist())]
+    return pa.Table.from_pylist(rows, schema=SCHEMA)
+
+
+def _v2_to_v4(t: pa.Table) -> pa.Table:
+    at = SCHEMA_V3.get_field_index("epochs_seen")
+    v3 = t.add_column(at, SCHEMA_V3.field(at), pa.nulls(len(t), pa.float64()))
+    return _v3_to_v4(v3)
 
 
 def read_results(run_dir: str | Path) -> pa.Table:
-    """Every evaluation of the run in version 3's long form (versions 1 and 2 converted), checked
+    """Every evaluation of the run in version 4's long form (versions 1 to 3 converted), checked
     file by file; empty (with the schema) when there is none. The one reader of contract 3."""
-    versions = {"3": (SCHEMA, lambda t: t), "2": (SCHEMA_V2, _v2_to_v3), "1": (SCHEMA_V1, _v1_to_v3)}
+    versions = {
+        "4": (SCHEMA, lambda t: t),
+        "3": (SCHEMA_V3, _v3_to_v4),
+        "2": (SCHEMA_V2, _v2_to_v4),
+        "1": (SCHEMA_V1, _v1_to_v4),
+    }
     return _read(results_dir(run_dir), SCHEMA, versions)
 
 
 def read_generations(run_dir: str | Path) -> pa.Table:
-    same = (GENERATIONS_SCHEMA, lambda t: t)  # unchanged from version 1 to 3
-    return _read(generations_dir(run_dir), GENERATIONS_SCHEMA, {"1": same, "2": same, "3": same})
+    same = (GENERATIONS_SCHEMA, lambda t: t)  # unchanged from version 1 to 4
+    return _read(generations_dir(run_dir), GENERATIONS_SCHEMA, {v: same for v in ("1", "2", "3", "4")})
 
 
 def evaluated_steps(run_dir: str | Path) -> list[int]:

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from eval.model import EvalModel
 from eval.tasks.base import Context, Row, Task, proportion, skipped, with_means
+from training.model.bloom import IGNORE_INDEX
 
 CONTEXT = 32
 """Context tokens of an item."""
@@ -86,27 +87,25 @@ BATCH = 16
 """Items scored in one forward pass (their 4 endings each)."""
 
 
-@torch.no_grad()
-def loglikelihoods(model, context: np.ndarray, endings: list[np.ndarray]) -> list[float]:
+def loglikelihoods(model: EvalModel, context: np.ndarray, endings: list[np.ndarray]) -> list[float]:
     """log p(ending | context) of each ending, summed over its tokens (fp32 log-softmax)."""
     return batch_loglikelihoods(model, [(context, endings)])[0]
 
 
-@torch.no_grad()
-def batch_loglikelihoods(model, batch: list[tuple[np.ndarray, list[np.ndarray]]]) -> list[list[float]]:
+def batch_loglikelihoods(model: EvalModel, batch: list[tuple[np.ndarray, list[np.ndarray]]]) -> list[list[float]]:
     """:func:`loglikelihoods` of several items (contexts of one length, endings of one length) in one pass."""
     c = len(batch[0][0])
     ids = torch.tensor(
         np.stack([np.concatenate([context, e]) for context, endings in batch for e in endings]), dtype=torch.long
     )
-    logits = model(ids)[..., : model.cfg.vocab_size].float()
-    logp = F.log_softmax(logits[:, c - 1 : -1], dim=-1)  # the predictions of the endings' tokens
-    ll = logp.gather(-1, ids[:, c:, None])[..., 0].sum(-1).tolist()
+    targets = torch.full_like(ids, IGNORE_INDEX)
+    targets[:, c - 1 : -1] = ids[:, c:]  # the predictions of the endings' tokens
+    ll = model.token_logprobs(ids, torch.ones_like(ids), targets).sum(-1).tolist()
     k = len(batch[0][1])
     return [ll[i * k : (i + 1) * k] for i in range(len(batch))]
 
 
-def score(model, token_bytes: np.ndarray, its: list[tuple[np.ndarray, list[np.ndarray], int]]) -> tuple[int, int]:
+def score(model: EvalModel, token_bytes: np.ndarray, its: list[tuple[np.ndarray, list[np.ndarray], int]]) -> tuple[int, int]:
     """(items right by log-likelihood, items right by log-likelihood per byte)."""
     right = right_bytes = 0
     for i in range(0, len(its), BATCH):

@@ -19,7 +19,7 @@ from pathlib import Path
 from bloomline import languages
 from bloomline.errors import DataError
 from bloomline.task_spec import task_records
-from eval.generate import greedy
+from eval.generate import generate
 from eval.tasks.base import Context, Row, Task, skipped, with_means
 
 SENTENCES = 50
@@ -43,12 +43,14 @@ def pairs(path: Path, lang: str, limit: int) -> list[tuple[str, str]]:
     return out
 
 
-def translate(ctx: Context, text: str, src: str, tgt: str) -> str:
-    """The model's greedy translation of ``text`` from ``src`` to ``tgt`` (module docstring)."""
-    prompt = ctx.tokenizer.encode(f"{languages.get(src).name}: {text}\n{languages.get(tgt).name}:")
-    budget = min(MAX_NEW, 2 * len(ctx.tokenizer.encode(text)) + 8)
-    out = greedy(ctx.model, prompt, budget, ctx.eos_id, stop=lambda ids: "\n" in ctx.tokenizer.decode(ids))
-    return ctx.tokenizer.decode(out).split("\n")[0].strip()
+def translations(ctx: Context, texts: list[str], src: str, tgt: str) -> list[str]:
+    """The model's greedy translations of ``texts`` from ``src`` to ``tgt`` (module docstring),
+    decoded together (eval/generate.py) and each cut at its own budget, so each is what it would
+    be alone."""
+    prompts = [ctx.tokenizer.encode(f"{languages.get(src).name}: {t}\n{languages.get(tgt).name}:") for t in texts]
+    budgets = [min(MAX_NEW, 2 * len(ctx.tokenizer.encode(t)) + 8) for t in texts]
+    outs = generate(ctx.model, prompts, max(budgets, default=0), ctx.eos_id, stop=lambda ids: "\n" in ctx.tokenizer.decode(ids))
+    return [ctx.tokenizer.decode(o[:n]).split("\n")[0].strip() for o, n in zip(outs, budgets)]
 
 
 class Flores(Task):
@@ -85,7 +87,7 @@ class Flores(Task):
                 ("chrf_from_en", "en", lang, [t for _, t in got]),
                 ("chrf_to_en", lang, "en", [e for e, _ in got]),
             ):
-                hyps = [translate(ctx, s, src, tgt) for s in (e if src == "en" else t for e, t in got)]
+                hyps = translations(ctx, [e if src == "en" else t for e, t in got], src, tgt)
                 rows.append(Row(lang, metric, float(chrf.corpus_score(hyps, [refs]).score), None, len(got)))
             ctx.progress(f"flores {lang}: chrF++ {rows[-2].value:.1f} from English, {rows[-1].value:.1f} to English")
         return with_means(rows)

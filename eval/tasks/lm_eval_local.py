@@ -148,17 +148,15 @@ class LocalLmEvalTask(Task):
         return names
 
     def run(self, ctx: Context) -> list[Row]:
-        from eval.export import hf_model, hf_tokenizer
-
         files, rows = self.plan(ctx.spec.data, ctx.index.languages, ctx.spec.langs)
         if not files:
             return rows
         with tempfile.TemporaryDirectory(prefix="bloomline-tasks-") as work:
             names = self.write(files, work)
-            tok = ctx.index.manifest["tokenizer"]
-            lm = in_memory_lm(
-                hf_model(ctx.model, tok), hf_tokenizer(ctx.tokenizer_file), ctx.model.cfg.seq_len, int(tok["eos_id"])
-            )
+            try:
+                lm = lm_of(ctx)
+            except NotImplementedError as e:
+                return rows + [skipped(lang, str(e)) for lang in names]
             try:
                 res = run_lm_eval(lm, list(names.values()), work, ctx.spec.limit)
             except Exception as e:  # lm-eval's own code on a record it cannot take: this task only
@@ -181,7 +179,25 @@ def number(x: Any) -> Optional[float]:
         return None
 
 
-def in_memory_lm(model: Any, tokenizer: Any, max_length: int, eos_id: int) -> Any:
+def lm_of(ctx: Context) -> Any:
+    """The lm-eval ``LM`` of the task's model: HFLM around the in-memory ``BloomForCausalLM`` of a
+    model in this process; NotImplementedError (the reason) for one spread over ranks."""
+    from eval.export import hf_model, hf_tokenizer
+    from eval.model import LocalModel
+
+    if not isinstance(ctx.model, LocalModel):
+        raise NotImplementedError(f"lm-eval's families do not run on the parallel evaluator yet ({ctx.model.layout})")
+    tok = ctx.index.manifest["tokenizer"]
+    return in_memory_lm(
+        hf_model(ctx.model.bloom, tok),
+        hf_tokenizer(ctx.tokenizer_file),
+        ctx.model.cfg.seq_len,
+        int(tok["eos_id"]),
+        str(ctx.model.device),
+    )
+
+
+def in_memory_lm(model: Any, tokenizer: Any, max_length: int, eos_id: int, device: str = "cpu") -> Any:
     """lm-eval's HFLM around an in-memory model: what ``--model hf --model_args
     pretrained=EXPORT,max_length=L,prefix_token_id=EOS`` builds from an export."""
     from lm_eval.models.huggingface import HFLM
@@ -193,7 +209,7 @@ def in_memory_lm(model: Any, tokenizer: Any, max_length: int, eos_id: int) -> An
         max_length=max_length,
         batch_size=BATCH,
         prefix_token_id=eos_id,
-        device="cpu",
+        device=device,
     )
 
 

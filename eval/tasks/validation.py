@@ -14,14 +14,14 @@ from typing import Callable, Optional
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from eval.metrics import LangTotals, metric_rows
+from eval.model import EvalModel
 from eval.results import VALIDATION, VALIDATION_METRICS
 from eval.tasks.base import Context, Row, Task
 from training.config import EvalConfig
 from training.data.shard_reader import ShardIndex, collate
-from training.model.bloom import IGNORE_INDEX, Bloom
+from training.model.bloom import IGNORE_INDEX
 
 
 def language_samples(index: ShardIndex, lang: str, cap: Optional[int]) -> list[tuple[int, list[tuple[int, int]]]]:
@@ -46,7 +46,7 @@ def language_samples(index: ShardIndex, lang: str, cap: Optional[int]) -> list[t
 
 @torch.no_grad()
 def evaluate_model(
-    model: Bloom,
+    model: EvalModel,
     index: ShardIndex,
     cfg: EvalConfig,
     token_bytes_: np.ndarray,
@@ -62,13 +62,9 @@ def evaluate_model(
             m = max(1, cfg.batch_tokens // bucket)
             for i in range(0, len(refs), m):
                 b = collate(index, refs[i : i + m], bucket, index.pad_id)
-                logits = model(b["input_ids"], b["segment_ids"])
                 mask = b["labels"] != IGNORE_INDEX
-                # per-token NLL in fp32, as the training loss computes it (a bf16 log-softmax over the
-                # vocabulary is too coarse), then the predicted positions
-                nll = F.cross_entropy(
-                    logits.float().flatten(0, 1), torch.where(mask, b["labels"], 0).flatten(), reduction="none"
-                )[mask.flatten()]
+                # per-token NLL in fp32, as the training loss computes it (eval/model.py), of the predicted positions
+                nll = -model.token_logprobs(b["input_ids"], b["segment_ids"], b["labels"])[mask]
                 labels = b["labels"][mask]
                 text = nbytes[labels] > 0
                 t.nll += float(nll.sum())

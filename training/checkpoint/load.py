@@ -10,7 +10,7 @@ import io
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -95,14 +95,29 @@ def check_files(step_dir: Path, meta: dict[str, Any]) -> None:
         refuse("dp", f"holds {found['dp']} ZeRO optimizer partition(s) per model-parallel rank")
 
 
-def _rank_weights(step_dir: Path, meta: dict[str, Any], tp_rank: int) -> tuple[dict[str, torch.Tensor], str]:
-    """One TP rank's parameters under Bloom names, and the file(s) they came from."""
+def layer_of(name: str) -> str:
+    """The pipeline layer (``Bloom.layers()`` name) a parameter belongs to: ``blocks.3.attn.qkv.weight``
+    → ``blocks.3``, ``final_ln.bias`` → ``final_ln``."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if parts[0] == "blocks" else parts[0]
+
+
+def _rank_weights(
+    step_dir: Path, meta: dict[str, Any], tp_rank: int, layers: Optional[set[str]] = None
+) -> tuple[dict[str, torch.Tensor], str]:
+    """One TP rank's parameters under Bloom names, and the file(s) they came from; ``layers``: only
+    those layers' (:func:`layer_of`), read from their own files where the layout wrote per-layer
+    files, else memory-mapped, so the other tensors' bytes are never read."""
     lay, cfg = meta["layout"], model_config(meta)
+    wanted = (lambda name: True) if layers is None else (lambda name: layer_of(name) in layers)
     if lay["zero_stage"] == 3:
-        return _zero3_weights(step_dir, tp_rank, PRECISIONS[meta["precision"]]), f"{step_dir}/*mp_rank_{tp_rank:02d}*"
+        weights = _zero3_weights(step_dir, tp_rank, PRECISIONS[meta["precision"]])
+        return {k: v for k, v in weights.items() if wanted(k)}, f"{step_dir}/*mp_rank_{tp_rank:02d}*"
     out: dict[str, torch.Tensor] = {}
     if lay["pp"] > 1:
         for idx, prefix in enumerate(pipeline_prefixes(cfg.num_layers)[:-1]):
+            if layers is not None and prefix not in layers:
+                continue
             f = step_dir / f"layer_{idx:02d}-model_{tp_rank:02d}-model_states.pt"
             layer = safe_load(f)
             if not isinstance(layer, dict):
@@ -111,11 +126,11 @@ def _rank_weights(step_dir: Path, meta: dict[str, Any], tp_rank: int) -> tuple[d
         where = f"{step_dir}/layer_*-model_{tp_rank:02d}-model_states.pt"
     else:
         f = step_dir / f"mp_rank_{tp_rank:02d}_model_states.pt"
-        states = safe_load(f)
+        states = safe_load(f, mmap=layers is not None)
         module = states.get("module") if isinstance(states, dict) else None
         if not isinstance(module, dict):
             raise CheckpointError(f"{f}: no module weights")
-        out = {bloom_name(k, cfg.num_layers): v for k, v in module.items()}
+        out = {n: v for n, v in ((bloom_name(k, cfg.num_layers), v) for k, v in module.items()) if wanted(n)}
         where = str(f)
     # megatron-core layers add an empty '_extra_state' entry; it carries nothing
     return {k: v for k, v in out.items() if not k.endswith("_extra_state")}, where
@@ -143,27 +158,20 @@ def _zero3_weights(step_dir: Path, tp_rank: int, dtype: torch.dtype) -> dict[str
     return {k: v.to(dtype) for k, v in sd.items()}
 
 
-def load_model(ckpt_dir: str | Path, dtype: torch.dtype = torch.float32) -> tuple[Any, dict[str, Any]]:
-    """The whole model of a checkpoint of any layout, as a single-device ``Bloom`` in ``dtype``
-    (eval mode, on CPU), and the checkpoint's checked bloomline.json.
+def merged_weights(step_dir: Path, meta: dict[str, Any], layers: Optional[set[str]] = None) -> dict[str, torch.Tensor]:
+    """The whole tensors (every TP slice of the checkpoint merged) of the model's parameters, or of
+    ``layers``' only (:func:`layer_of`), under Bloom names, as the model computed with them.
 
-    TP slices are merged (cuts from the checkpoint's own ``tp_rules``), pipeline stages joined,
-    ZeRO-3 partitions gathered. The weights are those the model computed with at that step (the
-    training precision's copy of the fp32 master weights), converted to ``dtype``. Before merging,
-    every parameter that TP ranks hold whole (LayerNorms, row-parallel biases) must be equal on all
-    of them: BLOOM-176B's LayerNorms drifted apart across TP ranks under bf16, and any one rank's
-    copy — or their average — would be another model than the one that trained, so a drifted
-    checkpoint is refused with the parameter's name.
-    """
-    from training.model.bloom import Bloom, full_shapes
+    Before merging, every parameter that TP ranks hold whole (LayerNorms, row-parallel biases)
+    must be equal on all of them: BLOOM-176B's LayerNorms drifted apart across TP ranks under
+    bf16, and any one rank's copy — or their average — would be another model than the one that
+    trained, so a drifted checkpoint is refused with the parameter's name."""
+    from training.model.bloom import full_shapes
 
-    step_dir = Path(ckpt_dir)
-    meta = read_meta(step_dir)
-    check_files(step_dir, meta)
     cfg = model_config(meta)
     rules = meta["tp_rules"]
-    ranks = [_rank_weights(step_dir, meta, r) for r in range(meta["layout"]["tp"])]
-    shapes = full_shapes(cfg)
+    shapes = {n: s for n, s in full_shapes(cfg).items() if layers is None or layer_of(n) in layers}
+    ranks = [_rank_weights(step_dir, meta, r, layers) for r in range(meta["layout"]["tp"])]
     for weights, where in ranks:
         missing, extra = sorted(set(shapes) - set(weights)), sorted(set(weights) - set(shapes))
         if missing or extra:
@@ -187,8 +195,26 @@ def load_model(ckpt_dir: str | Path, dtype: torch.dtype = torch.float32) -> tupl
                 f"{layout_label(meta['layout'])} wants {tuple(shapes[name])}"
             )
         merged[name] = whole
+    return merged
+
+
+def load_model(ckpt_dir: str | Path, dtype: torch.dtype = torch.float32) -> tuple[Any, dict[str, Any]]:
+    """The whole model of a checkpoint of any layout, as a single-device ``Bloom`` in ``dtype``
+    (eval mode, on CPU), and the checkpoint's checked bloomline.json.
+
+    TP slices are merged (cuts from the checkpoint's own ``tp_rules``), pipeline stages joined,
+    ZeRO-3 partitions gathered (:func:`merged_weights`). The weights are those the model computed
+    with at that step (the training precision's copy of the fp32 master weights), converted to
+    ``dtype``.
+    """
+    from training.model.bloom import Bloom
+
+    step_dir = Path(ckpt_dir)
+    meta = read_meta(step_dir)
+    check_files(step_dir, meta)
+    merged = merged_weights(step_dir, meta)
     with torch.device("meta"):
-        model = Bloom(cfg)
+        model = Bloom(model_config(meta))
     model.to_empty(device="cpu")
     model.load_state_dict(merged, strict=True)
     return model.to(dtype).eval(), meta

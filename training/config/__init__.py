@@ -14,7 +14,7 @@ from typing import Any, Union
 from bloomline.config import check
 from bloomline.errors import ConfigError
 from training.config.batch import BatchConfig, BlendRuleConfig, OnlineMixtureConfig
-from training.config.evaluation import EvalConfig, EvaluationConfig
+from training.config.evaluation import EvalConfig, EvalParallelConfig, EvaluationConfig
 from training.config.launch import BLOOM_NCCL_ENV, LAUNCHERS, LaunchConfig
 from training.config.loop import CheckpointConfig, OptimConfig, TrainLoopConfig
 from training.config.model import DATA_SHAPED, ModelConfig
@@ -29,6 +29,7 @@ __all__ = [
     "BlendRuleConfig",
     "CheckpointConfig",
     "EvalConfig",
+    "EvalParallelConfig",
     "EvaluationConfig",
     "LaunchConfig",
     "ModelConfig",

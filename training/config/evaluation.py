@@ -10,11 +10,44 @@ from bloomline.task_spec import TaskSpec
 
 
 @dataclass
+class EvalParallelConfig:
+    """The layout an evaluation runs in (``parallel:`` of the evaluation settings): tp·pp ranks,
+    each holding one pipeline stage's tensor-parallel slice of the model (eval/parallel/)."""
+
+    tp: int = 1
+    """Tensor-parallel degree: must divide the model's heads (any checkpoint layout is re-cut)."""
+    pp: int = 1
+    """Pipeline stages: at most the model's layers; cut as training cuts them."""
+    hostfile: Optional[str] = None
+    """A DeepSpeed hostfile (``host slots=N`` lines) whose hosts run the ranks, tp·pp slots in
+    all; None: this machine."""
+    timeout_s: Optional[float] = None
+    """An evaluation that runs longer is stopped, every rank killed, and fails with that reason;
+    None: no limit."""
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp
+
+    def validate(self) -> None:
+        check(self.tp >= 1, "tp", "must be >= 1")
+        check(self.pp >= 1, "pp", "must be >= 1")
+        check(self.timeout_s is None or self.timeout_s > 0, "timeout_s", "must be > 0, or null for no limit")
+
+
+@dataclass
 class EvalConfig:
     """How ``bloomline evaluate`` evaluates a checkpoint (recipes in ``configs/eval/``; eval/)."""
 
-    precision: Literal["fp32", "bf16"] = "fp32"
-    """Dtype the checkpoint's model is evaluated in (recorded with every result row)."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the model and every task run; auto: the accelerator when one is present. Recorded with
+    every result row (``eval_layout``)."""
+    precision: Optional[Literal["fp32", "bf16"]] = None
+    """Dtype the checkpoint's model is evaluated in (recorded with every result row); None: bf16 on
+    a GPU, fp32 on the CPU."""
+    parallel: EvalParallelConfig = field(default_factory=EvalParallelConfig)
+    """The evaluation's own layout (any checkpoint layout is evaluated in it); tp = pp = 1: this
+    process alone."""
     max_tokens_per_lang: Optional[int] = None
     """Evaluate at most this many tokens of each language's validation split (its first samples
     in shard order, the same every round); None: all of it."""

@@ -57,29 +57,35 @@ def launch_command(
     recipe_file: str | Path, data_dir: str | Path, out: str | Path, world: int, launch: Any = None
 ) -> list[str]:
     """The DeepSpeed launcher starting ``world`` ranks of training/loop/main.py: on this node, or on
-    the hostfile's nodes (``launch``: a training.config.LaunchConfig). Run as a module of this
-    interpreter, so it needs no ``deepspeed`` script on PATH."""
+    the hostfile's nodes (``launch``: a training.config.LaunchConfig)."""
     main = Path(__file__).resolve().parent / "main.py"
+    return launcher(world, launch) + [str(main), "--recipe", str(recipe_file), "--data", str(data_dir), "--out", str(out)]
+
+
+def launcher(world: int, launch: Any = None) -> list[str]:
+    """The DeepSpeed launcher's command for ``world`` ranks, to be followed by the ranks' script
+    and its arguments: on this node, or on the hostfile's nodes (``launch``: a
+    training.config.LaunchConfig). Run as a module of this interpreter, so it needs no
+    ``deepspeed`` script on PATH. Training's and the parallel evaluation's ranks start this way."""
     cmd = [sys.executable, "-m", "deepspeed.launcher.runner"]
     if launch is None or launch.hostfile is None:
         port = launch.master_port if launch is not None and launch.master_port else free_port()
-        cmd += ["--num_gpus", str(world), "--master_port", str(port)]
-    else:
-        cmd += [
-            "--hostfile",
-            str(Path(launch.hostfile).resolve()),
-            "--launcher",
-            launch.launcher,
-            "--master_port",
-            str(launch.master_port or MULTI_NODE_PORT),
-        ]
-        if launch.master_addr:
-            cmd += ["--master_addr", launch.master_addr]
-        if launch.launcher_args:
-            cmd += [f"--launcher_args={launch.launcher_args}"]  # one token: its value may start with "--"
-        if launch.no_ssh:
-            cmd += ["--no_ssh", "--node_rank", str(launch.node_rank)]
-    return cmd + [str(main), "--recipe", str(recipe_file), "--data", str(data_dir), "--out", str(out)]
+        return cmd + ["--num_gpus", str(world), "--master_port", str(port)]
+    cmd += [
+        "--hostfile",
+        str(Path(launch.hostfile).resolve()),
+        "--launcher",
+        launch.launcher,
+        "--master_port",
+        str(launch.master_port or MULTI_NODE_PORT),
+    ]
+    if launch.master_addr:
+        cmd += ["--master_addr", launch.master_addr]
+    if launch.launcher_args:
+        cmd += [f"--launcher_args={launch.launcher_args}"]  # one token: its value may start with "--"
+    if launch.no_ssh:
+        cmd += ["--no_ssh", "--node_rank", str(launch.node_rank)]
+    return cmd
 
 
 def launch_env(launch: Any, env: dict[str, str], env_file: Path) -> dict[str, str]:

@@ -101,21 +101,52 @@ def segment_ids_from_offsets(doc_offsets: list[list[int]], lengths: list[int], T
     return out
 
 
-def attention_bias(segment_ids: torch.Tensor, slopes: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Additive attention bias [B, h, T, T] for ``scaled_dot_product_attention``.
+def attention_bias(
+    segment_ids: torch.Tensor, slopes: torch.Tensor, dtype: torch.dtype, key_segment_ids: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """Additive attention bias [B, h, Tq, Tk] for ``scaled_dot_product_attention``.
 
     bias[b, n, i, j] = −slopes[n]·(i − j) where key j ≤ query i and both lie in the same
     document (same nonzero segment id); the dtype's most negative value elsewhere. Not −inf:
     a padding query (segment 0) keeps its own position so that no softmax row is all −inf (NaN).
+
+    ``key_segment_ids`` [B, Tk] (generation with a :class:`KVCache`): the keys are the cached
+    positions and then the queries, so query i sits at position Tk − Tq + i; None: the queries
+    are the keys (Tq = Tk).
     """
-    T = segment_ids.shape[1]
-    pos = torch.arange(T, device=segment_ids.device)
-    seg_q, seg_k = segment_ids[:, :, None], segment_ids[:, None, :]
-    allowed = (pos[None, :, None] >= pos[None, None, :]) & (seg_q == seg_k) & (seg_q != 0)
-    allowed |= torch.eye(T, dtype=torch.bool, device=segment_ids.device)
-    alibi = slopes.float()[:, None, None] * (pos[None, :] - pos[:, None])  # [h, T, T]: −slope·(i − j)
+    seg_k = segment_ids if key_segment_ids is None else key_segment_ids
+    Tq, Tk = segment_ids.shape[1], seg_k.shape[1]
+    k_pos = torch.arange(Tk, device=segment_ids.device)
+    q_pos = k_pos[Tk - Tq :]
+    seg_q, seg_k = segment_ids[:, :, None], seg_k[:, None, :]
+    allowed = (q_pos[None, :, None] >= k_pos[None, None, :]) & (seg_q == seg_k) & (seg_q != 0)
+    allowed |= q_pos[:, None] == k_pos[None, :]
+    alibi = slopes.float()[:, None, None] * (k_pos[None, :] - q_pos[:, None])  # [h, Tq, Tk]: −slope·(i − j)
     bias = torch.where(allowed[:, None], alibi[None], torch.finfo(dtype).min)
     return bias.to(dtype)
+
+
+class KVCache:
+    """One attention layer's keys and values of the positions decoded so far (greedy generation):
+    each new token attends to them instead of the whole sequence being run again. A TP rank keeps
+    its own heads' only. Positions are appended, never dropped, so the ALiBi distance of a key is
+    its index's distance to the query's."""
+
+    def __init__(self) -> None:
+        self.k: Optional[torch.Tensor] = None  # [B, heads, S, head_dim]
+        self.v: Optional[torch.Tensor] = None
+        self.segment_ids: Optional[torch.Tensor] = None  # [B, S]
+
+    def extend(
+        self, k: torch.Tensor, v: torch.Tensor, segment_ids: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Append the new positions' keys, values and segment ids; all of them so far."""
+        if self.k is None:
+            self.k, self.v, self.segment_ids = k, v, segment_ids
+        else:
+            self.k, self.v = torch.cat([self.k, k], 2), torch.cat([self.v, v], 2)
+            self.segment_ids = torch.cat([self.segment_ids, segment_ids], 1)
+        return self.k, self.v, self.segment_ids  # type: ignore[return-value]
 
 
 PAD_LOGIT = -1e4  # exp(-1e4 - max) is 0 in fp32; finite, so a slice of only padding is no NaN
@@ -193,13 +224,17 @@ class Attention(nn.Module):
     def num_heads(self) -> int:
         return self.qkv.weight.shape[0] // (3 * self.head_dim)
 
-    def forward(self, x: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, segment_ids: torch.Tensor, cache: Optional[KVCache] = None) -> torch.Tensor:
         B, T, _ = x.shape
         # HF Bloom's layout: view the fused output as [B, T, heads, 3, head_dim].
         qkv = self.qkv(x).view(B, T, self.num_heads, 3, self.head_dim)
         q, k, v = (qkv[..., i, :].transpose(1, 2) for i in range(3))  # each [B, heads, T, head_dim]
         slopes = alibi_slopes(self.total_heads)[self.first_head : self.first_head + self.num_heads].to(x.device)
-        if self.kernel == "flex":
+        if cache is not None:  # generation: the new positions attend to every position so far
+            k, v, keys = cache.extend(k, v, segment_ids)
+            bias = attention_bias(segment_ids, slopes, q.dtype, key_segment_ids=keys)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        elif self.kernel == "flex":
             from training.model.attention import flex_document_attention
 
             out = flex_document_attention(q, k, v, segment_ids, slopes)
@@ -231,9 +266,9 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layernorm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: Activations) -> Activations:
+    def forward(self, x: Activations, cache: Optional[KVCache] = None) -> Activations:
         hidden, segment_ids = x
-        hidden = hidden + self.attn(self.ln1(hidden), segment_ids)
+        hidden = hidden + self.attn(self.ln1(hidden), segment_ids, cache)
         return hidden + self.mlp(self.ln2(hidden)), segment_ids
 
 
@@ -265,12 +300,17 @@ class Bloom(nn.Module):
             ("final_ln", self.final_ln),
         ]
 
-    def forward(self, input_ids: torch.Tensor, segment_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """segment_ids from :func:`segment_ids_from_offsets`; None: each row is one document, unpadded."""
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        segment_ids: Optional[torch.Tensor] = None,
+        caches: Optional[dict[str, KVCache]] = None,
+    ) -> torch.Tensor:
+        """segment_ids from :func:`segment_ids_from_offsets`; None: each row is one document, unpadded.
+        ``caches`` (generation): each block's :class:`KVCache` by its name; ``input_ids`` are then
+        the positions after the cached ones."""
         x: Activations = (input_ids, torch.ones_like(input_ids) if segment_ids is None else segment_ids)
-        for _, layer in self.layers():
-            x = layer(x)
-        return self.embedding(x, project=True)
+        return self.embedding(run_layers(self.layers(), x, caches), project=True)
 
     @staticmethod
     def loss(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = IGNORE_INDEX) -> torch.Tensor:
@@ -296,6 +336,16 @@ class Bloom(nn.Module):
         biases and LayerNorms; recomputation (activation checkpointing) is not counted, as for MFU.
         """
         return 6 * self.num_params() + 12 * self.cfg.num_layers * self.cfg.hidden_size * seq_len
+
+
+def run_layers(
+    layers: list[tuple[str, nn.Module]], x: Activations, caches: Optional[dict[str, KVCache]] = None
+) -> Activations:
+    """Run named layers (all of :meth:`Bloom.layers`, or one pipeline stage's) in order; a block
+    named in ``caches`` attends through its cache."""
+    for name, layer in layers:
+        x = layer(x, caches[name]) if caches is not None and name in caches else layer(x)
+    return x
 
 
 # ----------------------------------------------------------------------------- initialisation

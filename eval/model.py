@@ -1,0 +1,105 @@
+"""The model as the evaluation tasks see it (:class:`EvalModel`): the log-probability of given
+tokens, and greedy next tokens with a key-value cache, whether the checkpoint runs in this
+process (:class:`LocalModel`, on the CPU or the accelerator) or spread over tp·pp ranks
+(eval/parallel/). Tasks ask for what they score, never for logits: at BLOOM's 250,880 tokens a
+batch's full-vocabulary logits are gigabytes, and a tensor-parallel model would have to gather
+them over its ranks first.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Protocol
+
+import torch
+import torch.nn.functional as F
+
+from bloomline.errors import ConfigError
+from training.model.bloom import IGNORE_INDEX, Bloom, KVCache
+
+
+def resolve_device(device: str) -> torch.device:
+    """``auto``: the accelerator when one is present, else the CPU; ``cuda`` without one is refused."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device", "cuda, but torch sees no GPU on this machine (use device=auto or device=cpu)")
+    return torch.device(device)
+
+
+def eval_layout(tp: int, pp: int, device: torch.device | str) -> str:
+    """The layout an evaluation ran in, as the results' ``eval_layout`` column names it
+    (``tp=1 pp=2 device=cpu``: both sizes always, in the ``layout`` column's style)."""
+    return f"tp={tp} pp={pp} device={torch.device(device).type}"
+
+
+class EvalModel(Protocol):
+    """What every task calls. Tensors go in on the CPU; what comes back is on the CPU."""
+
+    cfg: Any
+    """training.config.ModelConfig of the checkpoint."""
+    device: torch.device
+    """Where the model computes (the ranks' device, for a parallel one)."""
+    layout: str
+    """Where it runs (:func:`eval_layout`)."""
+
+    def token_logprobs(self, input_ids: torch.Tensor, segment_ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """log p(targets[b, t] | the tokens of its document up to t), float32 [B, T]; 0 where a
+        target is IGNORE_INDEX. input_ids, segment_ids, targets: [B, T]."""
+        ...
+
+    def start(self, input_ids: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
+        """Open a generation: run the (left-padded) prompts [B, T] into a fresh key-value cache;
+        the greedy next token of each, [B]."""
+        ...
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Append one token per prompt [B] to the open generation; the next greedy tokens [B]."""
+        ...
+
+    def end(self) -> None:
+        """Drop the open generation's cache."""
+        ...
+
+
+def logprobs_of(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """:meth:`EvalModel.token_logprobs` from whole logits [B, T, V] (padded vocabulary columns
+    masked): the fp32 cross-entropy the training loss computes, negated."""
+    keep = targets != IGNORE_INDEX
+    nll = F.cross_entropy(
+        logits.float().flatten(0, 1), torch.where(keep, targets, 0).flatten(), reduction="none"
+    ).view(targets.shape)
+    return torch.where(keep, -nll, 0.0)
+
+
+class LocalModel:
+    """The checkpoint's whole single-device ``Bloom`` on one device (:class:`EvalModel`)."""
+
+    def __init__(self, model: Bloom, device: torch.device):
+        self.bloom = model.to(device).eval()
+        self.cfg = model.cfg
+        self.device = device
+        self.layout = eval_layout(1, 1, device)
+        self._caches: Optional[dict[str, KVCache]] = None
+
+    @torch.no_grad()
+    def token_logprobs(self, input_ids: torch.Tensor, segment_ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        d = self.device
+        return logprobs_of(self.bloom(input_ids.to(d), segment_ids.to(d)), targets.to(d)).cpu()
+
+    def _next(self, input_ids: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
+        d = self.device
+        logits = self.bloom(input_ids.to(d), segment_ids.to(d), self._caches)
+        return logits[:, -1, : self.cfg.vocab_size].argmax(-1).cpu()
+
+    @torch.no_grad()
+    def start(self, input_ids: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
+        self._caches = {f"blocks.{i}": KVCache() for i in range(self.cfg.num_layers)}
+        return self._next(input_ids, segment_ids)
+
+    @torch.no_grad()
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        ids = tokens[:, None]
+        return self._next(ids, torch.ones_like(ids))
+
+    def end(self) -> None:
+        self._caches = None

@@ -1,0 +1,108 @@
+"""Start a parallel evaluation's tp·pp ranks, as training's are started (DeepSpeed's launcher, on
+this machine or on a hostfile's hosts: training/loop/launch.py), wait for rank 0's results, and
+leave no rank behind: the job runs in a session of its own that is killed whole however it ends
+(``run_job``), and every process carries the driver's job token (flows/lifeline.py), so a
+killed driver's reaper ends them too."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from bloomline.config import to_dict
+from bloomline.errors import BloomlineError
+from training.checkpoint.run_dir import RunDir
+from training.config import EvalConfig
+from training.config.launch import LaunchConfig
+from training.loop.launch import EXIT_USER_ERROR, TIMED_OUT, check_hostfile, launcher, run_job
+
+MAIN = Path(__file__).resolve().parent / "main.py"
+
+
+class EvaluationFailed(BloomlineError):
+    """A parallel evaluation that ended without results: a rank died, hung past the timeout, or refused."""
+
+
+def error_line(log_file: Path) -> Optional[str]:
+    """The first ``error: ...`` a rank printed (a user's problem), else the last line that names an
+    exception or a kill."""
+    lines = log_file.read_text(errors="replace").splitlines() if log_file.is_file() else []
+    for line in lines:
+        if "error: " in line and not line.lstrip().startswith("Traceback"):
+            return line.split("error: ", 1)[1].strip()
+    for line in reversed(lines):
+        if any(w in line for w in ("Error", "Killed", "exits with return code", "killed")):
+            return line.strip()[-300:]
+    return None
+
+
+def evaluate_on_ranks(
+    ckpt_dir: Path,
+    data_dir: Path,
+    cfg: EvalConfig,
+    run: str,
+    meta: dict[str, Any],
+    stamp: Optional[Path] = None,
+    progress: Callable[[str], None] = lambda msg: None,
+) -> Any:
+    """eval/evaluate.py ``evaluate`` on ``cfg.parallel``'s ranks; its Evaluation."""
+    from eval.evaluate import Evaluation
+
+    par = cfg.parallel
+    world = par.world_size
+    launch = LaunchConfig(hostfile=par.hostfile)
+    check_hostfile(launch, world)
+    logs = RunDir.of_checkpoint(ckpt_dir).logs
+    logs.mkdir(parents=True, exist_ok=True)
+    log_file = logs / f"eval_step_{int(meta['step']):08d}.log"
+    with tempfile.TemporaryDirectory(prefix="bloomline-eval-") as tmp:
+        settings, result = Path(tmp) / "settings.json", Path(tmp) / "result.json"
+        settings.write_text(json.dumps(to_dict(cfg)))
+        cmd = launcher(world, launch) + [
+            str(MAIN),
+            "--checkpoint",
+            str(ckpt_dir.resolve()),
+            "--data",
+            str(data_dir.resolve()),
+            "--settings",
+            str(settings),
+            "--run",
+            run,
+            "--result",
+            str(result),
+        ]
+        if stamp is not None:
+            cmd += ["--stamp", str(Path(stamp).resolve())]
+        seen = [0]
+
+        def poll() -> None:  # rank 0's progress lines, as they come
+            if log_file.is_file():
+                with open(log_file, errors="replace") as f:
+                    f.seek(seen[0])
+                    for line in f.readlines():
+                        if line.startswith("progress: "):
+                            progress(line[len("progress: ") :].rstrip())
+                    seen[0] = f.tell()
+
+        if log_file.exists():
+            seen[0] = log_file.stat().st_size
+        progress(f"evaluating on {world} ranks (tp={par.tp} pp={par.pp}); log {log_file}")
+        rc = run_job(cmd, log_file, dict(os.environ), timeout=par.timeout_s, poll=poll)
+        poll()
+        if rc == 0 and result.is_file():
+            got = json.loads(result.read_text())
+            for r in got["rows"]:
+                r["evaluated_at"] = dt.datetime.fromisoformat(r["evaluated_at"])
+            for g in got["generations"]:
+                g["evaluated_at"] = dt.datetime.fromisoformat(g["evaluated_at"])
+            return Evaluation(got["rows"], got["generations"], got["seconds"], got["tokens"], got["task_seconds"])
+    if rc == TIMED_OUT:
+        raise EvaluationFailed(f"the evaluation on {world} ranks ran past parallel.timeout_s={par.timeout_s:g} s and was stopped (log {log_file})")
+    why = error_line(log_file)
+    if rc == EXIT_USER_ERROR and why:  # a problem of the user's, said by the rank that met it
+        raise EvaluationFailed(why)
+    raise EvaluationFailed(f"a rank of the evaluation on {world} ranks failed (exit status {rc}): {why or 'no reason given'} (log {log_file})")

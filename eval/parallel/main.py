@@ -1,0 +1,98 @@
+"""One rank of a parallel evaluation (started by eval/parallel/launch.py through DeepSpeed's
+launcher, as training's ranks are). Rank 0 runs the evaluation and writes what it found to
+``--result``; the others serve its commands (eval/parallel/ranks.py). A problem of the user's
+(a refused checkpoint file, bad settings) is one line ``error: ...`` and exit status 2."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+from pathlib import Path
+
+EXIT_USER_ERROR = 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="One rank of a parallel evaluation.")
+    ap.add_argument("--checkpoint", required=True, type=Path)
+    ap.add_argument("--data", required=True, type=Path)
+    ap.add_argument("--settings", required=True, type=Path, help="the evaluation settings (JSON)")
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--stamp", type=Path)
+    ap.add_argument("--result", required=True, type=Path)
+    ap.add_argument("--local_rank", type=int, default=0, help=argparse.SUPPRESS)  # DeepSpeed's launcher adds it
+    args = ap.parse_args(argv)
+    from bloomline.errors import BloomlineError
+
+    try:
+        return run(args)
+    except BloomlineError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return EXIT_USER_ERROR
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from bloomline.config import from_dict
+    from eval.evaluate import evaluate_with, precision_of
+    from eval.model import resolve_device
+    from eval.parallel.ranks import RanksModel, StageRunner
+    from eval.parallel.stage import build_stage
+    from training.checkpoint.load import check_files
+    from training.checkpoint.meta import PRECISIONS, read_meta
+    from training.config import EvalConfig, ParallelConfig
+    from training.parallel.distributed import init_distributed
+
+    cfg = from_dict(EvalConfig, json.loads(args.settings.read_text()))
+    tp, pp = cfg.parallel.tp, cfg.parallel.pp
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    mesh = init_distributed(ParallelConfig(tp=tp, pp=pp, dp=1, zero_stage=0), seed=0)
+    device = resolve_device(cfg.device)
+    if device.type == "cuda":
+        device = torch.device("cuda", torch.cuda.current_device())  # init_distributed chose it by LOCAL_RANK
+    dtype = PRECISIONS[precision_of(cfg, device)]
+    meta = read_meta(args.checkpoint)
+    check_files(args.checkpoint, meta)
+    stage = build_stage(args.checkpoint, meta, tp, pp, mesh.pp_rank, device, dtype)
+    runner = StageRunner(stage, tp, pp, mesh.rank, device, dtype)
+    if mesh.rank != 0:
+        runner.serve()
+        return 0
+    model = RanksModel(runner)
+    try:
+        ev = evaluate_with(
+            model,
+            meta,
+            args.checkpoint,
+            args.data,
+            cfg,
+            args.run,
+            args.stamp,
+            progress=lambda msg: print(f"progress: {msg}", flush=True),
+        )
+    finally:
+        model.close()
+    tmp = args.result.with_name(args.result.name + f".{os.getpid()}")
+    tmp.write_text(
+        json.dumps(
+            {
+                "rows": ev.rows,
+                "generations": ev.generations,
+                "seconds": ev.seconds,
+                "tokens": ev.tokens,
+                "task_seconds": ev.task_seconds,
+            },
+            default=lambda v: v.isoformat() if isinstance(v, dt.datetime) else str(v),
+        )
+    )
+    os.replace(tmp, args.result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
