@@ -42,9 +42,16 @@ class EvalModel(Protocol):
     layout: str
     """Where it runs (:func:`eval_layout`)."""
 
+    def token_scores(
+        self, input_ids: torch.Tensor, segment_ids: torch.Tensor, targets: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """log p(targets[b, t] | the tokens of its document up to t), float32 [B, T], 0 where a
+        target is IGNORE_INDEX; and whether each target is the greedy choice there (its logit is
+        the largest), bool [B, T]. input_ids, segment_ids, targets: [B, T]."""
+        ...
+
     def token_logprobs(self, input_ids: torch.Tensor, segment_ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """log p(targets[b, t] | the tokens of its document up to t), float32 [B, T]; 0 where a
-        target is IGNORE_INDEX. input_ids, segment_ids, targets: [B, T]."""
+        """The log-probabilities of :meth:`token_scores`."""
         ...
 
     def start(self, input_ids: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
@@ -61,14 +68,15 @@ class EvalModel(Protocol):
         ...
 
 
-def logprobs_of(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """:meth:`EvalModel.token_logprobs` from whole logits [B, T, V] (padded vocabulary columns
+def scores_of(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:meth:`EvalModel.token_scores` from whole logits [B, T, V] (padded vocabulary columns
     masked): the fp32 cross-entropy the training loss computes, negated."""
     keep = targets != IGNORE_INDEX
-    nll = F.cross_entropy(
-        logits.float().flatten(0, 1), torch.where(keep, targets, 0).flatten(), reduction="none"
-    ).view(targets.shape)
-    return torch.where(keep, -nll, 0.0)
+    safe = torch.where(keep, targets, 0)
+    logits = logits.float()
+    nll = F.cross_entropy(logits.flatten(0, 1), safe.flatten(), reduction="none").view(targets.shape)
+    top = logits.gather(-1, safe[..., None])[..., 0] >= logits.max(-1).values
+    return torch.where(keep, -nll, 0.0), top & keep
 
 
 class LocalModel:
@@ -82,9 +90,15 @@ class LocalModel:
         self._caches: Optional[dict[str, KVCache]] = None
 
     @torch.no_grad()
-    def token_logprobs(self, input_ids: torch.Tensor, segment_ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def token_scores(
+        self, input_ids: torch.Tensor, segment_ids: torch.Tensor, targets: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         d = self.device
-        return logprobs_of(self.bloom(input_ids.to(d), segment_ids.to(d)), targets.to(d)).cpu()
+        logp, top = scores_of(self.bloom(input_ids.to(d), segment_ids.to(d)), targets.to(d))
+        return logp.cpu(), top.cpu()
+
+    def token_logprobs(self, input_ids: torch.Tensor, segment_ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.token_scores(input_ids, segment_ids, targets)[0]
 
     def _next(self, input_ids: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
         d = self.device

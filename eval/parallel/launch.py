@@ -27,10 +27,14 @@ class EvaluationFailed(BloomlineError):
     """A parallel evaluation that ended without results: a rank died, hung past the timeout, or refused."""
 
 
-def error_line(log_file: Path) -> Optional[str]:
-    """The first ``error: ...`` a rank printed (a user's problem), else the last line that names an
-    exception or a kill."""
-    lines = log_file.read_text(errors="replace").splitlines() if log_file.is_file() else []
+def error_line(log_file: Path, start: int = 0) -> Optional[str]:
+    """The first ``error: ...`` a rank printed after byte ``start`` of the log (a user's problem),
+    else the last line that names an exception or a kill."""
+    if not log_file.is_file():
+        return None
+    with open(log_file, "rb") as f:
+        f.seek(start)
+        lines = f.read().decode(errors="replace").splitlines()
     for line in lines:
         if "error: " in line and not line.lstrip().startswith("Traceback"):
             return line.split("error: ", 1)[1].strip()
@@ -88,8 +92,7 @@ def evaluate_on_ranks(
                             progress(line[len("progress: ") :].rstrip())
                     seen[0] = f.tell()
 
-        if log_file.exists():
-            seen[0] = log_file.stat().st_size
+        start = seen[0] = log_file.stat().st_size if log_file.exists() else 0
         progress(f"evaluating on {world} ranks (tp={par.tp} pp={par.pp}); log {log_file}")
         rc = run_job(cmd, log_file, dict(os.environ), timeout=par.timeout_s, poll=poll)
         poll()
@@ -101,8 +104,12 @@ def evaluate_on_ranks(
                 g["evaluated_at"] = dt.datetime.fromisoformat(g["evaluated_at"])
             return Evaluation(got["rows"], got["generations"], got["seconds"], got["tokens"], got["task_seconds"])
     if rc == TIMED_OUT:
-        raise EvaluationFailed(f"the evaluation on {world} ranks ran past parallel.timeout_s={par.timeout_s:g} s and was stopped (log {log_file})")
-    why = error_line(log_file)
+        raise EvaluationFailed(
+            f"the evaluation on {world} ranks ran past parallel.timeout_s={par.timeout_s:g} s and was stopped (log {log_file})"
+        )
+    why = error_line(log_file, start)
     if rc == EXIT_USER_ERROR and why:  # a problem of the user's, said by the rank that met it
         raise EvaluationFailed(why)
-    raise EvaluationFailed(f"a rank of the evaluation on {world} ranks failed (exit status {rc}): {why or 'no reason given'} (log {log_file})")
+    raise EvaluationFailed(
+        f"a rank of the evaluation on {world} ranks failed (exit status {rc}): {why or 'no reason given'} (log {log_file})"
+    )

@@ -10,6 +10,7 @@ import datetime as dt
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 EXIT_USER_ERROR = 2
@@ -49,8 +50,10 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = from_dict(EvalConfig, json.loads(args.settings.read_text()))
     tp, pp = cfg.parallel.tp, cfg.parallel.pp
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    # the node's cores shared by its ranks: torch's default (every core for each rank) oversubscribes
+    # them, and the ranks then wait for each other's preempted threads (measured: 88 s -> 27 s for
+    # a 4-rank evaluation on 2 cores)
+    torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_SIZE", "1"))))
     mesh = init_distributed(ParallelConfig(tp=tp, pp=pp, dp=1, zero_stage=0), seed=0)
     device = resolve_device(cfg.device)
     if device.type == "cuda":
@@ -58,7 +61,13 @@ def run(args: argparse.Namespace) -> int:
     dtype = PRECISIONS[precision_of(cfg, device)]
     meta = read_meta(args.checkpoint)
     check_files(args.checkpoint, meta)
+    t0 = time.perf_counter()
     stage = build_stage(args.checkpoint, meta, tp, pp, mesh.pp_rank, device, dtype)
+    if mesh.rank == 0:
+        print(
+            f"progress: rank 0 built its stage ({len(stage.layers)} layers) in {time.perf_counter() - t0:.1f} s",
+            flush=True,
+        )
     runner = StageRunner(stage, tp, pp, mesh.rank, device, dtype)
     if mesh.rank != 0:
         runner.serve()

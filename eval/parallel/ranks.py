@@ -6,9 +6,10 @@ header ``[op, B, T]`` and the call's token tensors — which every other rank wa
 :func:`serve`. Each stage runs its layers (stage.py); hidden states go from a stage to the next
 by send/recv between ranks of the same TP rank, their shape known from the header. The last
 stage's TP ranks each hold V/tp logit columns and reduce them to what the call asked for, never
-to the logits themselves: log-probabilities of given tokens by megatron-core's vocabulary-parallel
-cross-entropy (a max and a sum all-reduced over the TP group), greedy tokens by each rank's best
-column all-gathered. Its TP rank 0 sends the answer to rank 0.
+to the logits themselves: log-probabilities of given tokens by a vocabulary-parallel
+cross-entropy (as megatron-core's: a max and a sum of exponentials all-reduced over the TP group,
+the target's logit from the rank holding its column), greedy tokens by each rank's best column
+all-gathered. Its TP rank 0 sends the answer to rank 0.
 
 Why not DeepSpeed's ``PipelineEngine.eval_batch``: it barriers on the global group at every call,
 adds each call's outputs into a ``total_loss`` only ``train_batch`` resets, and returns the last
@@ -18,12 +19,12 @@ of that, and a generation's key-value caches simply stay on the ranks between ca
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
 
-from eval.model import eval_layout, logprobs_of
+from eval.model import eval_layout, scores_of
 from eval.parallel.stage import Stage
 from training.model.bloom import IGNORE_INDEX, KVCache, run_layers
 
@@ -48,7 +49,9 @@ class StageRunner:
         return t.to(self.device)
 
     @torch.no_grad()
-    def run(self, op: int, ids: torch.Tensor, seg: torch.Tensor, targets: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    def run(
+        self, op: int, ids: torch.Tensor, seg: torch.Tensor, targets: Optional[torch.Tensor]
+    ) -> Optional[torch.Tensor]:
         """This stage's part of command ``op``; the answer on the rank that gets it (rank 0), else None."""
         if op == START:
             self.caches = {n: KVCache() for n, _ in self.stage.layers if n.startswith("blocks.")}
@@ -65,22 +68,46 @@ class StageRunner:
             dist.send(x[0].contiguous().to(self.comm), dst=self.rank + self.tp)
         else:
             logits = self.stage.projection(x, project=True)  # [B, T, V/tp]: this rank's columns
-            answer = self.logprobs(logits, targets) if op == LOGPROBS else self.greedy(logits[:, -1])
+            answer = self.scores(logits, targets) if op == LOGPROBS else self.greedy(logits[:, -1])
             if self.pp > 1 and self.tp_rank == 0:
                 dist.send(answer.to(self.comm), dst=0)
         if self.rank == 0 and self.pp > 1:
-            answer = torch.empty((B, T) if op == LOGPROBS else (B,), dtype=torch.float32 if op == LOGPROBS else torch.long, device=self.comm)
+            answer = torch.empty(
+                (2, B, T) if op == LOGPROBS else (B,),
+                dtype=torch.float32 if op == LOGPROBS else torch.long,
+                device=self.comm,
+            )
             dist.recv(answer, src=self.last_rank)
         return answer if self.rank == 0 else None
 
-    def logprobs(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def scores(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """[2, B, T] float32: the log-probability of each target and 1 where it is the greedy
+        choice (:meth:`EvalModel.token_scores`), from this rank's columns: the largest logit and
+        the sum of exponentials all-reduced over the TP group, and the target's logit from the
+        rank that holds its column."""
         if self.tp == 1:
-            return logprobs_of(logits, targets)
-        from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
+            logp, top = scores_of(logits, targets)
+            return torch.stack([logp, top.float()])
+        from megatron.core import parallel_state as ps
 
+        group = ps.get_tensor_model_parallel_group()
+        local = logits.float()
         keep = targets != IGNORE_INDEX
-        nll = vocab_parallel_cross_entropy(logits.float(), torch.where(keep, targets, 0))
-        return torch.where(keep, -nll, 0.0)
+        first, width = self.stage.projection.first_row, local.shape[-1]
+        mine = keep & (targets >= first) & (targets < first + width)
+        at = torch.where(mine, targets - first, 0)
+        big = self.all_reduce(local.max(-1).values, dist.ReduceOp.MAX, group)
+        total = self.all_reduce((local - big[..., None]).exp().sum(-1), dist.ReduceOp.SUM, group)
+        target = self.all_reduce(
+            torch.where(mine, local.gather(-1, at[..., None])[..., 0], 0.0), dist.ReduceOp.SUM, group
+        )
+        logp = torch.where(keep, target - big - total.log(), 0.0)
+        return torch.stack([logp, (keep & (target >= big)).float()])
+
+    def all_reduce(self, t: torch.Tensor, op: Any, group: Any) -> torch.Tensor:
+        t = t.to(self.comm)
+        dist.all_reduce(t, op=op, group=group)
+        return t.to(self.device)
 
     def greedy(self, last: torch.Tensor) -> torch.Tensor:
         """The best real token of each row from this rank's columns [B, V/tp] (padding columns are
@@ -145,8 +172,14 @@ class RanksModel:
             ids, seg, targets = packed[0], packed[1], packed[2] if op == LOGPROBS else None
         return r.run(op, ids, seg, targets).cpu()
 
+    def token_scores(
+        self, input_ids: torch.Tensor, segment_ids: torch.Tensor, targets: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        both = self._command(LOGPROBS, input_ids, segment_ids, targets)
+        return both[0], both[1] > 0
+
     def token_logprobs(self, input_ids: torch.Tensor, segment_ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return self._command(LOGPROBS, input_ids, segment_ids, targets)
+        return self.token_scores(input_ids, segment_ids, targets)[0]
 
     def start(self, input_ids: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
         return self._command(START, input_ids, segment_ids)

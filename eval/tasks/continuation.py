@@ -105,7 +105,9 @@ def batch_loglikelihoods(model: EvalModel, batch: list[tuple[np.ndarray, list[np
     return [ll[i * k : (i + 1) * k] for i in range(len(batch))]
 
 
-def score(model: EvalModel, token_bytes: np.ndarray, its: list[tuple[np.ndarray, list[np.ndarray], int]]) -> tuple[int, int]:
+def score(
+    model: EvalModel, token_bytes: np.ndarray, its: list[tuple[np.ndarray, list[np.ndarray], int]]
+) -> tuple[int, int]:
     """(items right by log-likelihood, items right by log-likelihood per byte)."""
     right = right_bytes = 0
     for i in range(0, len(its), BATCH):

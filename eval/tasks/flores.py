@@ -49,7 +49,9 @@ def translations(ctx: Context, texts: list[str], src: str, tgt: str) -> list[str
     be alone."""
     prompts = [ctx.tokenizer.encode(f"{languages.get(src).name}: {t}\n{languages.get(tgt).name}:") for t in texts]
     budgets = [min(MAX_NEW, 2 * len(ctx.tokenizer.encode(t)) + 8) for t in texts]
-    outs = generate(ctx.model, prompts, max(budgets, default=0), ctx.eos_id, stop=lambda ids: "\n" in ctx.tokenizer.decode(ids))
+    outs = generate(
+        ctx.model, prompts, max(budgets, default=0), ctx.eos_id, stop=lambda ids: "\n" in ctx.tokenizer.decode(ids)
+    )
     return [ctx.tokenizer.decode(o[:n]).split("\n")[0].strip() for o, n in zip(outs, budgets)]
 
 

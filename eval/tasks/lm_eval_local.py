@@ -153,10 +153,7 @@ class LocalLmEvalTask(Task):
             return rows
         with tempfile.TemporaryDirectory(prefix="bloomline-tasks-") as work:
             names = self.write(files, work)
-            try:
-                lm = lm_of(ctx)
-            except NotImplementedError as e:
-                return rows + [skipped(lang, str(e)) for lang in names]
+            lm = lm_of(ctx)
             try:
                 res = run_lm_eval(lm, list(names.values()), work, ctx.spec.limit)
             except Exception as e:  # lm-eval's own code on a record it cannot take: this task only
@@ -181,20 +178,21 @@ def number(x: Any) -> Optional[float]:
 
 def lm_of(ctx: Context) -> Any:
     """The lm-eval ``LM`` of the task's model: HFLM around the in-memory ``BloomForCausalLM`` of a
-    model in this process; NotImplementedError (the reason) for one spread over ranks."""
-    from eval.export import hf_model, hf_tokenizer
+    model in this process; around the ranks (eval/tasks/lm_eval_model.py) for a parallel one."""
+    from eval.export import hf_config, hf_model, hf_tokenizer
     from eval.model import LocalModel
 
-    if not isinstance(ctx.model, LocalModel):
-        raise NotImplementedError(f"lm-eval's families do not run on the parallel evaluator yet ({ctx.model.layout})")
     tok = ctx.index.manifest["tokenizer"]
-    return in_memory_lm(
-        hf_model(ctx.model.bloom, tok),
-        hf_tokenizer(ctx.tokenizer_file),
-        ctx.model.cfg.seq_len,
-        int(tok["eos_id"]),
-        str(ctx.model.device),
-    )
+    tokenizer, eos = hf_tokenizer(ctx.tokenizer_file), int(tok["eos_id"])
+    if isinstance(ctx.model, LocalModel):
+        model = hf_model(ctx.model.bloom, tok)
+        return in_memory_lm(model, tokenizer, ctx.model.cfg.seq_len, eos, str(ctx.model.device))
+    from transformers import BloomConfig
+
+    from eval.tasks.lm_eval_model import evalmodel_lm
+
+    conf = {k: v for k, v in hf_config(ctx.model.cfg, tok, "float32").items() if k != "architectures"}
+    return evalmodel_lm(ctx.model, BloomConfig(**conf), tokenizer, ctx.model.cfg.seq_len, eos, BATCH)
 
 
 def in_memory_lm(model: Any, tokenizer: Any, max_length: int, eos_id: int, device: str = "cpu") -> Any:

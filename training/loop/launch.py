@@ -59,7 +59,15 @@ def launch_command(
     """The DeepSpeed launcher starting ``world`` ranks of training/loop/main.py: on this node, or on
     the hostfile's nodes (``launch``: a training.config.LaunchConfig)."""
     main = Path(__file__).resolve().parent / "main.py"
-    return launcher(world, launch) + [str(main), "--recipe", str(recipe_file), "--data", str(data_dir), "--out", str(out)]
+    return launcher(world, launch) + [
+        str(main),
+        "--recipe",
+        str(recipe_file),
+        "--data",
+        str(data_dir),
+        "--out",
+        str(out),
+    ]
 
 
 def launcher(world: int, launch: Any = None) -> list[str]:
