@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
+import signal
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -39,7 +41,16 @@ def error_line(log_file: Path, start: int = 0) -> Optional[str]:
         if "error: " in line and not line.lstrip().startswith("Traceback"):
             return line.split("error: ", 1)[1].strip()
     for line in reversed(lines):
-        if any(w in line for w in ("Error", "Killed", "exits with return code", "killed")):
+        # DeepSpeed's launcher, when a rank ends badly: "[ERROR] ... [<the rank's command>] exits
+        # with return code = -9"; its command line says nothing a user needs
+        code = re.search(r"exits with return code = (-?\d+)", line)
+        if code:
+            n = int(code.group(1))
+            if n < 0:
+                return f"a rank was killed by {signal.Signals(-n).name if -n in signal.valid_signals() else -n}"
+            return f"a rank exited with status {n}"
+    for line in reversed(lines):
+        if "Error" in line or "Killed" in line:
             return line.strip()[-300:]
     return None
 
@@ -110,6 +121,4 @@ def evaluate_on_ranks(
     why = error_line(log_file, start)
     if rc == EXIT_USER_ERROR and why:  # a problem of the user's, said by the rank that met it
         raise EvaluationFailed(why)
-    raise EvaluationFailed(
-        f"a rank of the evaluation on {world} ranks failed (exit status {rc}): {why or 'no reason given'} (log {log_file})"
-    )
+    raise EvaluationFailed(f"the evaluation on {world} ranks failed: {why or f'exit status {rc}'} (log {log_file})")

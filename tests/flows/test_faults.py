@@ -192,3 +192,59 @@ def test_ctrl_c_ends_every_process_of_a_training_job_in_one_line_and_the_rerun_i
     assert sorted(after) == list(range(1, 7))
     for r in before:
         assert (after[r["step"]]["loss"], after[r["step"]]["grad_norm"]) == (r["loss"], r["grad_norm"]), r["step"]
+
+
+def eval_ranks(driver_pid: int) -> list[psutil.Process]:
+    """Live ranks of a parallel evaluation (eval/parallel/main.py) of the driver's job."""
+    found = []
+    for p in job_processes(driver_pid):
+        try:
+            if any(a.endswith("eval/parallel/main.py") for a in p.cmdline()):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_a_killed_rank_of_a_parallel_evaluation_skips_that_checkpoint_and_training_finishes(demo_data, tmp_path):
+    """`bloomline train` with evaluation.settings.parallel.pp=2: each checkpoint is evaluated on 2
+    ranks beside training. SIGKILL to a rank of the first evaluation makes that checkpoint a
+    skipped record whose reason is one line; training finishes, the other checkpoint is evaluated
+    in the evaluation's layout, and no rank is left."""
+    from eval.results import read_results, skipped_steps
+
+    out = tmp_path / "run"
+    cmd = [
+        *BLOOMLINE,
+        "train",
+        "--data",
+        str(demo_data),
+        "--out",
+        str(out),
+        *("-o", "train.steps=4", "-o", "checkpoint.interval=2"),
+        *("-o", "evaluation.settings.parallel.pp=2", "-o", "evaluation.settings.tasks=[]"),
+        *("-o", "evaluation.settings.max_tokens_per_lang=100", "-o", "evaluation.settings.prompts_per_lang=0"),
+    ]
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    killed = None
+    deadline = time.time() + 500
+    while killed is None and time.time() < deadline and proc.poll() is None:
+        for p in eval_ranks(proc.pid):
+            if "--local_rank=1" in p.cmdline():  # the serving rank of the pipeline's last stage
+                p.kill()
+                killed = p.pid
+                break
+        time.sleep(0.05)
+    assert killed, "no evaluation rank was seen"
+    output, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, output[-3000:]
+    skipped = skipped_steps(out)
+    assert len(skipped) == 1, (skipped, output[-2000:])
+    ((step, why),) = skipped.items()
+    assert "\n" not in why and "a rank was killed by SIGKILL" in why, why
+    rows = read_results(out).to_pylist()
+    assert {r["step"] for r in rows} == {2, 4} - {step}
+    assert {r["eval_layout"] for r in rows} == {"tp=1 pp=2 device=cpu"}
+    assert not eval_ranks(proc.pid)
