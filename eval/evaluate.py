@@ -126,7 +126,8 @@ def evaluate(
     if cfg.parallel.world_size > 1:
         from eval.parallel.launch import evaluate_on_ranks
 
-        return evaluate_on_ranks(ckpt_dir, data_dir, cfg, run, meta, stamp, progress)
+        got = evaluate_on_ranks(ckpt_dir, data_dir, cfg, run, meta, stamp, progress)
+        return Evaluation(got["rows"], got["generations"], got["seconds"], got["tokens"], got["task_seconds"])
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     device = resolve_device(cfg.device)
@@ -139,7 +140,8 @@ def checked(ckpt_dir: Path, data_dir: Path, cfg: EvalConfig) -> dict[str, Any]:
     are known to fit it and the data is the data it trained on."""
     for spec in [validation_spec(), *cfg.tasks]:
         make(spec)  # an unknown task, or one without its data
-    resolve_device(cfg.device)
+    if cfg.parallel.hostfile is None:  # (ranks on other hosts check their own devices)
+        resolve_device(cfg.device)
     meta = read_meta(ckpt_dir)
     if not trained_on(meta, data_dir):
         raise CheckpointError(

@@ -312,7 +312,7 @@ def evaluate(
     out: Path = typer.Option(None, "--out", help="Run folder for the results (default: the checkpoint's run)."),
     config: Path = typer.Option(DEFAULT_EVAL_CONFIG, "--config", help="Evaluation recipe (YAML, configs/eval/)."),
     override: List[str] = typer.Option(
-        [], "-o", "--override", help="Override a value: -o precision=bf16 (repeatable)."
+        [], "-o", "--override", help="Override a value: -o precision=bf16, -o parallel.tp=2 (repeatable)."
     ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
@@ -325,15 +325,14 @@ def evaluate(
         if cfg.heldout:  # the flow may run elsewhere: the folder as the user named it here
             cfg.heldout = str(Path(cfg.heldout).resolve())
         start_early()  # while the checkpoint is checked (its parameter names: torch, ~1.5 s)
-        from training.checkpoint.meta import read_meta
+        from eval.evaluate import checked
 
-        read_meta(checkpoint)  # a bad checkpoint folder is refused before the model loads
+        # a bad checkpoint folder, other data, an unknown task, device=cuda without a GPU, a layout
+        # that does not cut the model: one line here, before the flow's server and logs
+        checked(checkpoint, data, cfg)
         from training.checkpoint.safe_load import check_folder
 
         check_folder(checkpoint)  # a file that names code, or is cut short, too (memory-mapped: fast)
-        from eval.tasks import check
-
-        check(cfg.tasks)
         from flows.evaluate import evaluate_flow
         from training.checkpoint.run_dir import RunDir
 
@@ -454,6 +453,7 @@ def plan(
         import json
 
         from bloomline.config import load_config
+        from eval.parallel.plan import eval_plan
         from flows.config import schema_for
         from training.config import TrainRecipe
         from training.planning.planner import DEVICES, cpu_device
@@ -469,7 +469,12 @@ def plan(
         # The plan uses no device; DeepSpeed's notes on choosing one go to stderr, so --json stays pure.
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
         with contextlib.redirect_stdout(sys.stderr):
-            res = make_plan(recipe, cpu_device() if gpu == "cpu" else DEVICES[gpu], nodes, iteration_seconds, offload)
+            device = cpu_device() if gpu == "cpu" else DEVICES[gpu]
+            res = make_plan(recipe, device, nodes, iteration_seconds, offload)
+            settings = recipe.evaluation.settings
+            res["evaluation"] = eval_plan(
+                recipe.model, device, settings.batch_tokens, settings.precision or ("fp32" if gpu == "cpu" else "bf16")
+            )
         if as_json:
             print(json.dumps(res, indent=1))
         else:

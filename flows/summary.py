@@ -152,3 +152,13 @@ def print_plan(res: dict, console: Any) -> None:
             + (f" ({o['pcie_seconds_per_iteration']:.2f} s)" if "pcie_seconds_per_iteration" in o else "")
         )
     console.print(("[bold green]" if res["fits"] else "[bold red]") + res["reason"] + "[/]")
+    ev = res.get("evaluation")
+    if ev:
+        console.print(
+            f"evaluation (bloomline evaluate -o parallel.tp={ev['tp']} -o parallel.pp={ev['pp']}): "
+            f"{ev['world']} device(s), {ev['nodes']} node(s), {ev['precision']}, batches of {ev['batch_tokens']:,} "
+            f"tokens; {ev['reason']}"
+            if ev["fits"]
+            else f"evaluation: {ev['reason']}",
+            highlight=False,
+        )

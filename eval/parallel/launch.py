@@ -63,10 +63,8 @@ def evaluate_on_ranks(
     meta: dict[str, Any],
     stamp: Optional[Path] = None,
     progress: Callable[[str], None] = lambda msg: None,
-) -> Any:
-    """eval/evaluate.py ``evaluate`` on ``cfg.parallel``'s ranks; its Evaluation."""
-    from eval.evaluate import Evaluation
-
+) -> dict[str, Any]:
+    """eval/evaluate.py ``evaluate`` on ``cfg.parallel``'s ranks: its Evaluation's fields, as rank 0 found them."""
     par = cfg.parallel
     world = par.world_size
     launch = LaunchConfig(hostfile=par.hostfile)
@@ -113,7 +111,7 @@ def evaluate_on_ranks(
                 r["evaluated_at"] = dt.datetime.fromisoformat(r["evaluated_at"])
             for g in got["generations"]:
                 g["evaluated_at"] = dt.datetime.fromisoformat(g["evaluated_at"])
-            return Evaluation(got["rows"], got["generations"], got["seconds"], got["tokens"], got["task_seconds"])
+            return got
     if rc == TIMED_OUT:
         raise EvaluationFailed(
             f"the evaluation on {world} ranks ran past parallel.timeout_s={par.timeout_s:g} s and was stopped (log {log_file})"

@@ -1,14 +1,14 @@
 """The evaluation-task contract (eval/tasks/): what a task needs, what it returns.
 
 A task is one class with a ``name`` and :meth:`Task.run`. It gets a :class:`Context` — the
-checkpoint's whole single-device model (``training.model.bloom.Bloom``, in eval mode), the data's
-tokenizer and validation split, the evaluation settings, its own :class:`~training.config.TaskSpec`
-(its ``data`` folder, ``langs``, ``limit``) — and returns :class:`Row` s: per language, one row
+checkpoint's model as an :class:`eval.model.EvalModel` (token log-probabilities and greedy
+decoding, wherever it runs), the data's tokenizer and validation split, the evaluation settings,
+its own :class:`~training.config.TaskSpec` (its ``data`` folder, ``langs``, ``limit``) — and returns :class:`Row` s: per language, one row
 per metric (``value``, ``stderr`` where it has one, ``n`` the items or tokens it is over), and
 a ``skipped`` row, with the reason in ``note``, for a language it cannot run. Rows of the group
 and overall means are added by :func:`with_means` (each language counts once). The evaluation
 process (eval/evaluate.py) runs every task of ``tasks`` after the validation task, writes their
-rows into the checkpoint's results file (contract 3, version 2) and nothing else changes:
+rows into the checkpoint's results file (contract 3, version 4) and nothing else changes:
 adding a task is a new file here and a line in the registry (eval/tasks/__init__.py).
 
 A task never runs in the training loop: evaluation runs in its own process beside training
@@ -27,7 +27,8 @@ from bloomline import languages
 @dataclass
 class Context:
     model: Any
-    """training.model.bloom.Bloom, eval mode, on the CPU, in the evaluation's precision."""
+    """eval.model.EvalModel: the checkpoint in the evaluation's precision, in this process (LocalModel)
+    or over tp·pp ranks; lm-eval's families need a LocalModel (eval/tasks/lm_eval_local.py)."""
     tokenizer: Any
     """The data's SentencePiece processor (ids as the model was trained on them)."""
     index: Any

@@ -12,6 +12,7 @@ from bloomline.config import load_config
 from bloomline.io import TMP_MARK
 from eval.evaluate import generations
 from eval.metrics import LangTotals, metric_rows, regressions
+from eval.model import LocalModel
 from eval.results import (
     SCHEMA,
     ResultsError,
@@ -32,6 +33,7 @@ from training.data.shard_reader import ShardIndex
 from training.model.bloom import Bloom
 
 REPO = Path(__file__).resolve().parents[2]
+CPU = torch.device("cpu")
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +57,9 @@ def test_bits_per_byte_of_a_uniform_model_is_log2_vocab_over_bytes_per_token(dem
     sp = spm.SentencePieceProcessor(model_file=str(demo / "tokenizer" / "tokenizer.model"))
     from data_prep.tokenizer import token_bytes
 
-    got = evaluate_model(model, index, EvalConfig(), token_bytes(demo / "tokenizer" / "tokenizer.model"), sp.eos_id())
+    got = evaluate_model(
+        LocalModel(model, CPU), index, EvalConfig(), token_bytes(demo / "tokenizer" / "tokenizer.model"), sp.eos_id()
+    )
     assert set(got) == set(index.languages) and len(got) > 50
     whole = cut = 0
     for lang, t in got.items():
@@ -107,7 +111,7 @@ def test_greedy_generations_come_from_fixed_prompts(demo):
     import sentencepiece as spm
 
     cfg = load_config(ModelConfig, REPO / "configs/model/bloom-tiny.yaml")
-    model = Bloom(cfg, seed=1).eval()
+    model = LocalModel(Bloom(cfg, seed=1), CPU)
     index = ShardIndex(demo, "valid")
     sp = spm.SentencePieceProcessor(model_file=str(demo / "tokenizer" / "tokenizer.model"))
     ec = EvalConfig(prompts_per_lang=1, prompt_tokens=8, new_tokens=4)
@@ -264,6 +268,7 @@ def test_version_1_results_are_still_read_in_the_long_form(tmp_path):
         (20, "language", "en", "tokens")
     ] == pytest.approx(1.5)
     assert len(got) == 2 * len(wide)
+    assert {r["eval_layout"] for r in t.to_pylist() if r["step"] == 10} == {"tp=1 pp=1 device=cpu"}
 
 
 def test_version_2_results_read_with_a_null_epochs_seen(tmp_path):
@@ -278,6 +283,25 @@ def test_version_2_results_read_with_a_null_epochs_seen(tmp_path):
     assert t.schema.equals(SCHEMA)
     by_step = {s: {r["epochs_seen"] for r in t.to_pylist() if r["step"] == s} for s in (10, 20)}
     assert by_step == {10: {None}, 20: {2.5}}
+    assert {r["eval_layout"] for r in t.to_pylist() if r["step"] == 10} == {"tp=1 pp=1 device=cpu"}
+
+
+def test_version_3_results_read_as_evaluated_in_one_process_on_the_cpu(tmp_path):
+    """Every evaluation before version 4 ran in one process on the CPU: a version-3 file's rows get
+    that ``eval_layout``; a version-4 file's keep their own."""
+    from eval.results import SCHEMA_V3
+
+    folder = tmp_path / "eval" / "results"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows_for(10, 1.25), schema=SCHEMA_V3), folder / "step_00000010.parquet")
+    assert pq.read_schema(folder / "step_00000010.parquet").metadata[b"bloomline.results_version"] == b"3"
+    write_results(tmp_path, 20, [{**r, "eval_layout": "tp=2 pp=2 device=cuda"} for r in rows_for(20, 1.5)], [])
+    t = read_results(tmp_path)
+    assert t.schema.equals(SCHEMA)
+    by_step = {s: {r["eval_layout"] for r in t.to_pylist() if r["step"] == s} for s in (10, 20)}
+    assert by_step == {10: {"tp=1 pp=1 device=cpu"}, 20: {"tp=2 pp=2 device=cuda"}}
+    (en,) = [r for r in validation_rows(t) if r["step"] == 10 and r["lang"] == "en"]
+    assert en["bpb"] == pytest.approx(1.25)  # the rest of the row as written
 
 
 def test_every_results_column_is_documented():

@@ -382,12 +382,38 @@ def test_train_flow_restarts_after_a_rank_is_killed(demo_data, tmp_path):
     assert list((out / "logs").glob("run-*/attempt-2.log"))
 
 
+def test_evaluate_on_a_gpu_this_machine_lacks_is_a_one_line_error(demo_data, tmp_path):
+    """device=cuda without a GPU: refused by the command itself, before the flow runs (no Prefect
+    log line, no results), though the checkpoint and the data are fine."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    sys.path.insert(0, str(REPO / "tests" / "training" / "checkpoint"))
+    from test_checkpoint import write_checkpoint  # a checkpoint's files, without training
+
+    from bloomline.config import load_config
+    from data_prep.shards import manifest_sha256
+    from training.config import TrainRecipe
+    from training.model.bloom import Bloom
+
+    r = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml")
+    ckpt = tmp_path / "run" / "checkpoints" / "step_4"
+    meta = write_checkpoint(ckpt, r, Bloom(r.model, seed=1))
+    (ckpt / "bloomline.json").write_text(json.dumps({**meta, "data_manifest_sha256": manifest_sha256(demo_data)}))
+    res = cli("evaluate", "--checkpoint", ckpt, "--data", demo_data, "-o", "device=cuda")
+    one_line_error(res, "config key 'device': cuda, but torch sees no GPU on this machine")
+    assert not (tmp_path / "run" / "eval").exists()
+
+
 @pytest.mark.slow
 def test_evaluate_publishes_results_tensorboard_and_artifacts_and_refuses_bad_checkpoints(demo_data, tmp_path):
     """Two checkpoints of a real (1-rank) training run evaluated through the real Prefect flow:
     results for both in RUN_DIR/eval, re-evaluation replaces rows, TensorBoard gets the
     per-language scalars, Prefect the table and markdown artifacts; bad checkpoints are refused."""
     import sqlite3
+
+    import torch
 
     from bloomline.config import load_config, to_dict
     from eval.results import read_results, validation_rows
@@ -449,6 +475,8 @@ def test_evaluate_publishes_results_tensorboard_and_artifacts_and_refuses_bad_ch
     assert len([x for x in t if x["step"] == 4 and x["lang"] == "sw"]) == 1
     sw4 = next(x for x in t if x["step"] == 4 and x["lang"] == "sw")
     assert 0 < sw4["bpb"] < 20 and sw4["tokens_seen"] > 0 and sw4["precision"] == "fp32"
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # device: auto
+    assert {x["eval_layout"] for x in long} == {f"tp=1 pp=1 device={device}"}
     assert list((run / "tensorboard").glob("*.eval"))
     with sqlite3.connect(tmp_path / "prefect-home" / "prefect.db") as db:
         kinds = {k: t_ for k, t_ in db.execute("select key, type from artifact")}
@@ -464,8 +492,6 @@ def test_evaluate_publishes_results_tensorboard_and_artifacts_and_refuses_bad_ch
     res = cli("evaluate", "--checkpoint", run / "checkpoints" / "step_4", "--data", other)
     assert res.returncode == 2 and "was trained on other data" in res.stderr
     # a planted model-state pickle: refused in one line by evaluate and export, and its code never runs
-    import torch
-
     planted = tmp_path / "planted" / "checkpoints" / "step_4"
     shutil.copytree(run / "checkpoints" / "step_4", planted)
     f, marker = planted / "mp_rank_00_model_states.pt", tmp_path / "ran"

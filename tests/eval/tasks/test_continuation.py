@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 import torch
 
+from eval.model import LocalModel
 from eval.tasks.continuation import CHOICES, CONTEXT, LENGTH, items, score
 
 REPO = Path(__file__).resolve().parents[3]
 V = 500
+CPU = torch.device("cpu")
 
 
 class Successor(torch.nn.Module):
@@ -37,7 +39,7 @@ def test_the_predictable_ending_wins_half_the_items_by_hand():
         assert answer == i % CHOICES and len(endings) == CHOICES
         assert np.array_equal(context, docs[i][:CONTEXT]) and np.array_equal(endings[answer], docs[i][CONTEXT:n])
         assert all(len(e) == LENGTH for e in endings)
-    assert score(Successor(), np.ones(V, dtype=np.int64), its) == (4, 4)
+    assert score(LocalModel(Successor(), CPU), np.ones(V, dtype=np.int64), its) == (4, 4)
 
 
 def test_per_byte_scoring_can_disagree_with_the_total():
@@ -54,7 +56,7 @@ def test_per_byte_scoring_can_disagree_with_the_total():
 
     tb = np.ones(V, dtype=np.int64)
     tb[9] = 3  # ending 1's tokens stand for 3 bytes each
-    assert score(Flat(), tb, [(context, endings, 1)]) == (0, 1)  # by total: a tie, the first wins
+    assert score(LocalModel(Flat(), CPU), tb, [(context, endings, 1)]) == (0, 1)  # by total: a tie, the first wins
 
 
 def test_every_language_of_the_data_gets_its_rows(demo_data):
@@ -77,7 +79,7 @@ def test_every_language_of_the_data_gets_its_rows(demo_data):
     sp = spm.SentencePieceProcessor(model_file=str(model_file))
     spec = TaskSpec(name="continuation", limit=5)
     ctx = Context(
-        model=Bloom(cfg, seed=1).eval(),
+        model=LocalModel(Bloom(cfg, seed=1), CPU),
         tokenizer=sp,
         index=index,
         token_bytes=token_bytes(model_file),

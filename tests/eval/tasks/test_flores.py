@@ -1,6 +1,6 @@
 """``flores``: each direction's chrF++ equals sacrebleu's over translations computed here by plain
-greedy decoding of the documented prompt, cut at the first newline; a pair lacking a text skips
-its language naming file:line."""
+greedy decoding of the documented prompt (one at a time, no cache: the task decodes them together),
+cut at the first newline; a pair lacking a text skips its language naming file:line."""
 
 import json
 from pathlib import Path
@@ -31,6 +31,7 @@ def test_chrf_of_greedy_translations_both_ways_and_a_bad_pair(demo_data, tmp_pat
     from sacrebleu.metrics import CHRF
 
     from data_prep.tokenizer import token_bytes
+    from eval.model import LocalModel
     from eval.tasks import make
     from eval.tasks.base import Context
     from training.data.shard_reader import ShardIndex
@@ -48,7 +49,7 @@ def test_chrf_of_greedy_translations_both_ways_and_a_bad_pair(demo_data, tmp_pat
     model = Bloom(load_config(ModelConfig, REPO / "configs/model/bloom-tiny.yaml"), seed=5).eval()
     spec = TaskSpec(name="flores", data=str(data), langs=["fr", "zh-Hans", "sw"])
     ctx = Context(
-        model=model,
+        model=LocalModel(model, torch.device("cpu")),  # decodes the prompts together, through its cache
         tokenizer=sp,
         index=ShardIndex(demo_data, "valid"),
         token_bytes=token_bytes(model_file),

@@ -104,13 +104,14 @@ def context(demo: Path, model: Bloom, spec: TaskSpec):
     import sentencepiece as spm
 
     from data_prep.tokenizer import token_bytes
+    from eval.model import LocalModel
     from eval.tasks.base import Context
     from training.data.shard_reader import ShardIndex
 
     model_file = demo / "tokenizer" / "tokenizer.model"
     sp = spm.SentencePieceProcessor(model_file=str(model_file))
     return Context(
-        model=model,
+        model=LocalModel(model, torch.device("cpu")),
         tokenizer=sp,
         index=ShardIndex(demo, "valid"),
         token_bytes=token_bytes(model_file),

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from training.config import ModelConfig
-from training.model.bloom import Bloom, alibi_slopes, attention_bias, segment_ids_from_offsets
+from training.model.bloom import Bloom, KVCache, alibi_slopes, attention_bias, segment_ids_from_offsets
 
 
 def tiny(**kw) -> ModelConfig:
@@ -92,6 +92,23 @@ def test_causal():
         a, b = model(ids), model(changed)
     torch.testing.assert_close(a[:, :7], b[:, :7], rtol=0, atol=0)
     assert not torch.allclose(a[:, 7:], b[:, 7:])  # the change is seen from its own position on
+
+
+def test_a_kv_cache_fed_a_prompt_then_token_by_token_gives_the_full_forwards_logits():
+    """Generation's path (eval/generate.py): a prompt chunk into fresh caches, then one position at
+    a time, each attending to the cached keys. A left-padded row (segment 0) as generate pads
+    them: its padding is never attended to, and ALiBi's distances are the full sequence's."""
+    model = tiny_model(seed=5)
+    ids = torch.randint(0, 100, (2, 11), generator=torch.Generator().manual_seed(5))
+    seg = torch.ones_like(ids)
+    seg[1, :3] = 0  # row 1: a prompt of 2 tokens after 3 of padding
+    with torch.no_grad():
+        full = model(ids, seg)
+        caches = {f"blocks.{i}": KVCache() for i in range(model.cfg.num_layers)}
+        parts = [model(ids[:, :5], seg[:, :5], caches)]
+        parts += [model(ids[:, t : t + 1], seg[:, t : t + 1], caches) for t in range(5, 11)]
+    assert caches["blocks.0"].k.shape[2] == 11  # every position cached, none dropped
+    torch.testing.assert_close(torch.cat(parts, 1), full, rtol=1e-5, atol=1e-5)
 
 
 def test_tied_embeddings():
