@@ -174,6 +174,31 @@ def test_every_family_equals_lm_evals_own_run_on_the_export_item_for_item(demo_d
         for r in x["filtered_resps"]
     }
     assert len(spread) > 20  # real, varied scores, not a constant
+    # The parallel evaluator's lm-eval model (eval/tasks/lm_eval_model.py: HFLM's tokenizing and
+    # metrics, log-probabilities of the continuation tokens from EvalModel.token_scores instead of
+    # whole logits), here over the model in this process: every choice's log-likelihood within
+    # 1e-4 and its greedy flag equal, item for item; accuracies identical. (The ranks' token_scores
+    # equal this process's: tests/eval/parallel/test_ranks.py.)
+    from transformers import BloomConfig
+
+    from eval.export import hf_config
+    from eval.model import LocalModel
+    from eval.tasks.lm_eval_local import BATCH
+    from eval.tasks.lm_eval_model import evalmodel_lm
+
+    conf = {k: v for k, v in hf_config(model.cfg, manifest["tokenizer"], "float32").items() if k != "architectures"}
+    tokenizer = hf_tokenizer(demo_data / "tokenizer" / "tokenizer.model")
+    lm = evalmodel_lm(LocalModel(model, torch.device("cpu")), BloomConfig(**conf), tokenizer, seq_len, eos, BATCH)
+    via_scores = run_lm_eval(lm, list(names.values()), tmp_path / "yaml", None, log_samples=True)
+    for name in names.values():
+        for m in ("acc", "acc_norm", "acc_bytes"):
+            assert via_scores["results"][name][f"{m},none"] == theirs["results"][name][f"{m},none"], (name, m)
+        a = sorted(theirs["samples"][name], key=lambda s: s["doc_id"])
+        b = sorted(via_scores["samples"][name], key=lambda s: s["doc_id"])
+        for x, y in zip(a, b, strict=True):
+            assert x["arguments"] == y["arguments"]
+            for (ll_a, greedy_a), (ll_b, greedy_b) in ((r[0], q[0]) for r, q in zip(x["resps"], y["resps"])):
+                assert ll_b == pytest.approx(ll_a, abs=1e-4) and greedy_a == greedy_b, name
 
 
 @torch.no_grad()
