@@ -153,10 +153,14 @@ def checked(ckpt_dir: Path, data_dir: Path, cfg: EvalConfig) -> dict[str, Any]:
     return meta
 
 
-def check_eval_layout(cfg: EvalConfig, model: Any) -> None:
+def check_eval_layout(cfg: EvalConfig, model: Any, prefix: str = "") -> None:
     """The evaluation layout must cut the model as training's would: tp divides its heads (and
-    hidden size and padded vocabulary), pp is at most its layers."""
-    ParallelConfig(tp=cfg.parallel.tp, pp=cfg.parallel.pp).check_model(model)
+    hidden size and padded vocabulary), pp is at most its layers. ``prefix``: where the settings
+    sit in the recipe the user wrote (``evaluation.settings.`` in a training recipe)."""
+    try:
+        ParallelConfig(tp=cfg.parallel.tp, pp=cfg.parallel.pp).check_model(model)
+    except ConfigError as e:
+        raise ConfigError(prefix + e.key, e.message) from None
 
 
 def evaluate_with(

@@ -48,6 +48,10 @@ def validate(recipe: TrainRecipe, data_dir: str | Path) -> Optional[tuple[Refere
     check_hostfile(recipe.launch, recipe.parallel.world_size)
     m = load_manifest(data_dir)
     fit_model_to_data(recipe, data_dir)
+    from eval.evaluate import check_eval_layout
+
+    # a layout that cannot cut the model would fail every evaluation too
+    check_eval_layout(recipe.evaluation.settings, recipe.model, "evaluation.settings.")
     check_model_fits(m, data_dir, recipe.model.vocab_size, recipe.model.seq_len)
     if not any(s["split"] == "train" for s in m["shards"]):
         raise BloomlineError(f"{data_dir} has no training shards")

@@ -44,3 +44,22 @@ def test_a_user_error_stops_at_once_with_its_line(tmp_path):
 def test_every_attempt_failing_gives_up_after_the_last(tmp_path):
     msg, calls, failures = run(tmp_path, [1, 1, 1])
     assert msg == "gave up" and len(calls) == 3 and len(failures) == 3
+
+
+def test_an_evaluation_layout_that_cannot_cut_the_model_is_refused_before_training(demo_data):
+    """Every evaluation beside training would fail: refused with the key as the recipe spells it."""
+    from pathlib import Path
+
+    import pytest
+
+    from bloomline.config import load_config
+    from bloomline.errors import ConfigError
+    from flows.train_job import validate
+    from training.config import TrainRecipe
+
+    repo = Path(__file__).resolve().parents[2]
+    r = load_config(TrainRecipe, repo / "configs/train/bloom-tiny.yaml", ["evaluation.settings.parallel.tp=3"])
+    with pytest.raises(ConfigError, match=r"'evaluation.settings.parallel.tp': num_heads=4 is not divisible by tp=3"):
+        validate(r, demo_data)
+    r = load_config(TrainRecipe, repo / "configs/train/bloom-tiny.yaml", ["evaluation.settings.parallel.tp=2"])
+    validate(r, demo_data)
