@@ -31,6 +31,8 @@ class Sampled:
     """Peak of the sum over the tree, MiB."""
     cpu: dict[int, float] = field(default_factory=dict)
     """CPU seconds (user + system) of each process, as last sampled."""
+    cmdlines: dict[int, str] = field(default_factory=dict)
+    """Each process's command line, as last sampled (for roles of one's own: a rank's --local_rank)."""
 
     def peak(self, role: str) -> float:
         """The largest peak among the processes of ``role`` (0 when there were none)."""
@@ -84,9 +86,13 @@ def run_sampled(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, in
             try:
                 rss = p.memory_info().rss / 2**20
                 t = p.cpu_times()
+                # read every time: a child seen between its fork and its exec shows its parent's
+                line = " ".join(p.cmdline())
             except psutil.Error:
                 continue
             out.cpu[p.pid] = t.user + t.system
+            if line:  # (an exiting process's is empty)
+                out.cmdlines[p.pid] = line
             if p.pid not in known:
                 known[p.pid] = p
                 out.roles[p.pid] = role_of(p, proc.pid)
