@@ -8,7 +8,8 @@ of this same script on bloom-tiny so no device time is spent finding a typo:
 
 On the device (one `run`, carry [".gpu"], timeout_s 540):
 
-    bash bench/gpu/run.sh                          # installs .gpu/whl, runs this with --out $OUT
+    bash bench/gpu/run.sh                          # installs .gpu/whl, runs this with --out $OUT,
+                                                   # then bench/gpu_eval.py (the evaluation on the GPU)
 
 Runs, each through the DeepSpeed launcher with the NCCL backend, on bloom-560m-sized layers
 (24 layers × 1024, 16 heads, seq 2048; the vocabulary of the carried shards):

@@ -223,10 +223,11 @@ def run_lm_eval(
     limit: Optional[int],
     model_args: Optional[str] = None,
     log_samples: bool = False,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     """``lm_eval.simple_evaluate`` of ``tasks`` written in ``folder``, offline: ``model`` an HFLM, or
-    ``"hf"`` with ``model_args`` (lm-eval's own run on an export). The process's environment is as it
-    was afterwards."""
+    ``"hf"`` with ``model_args`` (lm-eval's own run on an export, on ``device``). The process's
+    environment is as it was afterwards."""
     with offline():
         import lm_eval
         from lm_eval.tasks import TaskManager
@@ -238,7 +239,7 @@ def run_lm_eval(
             limit=limit,
             task_manager=TaskManager(include_path=str(folder), include_defaults=False),
             batch_size=BATCH,
-            device="cpu",
+            device=device,
             log_samples=log_samples,
         )
 
