@@ -33,6 +33,8 @@ class Sampled:
     """CPU seconds (user + system) of each process, as last sampled."""
     cmdlines: dict[int, str] = field(default_factory=dict)
     """Each process's command line, as last sampled (for roles of one's own: a rank's --local_rank)."""
+    timeline: list[tuple[float, dict[int, float]]] = field(default_factory=list)
+    """(time.time(), RSS in MiB by pid) of every sample, when asked for (``run_sampled(timeline=True)``)."""
 
     def peak(self, role: str) -> float:
         """The largest peak among the processes of ``role`` (0 when there were none)."""
@@ -63,9 +65,12 @@ def role_of(proc: psutil.Process, root: int) -> str:
     return "other"
 
 
-def run_sampled(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, interval: float = 0.1) -> Sampled:
+def run_sampled(
+    cmd: list[str], cwd: Path, env: dict[str, str] | None = None, interval: float = 0.1, timeline: bool = False
+) -> Sampled:
     """Run ``cmd`` in its own session, sampling every process of its tree until it exits; the
-    session is killed afterwards (a temporary Prefect server may linger)."""
+    session is killed afterwards (a temporary Prefect server may linger). ``timeline``: keep
+    every sample too (to find the peak of each phase of a run)."""
     t0 = time.time()
     proc = subprocess.Popen(
         cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
@@ -82,6 +87,7 @@ def run_sampled(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, in
         except psutil.Error:
             procs = [root]
         total = 0.0
+        now: dict[int, float] = {}
         for p in procs:
             try:
                 rss = p.memory_info().rss / 2**20
@@ -97,7 +103,10 @@ def run_sampled(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, in
                 known[p.pid] = p
                 out.roles[p.pid] = role_of(p, proc.pid)
             out.peaks[p.pid] = max(out.peaks.get(p.pid, 0.0), rss)
+            now[p.pid] = rss
             total += rss
+        if timeline:
+            out.timeline.append((time.time(), now))
         out.tree_peak = max(out.tree_peak, total)
         time.sleep(interval)
     reader.join()
