@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -501,6 +502,14 @@ def main() -> None:
     _, s_bare = measured(wd, "bare", {"kind": "bare"})
     _, s_bare_lm = measured(wd, "bare-lm-eval", {"kind": "bare", "lm_eval": True})
     base = s_bare.peak("driver")
+    if any(tp * pp > 1 for tp, pp in which):
+        # every rank loads DeepSpeed's shared-memory comm op on the CPU, JIT-built into
+        # ~/.cache/torch_extensions the first time (and again after another install built it there):
+        # built here, so that no layout's start pays for it
+        t0 = time.perf_counter()
+        op = "from deepspeed.comm.torch import build_shm_op; build_shm_op()"
+        subprocess.run([sys.executable, "-c", op], check=True, capture_output=True)
+        print(f"DeepSpeed's shm comm op built or loaded in {time.perf_counter() - t0:.1f} s, before the layouts")
     print("1. running the layouts", flush=True)
     runs = layouts(wd, ckpt, data, specs, max_tokens, which)
 
