@@ -212,8 +212,12 @@ def against_lm_eval(ckpt: Path, data: Path, specs: list[TaskSpec]) -> None:
         eos = int(index.manifest["tokenizer"]["eos_id"])
         for spec in specs[1:]:
             task = make(spec)
+            import torch
+
+            from eval.model import LocalModel
+
             ctx = Context(
-                model=model.eval(),
+                model=LocalModel(model.eval(), torch.device("cpu")),
                 tokenizer=sp,
                 index=index,
                 token_bytes=token_bytes(mf),

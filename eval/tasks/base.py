@@ -28,7 +28,7 @@ from bloomline import languages
 class Context:
     model: Any
     """eval.model.EvalModel: the checkpoint in the evaluation's precision, in this process (LocalModel)
-    or over tp·pp ranks; lm-eval's families need a LocalModel (eval/tasks/lm_eval_local.py)."""
+    or over tp·pp ranks (lm-eval's families run on either: eval/tasks/lm_eval_local.py ``lm_of``)."""
     tokenizer: Any
     """The data's SentencePiece processor (ids as the model was trained on them)."""
     index: Any
