@@ -159,13 +159,15 @@ class RanksModel:
         self.layout = eval_layout(runner.tp, runner.pp, runner.device)
 
     def _command(self, op: int, *tensors: torch.Tensor) -> Optional[torch.Tensor]:
+        """Broadcast command ``op`` and its token tensors ([B, T]; a step's [B] tokens as [B, 1]),
+        then run this rank's part of it."""
         r = self.runner
-        B, T = tensors[0].shape[:2] if tensors and tensors[0].dim() == 2 else (len(tensors[0]) if tensors else 0, 1)
-        r.broadcast(torch.tensor([op, B, T], dtype=torch.long))
+        ids = tensors[0].reshape(len(tensors[0]), -1) if tensors else torch.zeros(0, 1, dtype=torch.long)
+        r.broadcast(torch.tensor([op, *ids.shape], dtype=torch.long))
         if op in (END, STOP):
             return None
         if op == STEP:
-            ids = r.broadcast(tensors[0][:, None].long())
+            ids = r.broadcast(ids.long())
             seg, targets = torch.ones_like(ids), None
         else:
             packed = r.broadcast(torch.stack([t.long() for t in tensors]))
