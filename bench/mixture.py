@@ -173,7 +173,7 @@ def run_arm(
 
 def final_weights(out: Path, data: Path) -> dict[str, float]:
     from training.checkpoint.run_dir import RunDir
-    from training.data.mixture_log import read_log
+    from training.data.mixture.log import read_log
 
     moved = [e["weights"] for e in read_log(RunDir(out)) if e["weights"]]
     if moved:

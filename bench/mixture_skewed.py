@@ -122,7 +122,7 @@ def tail_weights(out: Path, tail: list[str]) -> dict[str, float]:
     the least and most it ever had, and the number of moves. Why an online rule won or lost
     starts here: did its signal move weight to the tail at all?"""
     from training.checkpoint.run_dir import RunDir
-    from training.data.mixture_log import read_log
+    from training.data.mixture.log import read_log
 
     moves = [e["weights"] for e in read_log(RunDir(out)) if e["weights"]]
     share = [sum(w.get(l, 0.0) for l in tail) for w in moves]

@@ -1,5 +1,5 @@
 """α-sampling: language weights p ∝ (tokens share)^α (BLOOM, after XLM/mT5), one formula read by
-the tokenizer's sample, the manifest's blend and training's blend rules (training/data/blend.py).
+the tokenizer's sample, the manifest's blend and training's blend rules (training/data/mixture/blend.py).
 A file of its own so that training's code digest does not follow the tokenizer's trainer."""
 
 from __future__ import annotations

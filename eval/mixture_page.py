@@ -1,5 +1,5 @@
 """The dashboard's mixture page (``RUN_DIR/dashboard/mixture.html``), for every run with a
-decisions log (every rule writes one: training/data/fixed_mixture.py, online_mixture.py): the rule,
+decisions log (every rule writes one: training/data/mixture/fixed.py, online.py): the rule,
 the weights over steps as a stacked area, the training tokens seen and the epochs (passes over its
 training tokens) per language, and each language's held-out bits per byte against its tokens
 seen, with the moments the weights changed marked on every chart.
@@ -18,7 +18,7 @@ from eval import page
 from eval.page import plotly_text as T
 from eval.results import of_languages, read_results, validation_rows
 from training.checkpoint.run_dir import RunDir
-from training.data.mixture_log import read_log
+from training.data.mixture.log import read_log
 from training.loop.metrics_log import read_metrics
 
 

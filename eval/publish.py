@@ -29,7 +29,7 @@ from eval.results import (
 )
 from training.checkpoint.run_dir import RunDir
 from training.config import EvalConfig
-from training.data.online_mixture import write_feedback
+from training.data.mixture.online import write_feedback
 
 
 def previous_rows(run_dir: Path, step: int) -> dict[str, dict[str, Any]]:
@@ -71,7 +71,7 @@ def retract_after(run_dir: str | Path, step: int) -> list[int]:
     checkpoints: they are evaluated again, once, when the run writes them anew. Their TensorBoard
     scalars go with the purge at the resumed step (training/loop/metrics_log.py, ``purge_step``); the
     steps withdrawn."""
-    from training.data.online_mixture import drop_feedback_after
+    from training.data.mixture.online import drop_feedback_after
 
     return sorted(set(forget_after(run_dir, step)) | set(drop_feedback_after(RunDir(Path(run_dir)), step)))
 
@@ -114,7 +114,7 @@ def run_evaluation(
     before = previous_rows(run_dir, step)
     path = write_results(run_dir, step, ev.rows, ev.generations)
     val = validation_rows(pa.Table.from_pylist(ev.rows, schema=SCHEMA))
-    # what an online mixture steered by evaluations reads (training/data/online_mixture.py)
+    # what an online mixture steered by evaluations reads (training/data/mixture/online.py)
     langs = of_languages(val)
     continuation = {  # the continuation task's accuracy and items per language it scored (batch.online.signal)
         r["lang"]: (r["value"], r["n"])

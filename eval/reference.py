@@ -19,7 +19,7 @@ from data_prep.shards import load_manifest
 from eval.results import of_languages, read_results, validation_rows
 from training.checkpoint.meta import read_meta
 from training.checkpoint.run_dir import RunDir
-from training.data.mixture import ReferenceCurve
+from training.data.mixture.controller import ReferenceCurve
 
 KEY = "batch.online.reference"
 

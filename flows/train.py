@@ -30,7 +30,7 @@ from training.checkpoint.integrity import newest_intact
 from training.checkpoint.meta import read_meta, saved_recipe, trained_on
 from training.checkpoint.run_dir import RunDir
 from training.config import TrainRecipe
-from training.data.online_mixture import write_reference
+from training.data.mixture.online import write_reference
 from training.loop.launch import (
     cpu_comm_kernel_built,
     kill_group,

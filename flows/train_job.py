@@ -26,8 +26,8 @@ from data_prep.shards import check_model_fits, load_manifest
 from eval.reference import reference_curve
 from training.checkpoint.run_dir import RunDir
 from training.config import TrainRecipe
-from training.data.blend import run_blend
-from training.data.mixture import ReferenceCurve
+from training.data.mixture.blend import run_blend
+from training.data.mixture.controller import ReferenceCurve
 from training.data.shard_reader import ShardIndex
 from training.loop.launch import EXIT_OK, EXIT_USER_ERROR, check_hostfile, launch_command, launch_env, run_job
 

@@ -234,7 +234,7 @@ def test_a_resumed_run_withdraws_the_evaluations_of_the_future_it_redoes(tmp_pat
     the step a run resumes from are withdrawn; the ones up to it stay."""
     from eval.publish import retract_after
     from training.checkpoint.run_dir import RunDir
-    from training.data.online_mixture import newest_feedback, write_feedback
+    from training.data.mixture.online import newest_feedback, write_feedback
 
     for step in (10, 20, 30):
         write_results(tmp_path, step, rows_for(step, 1.0), [])

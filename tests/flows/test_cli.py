@@ -521,7 +521,7 @@ def test_every_checkpoint_is_evaluated_while_training_runs(demo_data, tmp_path):
     the evaluations before deleting, and training's step times are logged alongside."""
     from eval.results import read_results, skipped_steps, validation_rows
     from training.checkpoint.run_dir import RunDir
-    from training.data.online_mixture import read_feedback
+    from training.data.mixture.online import read_feedback
 
     out = tmp_path / "run"
     res = cli(
@@ -583,8 +583,8 @@ def test_a_held_back_evaluation_never_stalls_the_evaluation_driven_mixture(demo_
     from eval.reference import reference_curve
     from eval.results import skipped_steps
     from training.checkpoint.run_dir import RunDir
-    from training.data.mixture_log import read_log
-    from training.data.online_mixture import read_reference
+    from training.data.mixture.log import read_log
+    from training.data.mixture.online import read_reference
     from training.data.shard_reader import ShardIndex, verify_once
 
     sys.path.insert(0, str(REPO / "tests" / "eval"))

@@ -67,7 +67,7 @@ class RunDir(Retention):
     # the evaluation key (flows/pipeline.py) the results in eval/ were made with; absent: unknown
     evaluated_with = property(lambda self: self.eval / "evaluated_with.json")
     dashboard = property(lambda self: self.root / "dashboard")
-    # the online mixture (training/data/mixture.py): its changes, write-ahead; the evaluations it may
+    # the online mixture (training/data/mixture/controller.py): its changes, write-ahead; the evaluations it may
     # read (written by eval/publish.py, one file per evaluated checkpoint); the reference run's curve
     mixture_log = property(lambda self: self.root / "mixture.jsonl")
     mixture_feedback = property(lambda self: self.root / "mixture" / "feedback")

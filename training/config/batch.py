@@ -12,7 +12,7 @@ from bloomline.errors import ConfigError
 
 @dataclass
 class OnlineMixtureConfig:
-    """``batch.online``: how an online mixture moves the language weights (training/data/mixture.py)."""
+    """``batch.online``: how an online mixture moves the language weights (training/data/mixture/controller.py)."""
 
     rule: Literal["bandit", "evaluation"] = "bandit"
     """``bandit``: exponential weights over the smoothed per-language training loss (Online Data
@@ -49,7 +49,7 @@ class OnlineMixtureConfig:
     task (eval/tasks/continuation.py: a downstream measure, on the same validation split), which
     the evaluation's ``tasks`` must then include. Either way the rule steers by the drop per
     doubling of the language's tokens seen; a language the task scored over fewer than 20 items
-    (training/data/online_mixture.py ``MIN_ITEMS``) gets no push either way."""
+    (training/data/mixture/online.py ``MIN_ITEMS``) gets no push either way."""
     reference: Optional[str] = None
     """evaluation: another bloomline run's folder (RUN_DIR) whose per-language results are the
     reference, read at equal tokens of each language seen (DoReMi's reference model; a small
@@ -99,14 +99,14 @@ class OnlineMixtureConfig:
 
 
 MANIFEST_BLEND = {"rule": "alpha", "alpha": "manifest"}
-"""What the default rule is recorded as (training/data/blend.py ``Blend.identity``): the data's
+"""What the default rule is recorded as (training/data/mixture/blend.py ``Blend.identity``): the data's
 manifest blend, the only one before ``batch.blend`` (checkpoints of format 2 and earlier)."""
 
 
 @dataclass
 class BlendRuleConfig:
     """``batch.blend``: the language weights training starts from, and for ``schedule`` how they
-    move with the step (training/data/blend.py). ``batch.mixture: online`` steers on from them."""
+    move with the step (training/data/mixture/blend.py). ``batch.mixture: online`` steers on from them."""
 
     rule: Literal["alpha", "natural", "weights", "unimax", "schedule"] = "alpha"
     """``alpha``: p ∝ tokens^α (BLOOM's α-sampling); ``natural``: p ∝ tokens; ``weights``: the
@@ -185,7 +185,7 @@ class BatchConfig:
     mixture: Literal["fixed", "online"] = "fixed"
     """The language blend while training runs: ``fixed`` keeps to ``batch.blend``'s rule (its
     weights, or its schedule's); ``online`` lets ``batch.online``'s rule move them at step
-    boundaries (training/data/mixture.py), starting from ``batch.blend``'s."""
+    boundaries (training/data/mixture/controller.py), starting from ``batch.blend``'s."""
     online: OnlineMixtureConfig = field(default_factory=OnlineMixtureConfig)
     """The rule and its settings, with ``mixture: online``."""
 

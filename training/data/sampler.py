@@ -331,7 +331,7 @@ class DynamicBatchSampler:
         }
 
     def set_weights(self, weights: dict[str, float]) -> None:
-        """Draw the next steps from ``weights`` (the online mixture, training/data/mixture.py), over the
+        """Draw the next steps from ``weights`` (the online mixture, training/data/mixture/controller.py), over the
         same languages as the starting blend. Every (language, bucket) stream keeps its epoch and
         position: a language drawn less is read more slowly, one drawn more reads on, and no
         sample is skipped or drawn twice by the change itself (NVIDIA/Megatron-LM#457: a blend

@@ -27,9 +27,9 @@ from training.checkpoint.resume import plan_resume, restore_rng, rng_state
 from training.checkpoint.run_dir import RunDir, step_dir_name
 from training.checkpoint.safe_load import enforced
 from training.config import ModelConfig, TrainRecipe
-from training.data.blend import check_resume, run_blend
-from training.data.fixed_mixture import FixedMixture
-from training.data.online_mixture import OnlineMixture
+from training.data.mixture.blend import check_resume, run_blend
+from training.data.mixture.fixed import FixedMixture
+from training.data.mixture.online import OnlineMixture
 from training.data.sampler import DynamicBatchSampler
 from training.data.shard_reader import ShardIndex, collate, torch_collectives, verify_once
 from training.loop.ds_config import allow_cpu_fp16, deepspeed_config, param_groups
@@ -218,7 +218,7 @@ class Trainer:
         """One row per rank, all-gathered (the step's one small collective of its own): the step's
         FLOPs (all replicas), the DP balance of computed FLOPs and of measured forward time, each
         language's Σ token loss and labelled tokens (from the last pipeline stage), and, with an
-        online mixture, rank 0's evaluation feedback (training/data/online_mixture.py)."""
+        online mixture, rank 0's evaluation feedback (training/data/mixture/online.py)."""
         feedback = self.mixture.row(self.step)
         layout = StepRow(langs=len(self.languages), feedback=len(feedback))
         me = torch.tensor(

@@ -1,5 +1,5 @@
 """The online mixture as the trainer runs it (``batch.mixture: online``): what feeds the
-controller (training/data/mixture.py), where its decisions are recorded, and how a resumed run
+controller (training/data/mixture/controller.py), where its decisions are recorded, and how a resumed run
 replays them.
 
 Inputs, without a collective of their own and without waiting:
@@ -40,8 +40,8 @@ import numpy as np
 from bloomline.errors import ConfigError, DataError
 from bloomline.io import read_json, write_json_atomic
 from training.checkpoint.run_dir import RunDir
-from training.data.mixture import Change, MixtureController, OnlineMixtureConfig, ReferenceCurve
-from training.data.mixture_log import MixtureLog, read_log
+from training.data.mixture.controller import Change, MixtureController, OnlineMixtureConfig, ReferenceCurve
+from training.data.mixture.log import MixtureLog, read_log
 from training.data.sampler import DynamicBatchSampler
 
 FEEDBACK_VERSION = 2

@@ -13,9 +13,9 @@ import pytest
 
 from training.checkpoint.meta import read_meta
 from training.checkpoint.run_dir import RunDir
-from training.data.mixture_log import read_log
+from training.data.mixture.log import read_log
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "loop"))
+sys.path.insert(0, str(Path(__file__).parents[2] / "loop"))
 from test_trainer_multiproc import launch, metrics, ok  # noqa: E402  (the launcher helpers of the trainer's tests)
 
 pytestmark = pytest.mark.slow
@@ -158,7 +158,7 @@ def test_the_continuation_signal_reads_the_scored_languages_and_replays_on_resum
 
     from bloomline.config import from_dict
     from training.config import BatchConfig, OnlineMixtureConfig
-    from training.data.online_mixture import OnlineMixture, write_feedback
+    from training.data.mixture.online import OnlineMixture, write_feedback
     from training.data.sampler import DynamicBatchSampler
     from training.data.shard_reader import ShardIndex
 

@@ -1,5 +1,5 @@
-"""A fixed blend rule as the trainer runs it (``batch.mixture: fixed``, training/data/blend.py),
-with the interface of the online mixture (training/data/online_mixture.py), so the trainer runs
+"""A fixed blend rule as the trainer runs it (``batch.mixture: fixed``, training/data/mixture/blend.py),
+with the interface of the online mixture (training/data/mixture/online.py), so the trainer runs
 either alike: the start recorded in ``RUN_DIR/mixture.jsonl``, and a schedule's moves, each
 recorded before the sampler applies it, so that the metrics and the dashboard's mixture page show
 what every rule drew from. A resumed run takes the weights of its next step from the rule itself
@@ -14,9 +14,9 @@ from typing import Any, Optional
 
 from bloomline.errors import ConfigError
 from training.checkpoint.run_dir import RunDir
-from training.data.blend import Blend
-from training.data.mixture import Change
-from training.data.mixture_log import MixtureLog
+from training.data.mixture.blend import Blend
+from training.data.mixture.controller import Change
+from training.data.mixture.log import MixtureLog
 from training.data.sampler import DynamicBatchSampler
 
 

@@ -1,4 +1,4 @@
-"""The online mixture's update rules (training/data/mixture.py) against hand-computed examples."""
+"""The online mixture's update rules (training/data/mixture/controller.py) against hand-computed examples."""
 
 import math
 
@@ -7,7 +7,7 @@ import pytest
 
 from bloomline.config import from_dict
 from bloomline.errors import ConfigError
-from training.data.mixture import (
+from training.data.mixture.controller import (
     MixtureController,
     OnlineMixtureConfig,
     ReferenceCurve,
@@ -129,7 +129,7 @@ def test_a_checkpoint_steered_by_one_signal_resumes_with_that_signal_only():
 
 def test_the_feedback_gives_the_continuation_error_of_the_languages_the_task_scored(tmp_path):
     from training.checkpoint.run_dir import RunDir
-    from training.data.online_mixture import newest_feedback, read_feedback, signal_values, write_feedback
+    from training.data.mixture.online import newest_feedback, read_feedback, signal_values, write_feedback
 
     # b scored over too few items to read (MIN_ITEMS): unmeasured
     write_feedback(tmp_path, 30, {"a": 1.5, "b": 2.0}, {"a": 10, "b": 5}, {"a": (0.75, 40), "b": (1.0, 3)})
@@ -170,7 +170,7 @@ def test_bad_configuration_is_refused_naming_the_key():
 
 def test_feedback_and_reference_files_round_trip(tmp_path):
     from training.checkpoint.run_dir import RunDir
-    from training.data.online_mixture import (
+    from training.data.mixture.online import (
         newest_feedback,
         read_feedback,
         read_reference,

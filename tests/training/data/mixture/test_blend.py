@@ -1,5 +1,5 @@
-"""The blend rules (training/data/blend.py) against hand-computed weights, and the fixed rules as the
-trainer runs them (training/data/fixed_mixture.py): exact resume under every rule, the epochs per
+"""The blend rules (training/data/mixture/blend.py) against hand-computed weights, and the fixed rules as the
+trainer runs them (training/data/mixture/fixed.py): exact resume under every rule, the epochs per
 language the sampler reports against what its stream positions imply, the decisions log."""
 
 import json
@@ -14,13 +14,13 @@ from bloomline.config import from_dict
 from bloomline.errors import ConfigError, DataError
 from training.checkpoint.run_dir import RunDir
 from training.config import BatchConfig, BlendRuleConfig
-from training.data.blend import Blend, check_resume, temperature_at, unimax_budgets
-from training.data.fixed_mixture import FixedMixture
-from training.data.mixture_log import read_log
+from training.data.mixture.blend import Blend, check_resume, temperature_at, unimax_budgets
+from training.data.mixture.fixed import FixedMixture
+from training.data.mixture.log import read_log
 from training.data.sampler import DynamicBatchSampler, permutation_at, planned_tokens
 from training.data.shard_reader import ShardIndex
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from test_sampler import BATCH, write_prepared  # noqa: E402  (the sampler tests' synthetic prepared data)
 
 

@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from bloomline.io import write_bytes_atomic
 from training.checkpoint.run_dir import RunDir
-from training.data.mixture import Change
+from training.data.mixture.controller import Change
 
 
 class MixtureLog:
