@@ -85,8 +85,8 @@ def bloomline_removed(src: Path, out: Path) -> tuple[set[str], dict[str, str]]:
 
 
 def compare(src: Path, workdir: Path) -> dict:
-    from data_prep.dedup.signature import shingles
-    from data_prep.normalize import normalize_text
+    from data_prep.steps.minhash import shingles
+    from data_prep.steps.normalize import normalize_text
 
     ours, our_cluster = bloomline_removed(src, workdir / "bloomline")
     theirs, their_cluster = datatrove_removed(src, workdir / "datatrove")

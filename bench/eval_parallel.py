@@ -80,7 +80,7 @@ def write_checkpoint(wd: Path, data: Path, quick: bool, layers: int) -> Path:
 
     from bloomline.config import load_config
     from bloomline.io import sha256_file
-    from data_prep.shards import load_manifest
+    from data_prep.storage.shards import load_manifest
     from training.checkpoint.meta import make_meta
     from training.config import TrainRecipe
     from training.model.bloom import Bloom
@@ -174,7 +174,7 @@ def child(spec_file: Path) -> None:
 
         from bloomline.config import from_dict
         from bloomline.task_spec import TaskSpec
-        from data_prep.tokenizer import token_bytes
+        from data_prep.passes.tokenizer import token_bytes
         from eval.model import LocalModel
         from eval.tasks import make
         from eval.tasks.base import Context

@@ -192,7 +192,7 @@ def per_task_seconds(run: Path, data: Path, specs: list[TaskSpec]) -> Path:
 def against_lm_eval(ckpt: Path, data: Path, specs: list[TaskSpec]) -> None:
     import sentencepiece as spm
 
-    from data_prep.tokenizer import token_bytes
+    from data_prep.passes.tokenizer import token_bytes
     from eval.export import export
     from eval.tasks import make
     from eval.tasks.base import Context
@@ -264,12 +264,12 @@ def against_lm_eval(ckpt: Path, data: Path, specs: list[TaskSpec]) -> None:
 
 def decontamination(folders: dict[str, Path]) -> None:
     from bloomline.config import load_config
-    from data_prep.budget import bundle_bytes
-    from data_prep.chunks import process_chunk
     from data_prep.config import DecontaminateConfig, PrepareConfig, SourceConfig
-    from data_prep.decontaminate import build_index
-    from data_prep.readers import plan_chunks
-    from data_prep.workdir import Paths
+    from data_prep.inputs.readers import plan_chunks
+    from data_prep.passes.budget import bundle_bytes
+    from data_prep.passes.chunks import process_chunk
+    from data_prep.steps.decontaminate import build_index
+    from data_prep.storage.workdir import Paths
 
     print("4. decontamination on ../shared/corpus (the chunk stage, serial, this process)")
     specs = [TaskSpec(name=f, data=str(p)) for f, p in folders.items()]

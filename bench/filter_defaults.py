@@ -1,6 +1,6 @@
 """What the per-language filter thresholds drop of clean text from sources they were not derived
 from, and whether they still drop junk (run by hand; prints figures;
-tests/data_prep/test_filter_defaults.py pins both sides).
+tests/data_prep/calibration/test_filter_defaults.py pins both sides).
 
     python bench/filter_defaults.py [--config configs/data/demo.yaml] [--set en.max_char_rep=0.106 ...]
     python bench/filter_defaults.py --derive        # print the shipped thresholds for the recipe
@@ -11,9 +11,9 @@ through the language-ID and quality steps. Every document names its source (``ow
 
 * **Held-out sources** (the figure that matters: our acceptance text is other sources of the same
   languages): for every natural language with two or more sources, each source in turn is held
-  out, the thresholds are derived (data_prep/thresholds.py) from the language's other sources,
+  out, the thresholds are derived (data_prep/calibration/thresholds.py) from the language's other sources,
   and the held-out source is checked against them. Target: at most 1% of any language dropped.
-  Junk (data_prep/junk.py's four kinds) built from the held-out source must all be dropped.
+  Junk (data_prep/calibration/junk.py's four kinds) built from the held-out source must all be dropped.
   Languages with one source (ak, ki, tum) have no held-out source and are listed as such.
 * **The shipped recipe** (``--config``): its thresholds, derived from every source, on all of the
   corpus, the same way; what it drops there is the in-sample figure.
@@ -55,7 +55,7 @@ def corpus(root: Path) -> Docs:
     """Every document under ``root`` (JSONL files), by language, text normalised as ``prepare``
     does."""
     from bloomline import languages
-    from data_prep.normalize import normalize_text
+    from data_prep.steps.normalize import normalize_text
 
     out: Docs = {}
     for f in sorted(root.rglob("*.jsonl")):
@@ -70,8 +70,8 @@ def corpus(root: Path) -> Docs:
 def langid_drops(cfg: Any, docs: Docs) -> set[str]:
     """Ids of the documents the language-ID step drops (its verdict does not depend on the quality
     thresholds, so it is taken once)."""
-    from data_prep.document import Document, Ledger
-    from data_prep.langid import LanguageIdFilter
+    from data_prep.steps.document import Document, Ledger
+    from data_prep.steps.langid import LanguageIdFilter
 
     step = LanguageIdFilter(cfg.langid, Ledger())
     every = [d for ds in docs.values() for d in ds]
@@ -82,8 +82,8 @@ def langid_drops(cfg: Any, docs: Docs) -> set[str]:
 def scores_of(texts: list[str], lang: str, recipe: Any) -> list[dict[str, float | None]]:
     """The quality scores of ``texts`` in ``lang`` under ``recipe``'s n-gram sizes."""
     from bloomline import languages
-    from data_prep.filters import batch_scores
-    from data_prep.scores import TextBatch
+    from data_prep.steps.filters import batch_scores
+    from data_prep.steps.scores import TextBatch
 
     han = languages.BY_CODE[lang].script in ("Hans", "Hant")
     return [r for i in range(0, len(texts), 256) for r in batch_scores(TextBatch(texts[i : i + 256], han), recipe)]
@@ -91,7 +91,7 @@ def scores_of(texts: list[str], lang: str, recipe: Any) -> list[dict[str, float 
 
 def junk_of(docs: list[Doc], per_source: int) -> list[tuple[str, str]]:
     """(kind, junk text) of every kind built from the first ``per_source`` documents of each source."""
-    from data_prep.junk import KINDS
+    from data_prep.calibration.junk import KINDS
 
     rng = random.Random(0)
     firsts: dict[str, list[Doc]] = {}
@@ -114,7 +114,7 @@ class Verdict:
 def judge(
     docs: list[Doc], clean: list[dict], junk: list[tuple[str, str]], junk_scores: list[dict], t: Any, lid: set[str]
 ) -> Verdict:
-    from data_prep.filters import first_failure
+    from data_prep.steps.filters import first_failure
 
     drops: Counter = Counter()
     for d, s in zip(docs, clean):
@@ -133,8 +133,8 @@ def thresholds(recipe: Any, derived: dict[str, float]) -> Any:
 
 
 def derive_for(lang: str, docs: list[Doc], defaults: Any, junk_per_source: int = 5) -> dict[str, float]:
-    """data_prep/thresholds.py's thresholds of ``lang`` from ``docs`` and the junk built from them."""
-    from data_prep.thresholds import base, derive
+    """data_prep/calibration/thresholds.py's thresholds of ``lang`` from ``docs`` and the junk built from them."""
+    from data_prep.calibration.thresholds import base, derive
 
     recipe = base(lang, defaults)
     by_kind: dict[str, list] = {}
@@ -160,7 +160,7 @@ def held_out_sources(cfg: Any, docs: Docs, lid: set[str] | None = None) -> dict[
     """Per natural language, the verdict on each of its sources held out in turn (summed over the
     sources), the thresholds derived from its other sources; None for a language with one source."""
     from bloomline import languages
-    from data_prep.thresholds import base
+    from data_prep.calibration.thresholds import base
 
     lid = langid_drops(cfg, docs) if lid is None else lid
     out: dict[str, Verdict | None] = {}
@@ -189,7 +189,7 @@ def held_out_sources(cfg: Any, docs: Docs, lid: set[str] | None = None) -> dict[
 def in_sample(cfg: Any, docs: Docs, lid: set[str] | None = None) -> dict[str, Verdict]:
     """Per language, the recipe's own thresholds on ``docs`` (code: the code checks)."""
     from bloomline import languages
-    from data_prep.filters import CODE_CHECKS, code_scores, first_failure
+    from data_prep.steps.filters import CODE_CHECKS, code_scores, first_failure
 
     lid = langid_drops(cfg, docs) if lid is None else lid
     out = {}
@@ -238,7 +238,7 @@ def report(name: str, res: dict[str, Verdict | None]) -> list[str]:
 def main() -> None:
     from bloomline.config import load_config
     from data_prep.config import PrepareConfig
-    from data_prep.filter_report import parse_set
+    from data_prep.reports.filter_report import parse_set
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", type=Path, default=REPO / "configs/data/demo.yaml")
@@ -252,7 +252,7 @@ def main() -> None:
         cfg.filters = parse_set(args.sets, cfg.filters)
     docs = corpus(SHARED)
     if args.derive:
-        from data_prep.thresholds import as_overrides
+        from data_prep.calibration.thresholds import as_overrides
 
         for lang, values in as_overrides(derive_all(cfg, docs)).items():
             print(f"    {lang}: {{{', '.join(f'{k}: {json.dumps(v)}' for k, v in values.items())}}}")

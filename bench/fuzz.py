@@ -132,7 +132,7 @@ def main() -> int:
     run_s = time.perf_counter() - t1
     if m is not None:  # the report flows/prepare.py publishes: every drop's id, source and text, masked
         from bloomline.secrets import mask_text
-        from data_prep.filter_report import report
+        from data_prep.reports.filter_report import report
 
         t2 = time.perf_counter()
         try:
@@ -177,7 +177,7 @@ def hostile_search_seconds(size: int) -> dict[str, float]:
     whatever a file holds (``shape/search``): secret masking, PII redaction, terminal escaping."""
     from bloomline.secrets import mask_text
     from bloomline.terminal import printable
-    from data_prep.pii import redact
+    from data_prep.steps.pii import redact
 
     searches = {"mask": lambda t: mask_text(t, env={}), "pii": redact, "printable": printable}
     out = {}
@@ -195,10 +195,10 @@ def clean_docs_unchanged(cfg: Any, clean: Path, work: Path) -> bool:
     import copy
 
     from bloomline.io import read_json
-    from data_prep.chunks import chunk_table
     from data_prep.config import SourceConfig
+    from data_prep.passes.chunks import chunk_table
     from data_prep.pipeline import run_all
-    from data_prep.workdir import Paths
+    from data_prep.storage.workdir import Paths
 
     def kept(out: Path, path: Path) -> list[tuple[str, str]]:
         paths = Paths(out)

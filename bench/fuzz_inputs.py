@@ -1,6 +1,6 @@
 """Hostile inputs for ``prepare``, generated with Hypothesis.
 
-The strategies (tests/data_prep/test_fuzz.py runs them in CI, a few examples with a fixed seed):
+The strategies (tests/data_prep/inputs/test_fuzz.py runs them in CI, a few examples with a fixed seed):
 
 * :func:`lines`: JSONL lines as other people's tools write them — records with hostile text
   (controls, bidi marks, zero-width and combining characters, lone surrogates, NUL, terminal
@@ -182,7 +182,9 @@ def lines(draw: Any) -> bytes:
         return b'{"text": NaN, "lang": Infinity, "id": -Infinity}'
     if kind == "bigint":  # past Python's int-to-str digit limit
         return b'{"text": "x", "lang": "en", "id": ' + b"9" * draw(st.integers(4000, 6000)) + b"}"
-    if kind == "long_id":  # an id longer than the drop log keeps (data_prep/droplog.py ID_CHARS), under the size limit
+    if (
+        kind == "long_id"
+    ):  # an id longer than the drop log keeps (data_prep/storage/droplog.py ID_CHARS), under the size limit
         shape = draw(st.sampled_from(sorted(SCALABLE.values())))
         doc_id = shape * draw(st.integers(300 // len(shape), (MAX_DOC_BYTES // 2) // len(shape)))
         return _dump({"id": doc_id, "text": draw(hostile_text), "lang": draw(st.sampled_from(LANG_LABELS))}, True)
@@ -260,7 +262,7 @@ def dictionary_bomb(value_bytes: int, refs: int, ordinary: list[dict]) -> Any:
 
 STREAM_COMPRESSIONS = (None, "lz4", "zstd")
 """What the buffers of a saved dataset's Arrow stream may be compressed with (``datasets`` writes
-none; a compressed batch is decoded whole, data_prep/ipc_sizes.py)."""
+none; a compressed batch is decoded whole, data_prep/inputs/ipc_sizes.py)."""
 
 
 def write_saved_dataset(folder: Path, table: Any, compression: str | None = None, batch_rows: int = 0) -> None:

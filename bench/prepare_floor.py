@@ -135,14 +135,14 @@ def sample_docs(corpus: Path, mb: float) -> Path:
 
 def steps_alone(corpus: Path, mb: float, tokenizer: Path | None) -> list[tuple[str, float, float]]:
     """(step, input MB, MB/s) of each per-document step run alone over the sample, in order."""
-    from data_prep.chunks import chunk_steps
     from data_prep.config import PrepareConfig
-    from data_prep.dedup.signature import DedupSigner, exact_key, minhasher, shingle_hashes
-    from data_prep.document import Ledger
-    from data_prep.droplog import DropLog
-    from data_prep.pii import PIIRedactor
-    from data_prep.readers import Chunk, ChunkReader
-    from data_prep.workdir import Paths
+    from data_prep.inputs.readers import Chunk, ChunkReader
+    from data_prep.passes.chunks import chunk_steps
+    from data_prep.steps.document import Ledger
+    from data_prep.steps.minhash import DedupSigner, exact_key, minhasher, shingle_hashes
+    from data_prep.steps.pii import PIIRedactor
+    from data_prep.storage.droplog import DropLog
+    from data_prep.storage.workdir import Paths
 
     cfg = PrepareConfig()
     path = sample_docs(corpus, mb)

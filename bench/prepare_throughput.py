@@ -49,7 +49,7 @@ import numpy as np
 import psutil
 
 from bloomline.host import available_cpus
-from data_prep.normalize import normalize_text
+from data_prep.steps.normalize import normalize_text
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))

@@ -84,8 +84,8 @@ def dedup_alone(out: Path, workers: int, config: dict) -> float:
     from bloomline.config import from_dict
     from bloomline.io import read_json
     from data_prep.config import PrepareConfig
-    from data_prep.dedup.stage import run_dedup
-    from data_prep.workdir import Paths, clean_dedup
+    from data_prep.dedup.driver import run_dedup
+    from data_prep.storage.workdir import Paths, clean_dedup
     from flows.dask_cluster import dask_map
 
     cfg = from_dict(PrepareConfig, config)
@@ -99,7 +99,7 @@ def dedup_alone(out: Path, workers: int, config: dict) -> float:
     ):
         # warm, as a run's workers are when its dedup stage starts: the modules imported, the band shape known
         client.run(
-            lambda: __import__("data_prep.dedup.stage", fromlist=["x"]).band_params(
+            lambda: __import__("data_prep.dedup.driver", fromlist=["x"]).band_params(
                 cfg.dedup.threshold, cfg.dedup.num_perm
             )
         )
@@ -144,7 +144,7 @@ def datatrove_vs_bloomline(corpus: Path, mb: float, wd: Path) -> None:
 
 def manifest_at(n_shards: int, m: dict, wd: Path) -> None:
     from bloomline.io import write_json_atomic
-    from data_prep.shards import load_manifest
+    from data_prep.storage.shards import load_manifest
 
     proto = m["shards"][0]
     m["shards"] = [
@@ -270,7 +270,7 @@ def main() -> None:
     other = args.repo.resolve() != REPO
     rows = []
     if args.comparisons_only:
-        from data_prep.shards import load_manifest
+        from data_prep.storage.shards import load_manifest
 
         k = 4 if 4 in sizes else sizes[0]
         if not args.skip_manifest:  # any finished output's manifest serves as the prototype of its entries

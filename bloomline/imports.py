@@ -17,15 +17,24 @@ from typing import Callable, Iterable
 
 LAYERS = ("bloomline", "data_prep", "training", "eval", "flows")
 """The packages, lowest first: each imports only those to its left."""
-ROOMS = {"training": ("config", "model", "parallel", "checkpoint", "planning", "data", "loop")}
-"""Within a package, its sub-packages, lowest first: each
-imports only itself and those to its left. training: the recipe; the model, single-device; the
-parallelism applied to it from outside; the run folder and its checkpoints; what a layout costs;
-the data feed; the loop that drives them all."""
+ROOMS = {
+    "data_prep": ("config", "steps", "inputs", "storage", "reports", "calibration", "passes", "dedup", "pipeline"),
+    "training": ("config", "model", "parallel", "checkpoint", "planning", "data", "loop"),
+}
+"""Within a package, its rooms, lowest first: each imports only itself and those to its left. A room
+is a sub-package, or a module at the package's top.
+
+data_prep: the recipe; the per-document steps; reading the inputs; what a run writes and where;
+reports read back from it; where the shipped thresholds come from; the passes over the run folder;
+the dedup pass; the driver that runs the passes in order.
+
+training: the recipe; the model, single-device; the parallelism applied to it from outside; the run
+folder and its checkpoints; what a layout costs; the data feed; the loop that drives them all."""
 
 
 def room(module: str) -> tuple[str, int] | None:
-    """(package, rank) of a module's sub-package in :data:`ROOMS`, None outside them."""
+    """(package, rank) of a module's room in :data:`ROOMS`, None outside them (rank -1: in a package
+    with rooms, but in none of them)."""
     parts = module.split(".")
     rooms = ROOMS.get(parts[0])
     if rooms is None or len(parts) < 2:

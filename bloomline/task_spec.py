@@ -1,5 +1,5 @@
 """One evaluation task's entry, as recipes write it: the evaluation's ``tasks`` (eval/tasks/) and
-the data recipe's ``decontaminate.tasks`` (data_prep/decontaminate.py) take the same entries, so
+the data recipe's ``decontaminate.tasks`` (data_prep/steps/decontaminate.py) take the same entries, so
 the training data is cleaned against exactly the items its dashboard reports."""
 
 from __future__ import annotations

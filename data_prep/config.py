@@ -19,7 +19,7 @@ from bloomline.task_spec import TaskSpec
 
 MIN_GIB = 0.75
 """The smallest ``memory_gib`` accepted: a process's own baseline and room for one default chunk
-(read.chunk_bytes 32 MiB; data_prep/budget.py)."""
+(read.chunk_bytes 32 MiB; data_prep/passes/budget.py)."""
 
 
 @dataclass
@@ -101,12 +101,12 @@ class QualityThresholds:
     """Lower-case flagged (porn/spam) words for this language; empty: the check is skipped."""
     max_keyboard: float = 0.3
     """Maximum share of words that are runs of adjacent keys on a keyboard row: ``keyboard_mashing``
-    (not a ROOTS rule, see data_prep/filters.py; clean text of ../shared/corpus reaches 0.13)."""
+    (not a ROOTS rule, see data_prep/steps/filters.py; clean text of ../shared/corpus reaches 0.13)."""
 
     def validate(self) -> None:
         check(0 <= self.min_words <= self.max_words, "min_words", "must be >= 0 and <= max_words")
         for f in fields(self):
-            if f.type == "float":  # every ratio threshold (data_prep/filters.py CHECKS)
+            if f.type == "float":  # every ratio threshold (data_prep/steps/filters.py CHECKS)
                 check(0.0 <= getattr(self, f.name) <= 1.0, f.name, "must be in [0, 1]")
         check(self.char_rep_n >= 1, "char_rep_n", "must be >= 1")
         check(self.word_rep_n >= 1, "word_rep_n", "must be >= 1")
@@ -268,7 +268,7 @@ class BlendConfig:
 
 @dataclass
 class DecontaminateConfig:
-    """Drop corpus documents that share an n-gram with an evaluation task's item (data_prep/decontaminate.py)."""
+    """Drop corpus documents that share an n-gram with an evaluation task's item (data_prep/steps/decontaminate.py)."""
 
     tasks: list[TaskSpec] = field(default_factory=list)
     """The tasks, as the evaluation's ``tasks`` lists them (``name``, ``data``: ``DATA/<lang>.jsonl``,
@@ -342,7 +342,7 @@ class PrepareConfig:
     """Memory each process of the run may hold (the driver and every Dask worker), in GiB.
     Partition counts and batch sizes of the corpus-wide steps derive from it; a unit of work that
     cannot fit (one chunk of input, the tokenizer's sample, a skewed partition) stops the run with
-    an error naming this setting (data_prep/budget.py). The output does not depend on it."""
+    an error naming this setting (data_prep/passes/budget.py). The output does not depend on it."""
 
     def identity(self) -> dict[str, Any]:
         """What the prepared data depends on, by content; the one definition behind ``bloomline

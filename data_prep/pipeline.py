@@ -35,17 +35,17 @@ from typing import Any, Callable, Iterable, Iterator
 
 from bloomline.errors import DataError
 from bloomline.io import read_json, sha256_tree, write_json_atomic
-from data_prep.budget import bundle_bytes, check_inputs
-from data_prep.chunks import chunk_steps, process_chunk
 from data_prep.config import PrepareConfig
-from data_prep.decontaminate import build_index
-from data_prep.dedup.stage import dedup_record, progress_units
-from data_prep.manifest import write_manifest
-from data_prep.pack_parts import pack_part
-from data_prep.readers import plan_chunks
-from data_prep.shards import FORMAT_VERSION
-from data_prep.tokenizer import build_tokenizer
-from data_prep.workdir import Paths, clean_work, prepare_start
+from data_prep.dedup.driver import dedup_record, progress_units
+from data_prep.inputs.readers import plan_chunks
+from data_prep.passes.budget import bundle_bytes, check_inputs
+from data_prep.passes.chunks import chunk_steps, process_chunk
+from data_prep.passes.manifest import write_manifest
+from data_prep.passes.pack import pack_part
+from data_prep.passes.tokenizer import build_tokenizer
+from data_prep.steps.decontaminate import build_index
+from data_prep.storage.shards import FORMAT_VERSION
+from data_prep.storage.workdir import Paths, clean_work, prepare_start
 
 MapFn = Callable[[Callable[[Any], Any], list[Any]], Iterable[Any]]
 WORK_VERSION = 2
@@ -186,7 +186,7 @@ class Run:
 
 
 def read_filter(run: Run, chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Stage chunks: every chunk read, normalized, identified, filtered (data_prep/chunks.py);
+    """Stage chunks: every chunk read, normalized, identified, filtered (data_prep/passes/chunks.py);
     their summaries in chunk order."""
     t = time.perf_counter()
     run.progress.start("read+filter", sum(c["size"] for c in chunks), "B")
@@ -207,7 +207,7 @@ def read_filter(run: Run, chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def deduplicate(run: Run, chunk_ids: list[int], summaries: list[dict[str, Any]]) -> dict[str, Any]:
-    """Stage dedup (data_prep/dedup/stage.py ``dedup_record``): its record."""
+    """Stage dedup (data_prep/dedup/driver.py ``dedup_record``): its record."""
     t = time.perf_counter()
     run.progress.start("dedup", progress_units(run.cfg, chunk_ids), "tasks")
     docs = {s["id"]: s["docs"] for s in summaries}
@@ -227,7 +227,7 @@ def deduplicate(run: Run, chunk_ids: list[int], summaries: list[dict[str, Any]])
 
 
 def tokenizer(run: Run, dedup: dict[str, Any], chunk_ids: list[int]) -> dict[str, Any]:
-    """Stage tokenizer (data_prep/tokenizer.py ``build_tokenizer``)."""
+    """Stage tokenizer (data_prep/passes/tokenizer.py ``build_tokenizer``)."""
     run.progress.start("tokenizer", 1, "model")
     tok = build_tokenizer(run.cfg, run.paths, dedup, chunk_ids, run.map)
     run.timings["tokenizer"] = {"seconds": tok.get("seconds")}
@@ -238,7 +238,7 @@ def tokenizer(run: Run, dedup: dict[str, Any], chunk_ids: list[int]) -> dict[str
 
 
 def tokenize_pack(run: Run, dedup: dict[str, Any], tok: dict[str, Any]) -> list[dict[str, Any]]:
-    """Stage pack: every part tokenized and packed into shards (data_prep/pack_parts.py)."""
+    """Stage pack: every part tokenized and packed into shards (data_prep/passes/pack.py)."""
     t = time.perf_counter()
     # Largest parts first (LPT scheduling): the stage ends when its last part does.
     parts = sorted(dedup["parts"], key=lambda x: -x["bytes"])

@@ -6,7 +6,7 @@ hides a language, a double click isolates it, which is how one reads ~60 series)
 per byte per language over checkpoints, a language × checkpoint heatmap, the group aggregates,
 bits per byte against training tokens seen per language, the training loss and learning rate
 (``metrics.jsonl``), the flagged regressions, and the data ledger of the run's manifest; and,
-beside it, ``data.html``: the data's filter report (data_prep/filter_report.py: drops by language and
+beside it, ``data.html``: the data's filter report (data_prep/reports/filter_report.py: drops by language and
 reason with examples, kept documents near a threshold), linked from the main page; and, for a run
 whose decisions log has weights (every rule writes its start), ``mixture.html`` (eval/mixture_page.py); for every task beside
 the validation split, ``task-<name>.html`` with its signal report, and the families' means on the
@@ -39,7 +39,7 @@ def _data_dir(run_dir: Path) -> Path | None:
 
 
 def _manifest(run_dir: Path) -> dict[str, Any] | None:
-    from data_prep.shards import load_manifest
+    from data_prep.storage.shards import load_manifest
 
     data = _data_dir(run_dir)
     return None if data is None else load_manifest(data)
@@ -48,7 +48,7 @@ def _manifest(run_dir: Path) -> dict[str, Any] | None:
 def data_page(run_dir: Path) -> str | None:
     """The filter report of the run's data as HTML (its quoted documents shown as text), or None
     when the data has no drop log (prepared before it existed) or the run no checkpoint."""
-    from data_prep.filter_report import report
+    from data_prep.reports.filter_report import report
 
     data = _data_dir(run_dir)
     if data is None or "dropped" not in (_manifest(run_dir) or {}):

@@ -21,8 +21,8 @@ from typing import Any, Callable, Optional
 import torch
 
 from bloomline.errors import CheckpointError, ConfigError
-from data_prep.shards import load_manifest, manifest_path
-from data_prep.tokenizer import token_bytes
+from data_prep.passes.tokenizer import token_bytes
+from data_prep.storage.shards import load_manifest, manifest_path
 from eval.generate import generate
 from eval.metrics import GROUPS, group_of
 from eval.model import EvalModel, LocalModel, resolve_device

@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 from bloomline.errors import CheckpointError
 from bloomline.io import write_json_atomic
-from data_prep.shards import manifest_path
+from data_prep.storage.shards import manifest_path
 from training.checkpoint.load import load_model
 from training.checkpoint.meta import PRECISIONS, trained_on
 from training.checkpoint.run_dir import META_FILE
@@ -125,7 +125,7 @@ def export(ckpt_dir: str | Path, out: str | Path, data_dir: Optional[str | Path]
     trained on (``data_dir``, default: the checkpoint's ``data_dir``), checked by its manifest hash."""
     from safetensors.torch import save_file
 
-    from data_prep.shards import load_manifest
+    from data_prep.storage.shards import load_manifest
 
     ckpt_dir, out = Path(ckpt_dir), Path(out)
     model, meta = load_model(ckpt_dir, PRECISIONS[dtype])

@@ -15,7 +15,7 @@ from typing import Any
 
 from bloomline.errors import ConfigError
 from bloomline.io import read_json
-from data_prep.shards import load_manifest
+from data_prep.storage.shards import load_manifest
 from eval.results import of_languages, read_results, validation_rows
 from training.checkpoint.meta import read_meta
 from training.checkpoint.run_dir import RunDir

@@ -156,8 +156,8 @@ def check_inputs(cfg) -> None:
         cfg.dask.validate()  # --dask-address is set after the recipe was checked
     except ConfigError as e:
         raise ConfigError(f"dask.{e.key}", e.message) from None
-    from data_prep import budget
-    from data_prep.readers import discover
+    from data_prep.inputs.readers import discover
+    from data_prep.passes import budget
 
     for s in cfg.sources:
         discover(s, check=True)
@@ -422,7 +422,7 @@ def filters(
     scores, without preparing again). Prints Markdown."""
 
     def body() -> None:
-        from data_prep.filter_report import report
+        from data_prep.reports.filter_report import report
 
         print(report(data, lang, reason, examples, set_), end="")
 

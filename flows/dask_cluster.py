@@ -149,12 +149,12 @@ def dask_map(client: Any) -> Callable:
 def warm_worker(langid: bool) -> None:
     """What every chunk task of a worker process needs first: the stages' modules, the character
     tables, the language-ID model (each loaded once per process)."""
-    import data_prep.chunks  # noqa: F401
-    import data_prep.pack_parts  # noqa: F401
-    from data_prep.text import punct_or_symbol_chars, special_chars, unkept_table
+    import data_prep.passes.chunks  # noqa: F401
+    import data_prep.passes.pack  # noqa: F401
+    from data_prep.steps.text import punct_or_symbol_chars, special_chars, unkept_table
 
     special_chars(), punct_or_symbol_chars(), unkept_table()
     if langid:
-        from data_prep.langid import load_model
+        from data_prep.steps.langid import load_model
 
         load_model()

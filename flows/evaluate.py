@@ -19,7 +19,7 @@ from prefect.cache_policies import NONE
 from bloomline.config import from_dict, to_dict
 from bloomline.secrets import mask_text, mask_tree, masks_exceptions
 from eval.publish import run_evaluation
-from eval.results import is_language, of_languages
+from eval.result_rows import is_language, of_languages
 from flows.params import Local, real
 from flows.runlock import owns
 from training.checkpoint.run_dir import RunDir

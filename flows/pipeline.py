@@ -31,7 +31,7 @@ from bloomline.config import from_dict, to_dict
 from bloomline.errors import BloomlineError
 from bloomline.io import content_digest, read_json, write_json_atomic
 from bloomline.secrets import mask_tree, masks_exceptions
-from data_prep.shards import manifest_path, manifest_sha256
+from data_prep.storage.shards import manifest_path, manifest_sha256
 from eval.results import clear_evaluations, copy_evaluations, results_dir
 from eval.tasks import data_digest
 from flows.config import PipelineConfig
@@ -209,7 +209,7 @@ def pipeline(config: dict[str, Any], out: str, local: Local | None = None) -> di
 
 def data_stage(cfg: PipelineConfig, run: Path, stages: Stages, progress: Any = None) -> Path:
     """1. The prepared data (``bloomline prepare``), checked against contract 1 even when reused."""
-    from data_prep.shards import load_manifest
+    from data_prep.storage.shards import load_manifest
     from flows.prepare import prepare
 
     pk = prepare_key(cfg.data)

@@ -53,7 +53,7 @@ def prepare(config: dict[str, Any], out: str, strict: bool = False, local: Local
         table=mask_tree(rows),
         description=mask_text(f"Per-language summary of `bloomline prepare` → {Path(out).resolve()}"),
     )
-    from data_prep.filter_report import report
+    from data_prep.reports.filter_report import report
 
     create_markdown_artifact(
         mask_text(report(out, examples=3)),

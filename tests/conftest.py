@@ -111,7 +111,7 @@ def shard_table():
     manifest, then the one reader (schema, format version, rows)."""
     import pyarrow as pa
 
-    from data_prep.shards import SCHEMA, CorruptShardError, checksum_error, read_shard
+    from data_prep.storage.shards import SCHEMA, CorruptShardError, checksum_error, read_shard
 
     def read(data_dir: Path, shard: dict) -> "pa.Table":
         path = Path(data_dir) / shard["path"]

@@ -28,9 +28,9 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pyarrow as pa
 
-from data_prep.budget import Budget
 from data_prep.dedup.shuffle import done, read_routed, route, write_routed
-from data_prep.workdir import Paths
+from data_prep.passes.budget import Budget
+from data_prep.storage.workdir import Paths
 
 EDGE_SCHEMA = pa.schema([("u", pa.int64()), ("v", pa.int64())])
 EDGE_ROW_BYTES = 64

@@ -8,7 +8,7 @@ and score), then per chunk the decision files and the drop log.
 * :func:`decide_range`, per range of consecutive chunks: for each chunk, the drop log rows
   (``DIR/dropped/dedup-cNNNNNN.parquet``, input order) and ``.work/dedup/cNNNNNN.json`` — the
   dropped positions, and per language the kept documents, bytes and split draws
-  (data_prep/split.py) — written last, as the chunk's marker.
+  (data_prep/passes/split.py) — written last, as the chunk's marker.
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ import numpy as np
 import pyarrow as pa
 
 from bloomline.io import read_json, write_json_atomic
-from data_prep.budget import Budget
-from data_prep.chunks import chunk_table
 from data_prep.config import PrepareConfig
 from data_prep.dedup.components import EDGE_ROW_BYTES, EDGE_SCHEMA
 from data_prep.dedup.exact import FACT_SCHEMA, chunk_runs, groups_of, range_of, range_starts
 from data_prep.dedup.shuffle import done, read_routed, write_routed
-from data_prep.droplog import DROP_SCHEMA, dropped_path, write_rows
-from data_prep.split import SplitDraws
-from data_prep.workdir import Paths
+from data_prep.passes.budget import Budget
+from data_prep.passes.chunks import chunk_table
+from data_prep.passes.split import SplitDraws
+from data_prep.storage.droplog import DROP_SCHEMA, dropped_path, write_rows
+from data_prep.storage.workdir import Paths
 
 LABEL_SCHEMA = pa.schema([("node", pa.int64()), ("root", pa.int64()), ("exact", pa.bool_()), ("score", pa.float64())])
 LABEL_ROW_BYTES = 96

@@ -19,11 +19,11 @@ import numpy as np
 import pyarrow as pa
 
 from bloomline.io import read_json
-from data_prep.budget import Budget
-from data_prep.chunks import chunk_table
 from data_prep.dedup.components import EDGE_SCHEMA, both_ways
 from data_prep.dedup.shuffle import done, read_routed, route, write_routed
-from data_prep.workdir import Paths
+from data_prep.passes.budget import Budget
+from data_prep.passes.chunks import chunk_table
+from data_prep.storage.workdir import Paths
 
 EXACT_SCHEMA = pa.schema([("key", pa.uint64()), ("ref", pa.int64())])
 FACT_SCHEMA = pa.schema([("node", pa.int64()), ("exact", pa.bool_()), ("score", pa.float64())])

@@ -15,12 +15,12 @@ import numpy as np
 import pyarrow as pa
 
 from bloomline.io import read_json
-from data_prep.chunks import chunk_table
 from data_prep.config import DedupConfig
 from data_prep.dedup.exact import later_in, range_chunks, refs_of
 from data_prep.dedup.shuffle import done, write_routed
-from data_prep.dedup.signature import band_hashes
-from data_prep.workdir import Paths
+from data_prep.passes.chunks import chunk_table
+from data_prep.steps.minhash import band_hashes
+from data_prep.storage.workdir import Paths
 
 KEY_SCHEMA = pa.schema([("band", pa.uint16()), ("key", pa.uint64()), ("ref", pa.int64())])
 

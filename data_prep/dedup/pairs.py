@@ -19,14 +19,14 @@ import numpy as np
 import pyarrow as pa
 
 from bloomline.io import read_json
-from data_prep.budget import Budget
-from data_prep.chunks import chunk_table
 from data_prep.config import DedupConfig
 from data_prep.dedup.components import EDGE_SCHEMA, both_ways, components
 from data_prep.dedup.exact import FACT_SCHEMA, chunk_runs, groups_of
 from data_prep.dedup.keys import KEY_SCHEMA
 from data_prep.dedup.shuffle import done, read_routed, route, write_routed
-from data_prep.workdir import Paths
+from data_prep.passes.budget import Budget
+from data_prep.passes.chunks import chunk_table
+from data_prep.storage.workdir import Paths
 
 KEY_ROW_BYTES = 80
 """Bytes this step holds per band row: the three columns read (18), the sort permutation and the

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from bloomline.io import read_json, tmp_path, write_json_atomic
-from data_prep.dedup.signature import mix64
+from data_prep.steps.minhash import mix64
 
 
 def route(x: np.ndarray, n: int) -> np.ndarray:

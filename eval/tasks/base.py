@@ -34,7 +34,7 @@ class Context:
     index: Any
     """training.data.shard_reader.ShardIndex of the data's validation split."""
     token_bytes: Any
-    """UTF-8 bytes each token id stands for (data_prep.tokenizer.token_bytes)."""
+    """UTF-8 bytes each token id stands for (data_prep.passes.tokenizer.token_bytes)."""
     tokenizer_file: Any
     """Path of the data's SentencePiece model (what an export's tokenizer wraps)."""
     eos_id: int

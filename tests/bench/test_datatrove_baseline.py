@@ -16,7 +16,7 @@ from bench.datatrove_baseline import spm_to_tokenizers  # noqa: E402
 
 
 def texts():
-    from data_prep.normalize import normalize_text
+    from data_prep.steps.normalize import normalize_text
 
     return [
         normalize_text(json.loads(l)["text"])

@@ -14,7 +14,7 @@ from bloomline.errors import DataError
 from bloomline.io import TMP_MARK
 from data_prep.config import PrepareConfig, SourceConfig
 from data_prep.pipeline import run_all
-from data_prep.shards import load_manifest
+from data_prep.storage.shards import load_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -393,7 +393,7 @@ def test_evaluate_on_a_gpu_this_machine_lacks_is_a_one_line_error(demo_data, tmp
     from test_checkpoint import write_checkpoint  # a checkpoint's files, without training
 
     from bloomline.config import load_config
-    from data_prep.shards import manifest_sha256
+    from data_prep.storage.shards import manifest_sha256
     from training.config import TrainRecipe
     from training.model.bloom import Bloom
 
@@ -416,7 +416,8 @@ def test_evaluate_publishes_results_tensorboard_and_artifacts_and_refuses_bad_ch
     import torch
 
     from bloomline.config import load_config, to_dict
-    from eval.results import read_results, validation_rows
+    from eval.result_rows import validation_rows
+    from eval.results import read_results
     from training.config import TrainRecipe
     from training.loop.launch import launch_command, run_job
 
@@ -519,7 +520,8 @@ def test_every_checkpoint_is_evaluated_while_training_runs(demo_data, tmp_path):
     """bloomline train with the automatic evaluation: a separate, lower-priority process evaluates
     every checkpoint exactly once (newest first when they queue up), checkpoint.keep=1 waits for
     the evaluations before deleting, and training's step times are logged alongside."""
-    from eval.results import read_results, skipped_steps, validation_rows
+    from eval.result_rows import validation_rows
+    from eval.results import read_results, skipped_steps
     from training.checkpoint.run_dir import RunDir
     from training.data.mixture.online import read_feedback
 

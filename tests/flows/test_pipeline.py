@@ -294,12 +294,12 @@ def test_code_digests_follow_what_each_stage_imports(tmp_path, monkeypatch):
 
     assert changed_by("flows/prepare.py", "flows/evaluate.py") == ["prepare", "evaluate"]
     # bits per byte are counted with data_prep's tokenizer: evaluation's numbers depend on it
-    assert changed_by("data_prep/tokenizer.py") == ["prepare", "evaluate"]
+    assert changed_by("data_prep/passes/tokenizer.py") == ["prepare", "evaluate"]
     assert changed_by("eval/export.py") == ["evaluate", "export"]  # lm-eval tasks score through its model
     assert changed_by("eval/tasks/xcopa.py") == ["evaluate"]  # named only in eval/tasks' registry, as a string
     assert changed_by("training/checkpoint/reshard.py") == ["train"]
     assert changed_by("data_prep/dedup/pairs.py") == ["prepare"]
-    assert changed_by("training/planning/planner.py", "flows/cli.py", "data_prep/thresholds.py") == []
+    assert changed_by("training/planning/planner.py", "flows/cli.py", "data_prep/calibration/thresholds.py") == []
 
 
 def test_an_evaluation_steered_mixture_keys_training_by_what_steers_it(tmp_path):

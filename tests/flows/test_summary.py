@@ -21,7 +21,7 @@ def printed(fn, res) -> str:
 
 
 def test_the_prepare_summary_shows_file_derived_text_inert(demo_data):
-    from data_prep.shards import load_manifest
+    from data_prep.storage.shards import load_manifest
 
     m = copy.deepcopy(load_manifest(demo_data))
     lang = sorted(m["languages"])[0]

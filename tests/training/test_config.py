@@ -116,7 +116,7 @@ def test_blooms_own_vocabulary_passes_the_data_check():
     """BLOOM's tokenizer has 250,680 pieces. Data made with it fits BLOOM's recipe (which pads the
     table to 250,880 rows, a multiple of 128·TP); data of another tokenizer does not, and the
     message names the key to set."""
-    from data_prep.shards import check_model_fits
+    from data_prep.storage.shards import check_model_fits
 
     r = load_config(TrainRecipe, REPO / "configs/train/bloom-176b.yaml")
     manifest = {"tokenizer": {"vocab_size": 250680}, "buckets": [512, 1024, 2048]}

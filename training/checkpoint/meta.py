@@ -35,7 +35,7 @@ PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float
 
 def trained_on(meta: dict[str, Any], data_dir: str | Path) -> bool:
     """Whether the checkpoint of ``meta`` (its bloomline.json) was trained on the data in ``data_dir``."""
-    from data_prep.shards import manifest_sha256
+    from data_prep.storage.shards import manifest_sha256
 
     return meta["data_manifest_sha256"] == manifest_sha256(data_dir)
 

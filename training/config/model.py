@@ -16,7 +16,7 @@ DATA_SHAPED = ("vocab_size", "seq_len")
 class ModelConfig:
     vocab_size: Optional[int] = 250_680
     """The tokenizer's vocabulary size, before padding (BLOOM: 250,680); the data's manifest must
-    give the same (``data_prep.shards.check_model_fits``). None: the prepared data's tokenizer's
+    give the same (``data_prep.storage.shards.check_model_fits``). None: the prepared data's tokenizer's
     (:meth:`fit_to_data`; ``bloomline pipeline`` leaves it to the data unless its recipe sets it)."""
     hidden_size: int = 1024
     """Width of the residual stream."""
@@ -86,7 +86,7 @@ class ModelConfig:
         """Fill what the recipe left to the data (None): the vocabulary from the data's tokenizer
         (the embedding then padded by ``make_vocab_divisible_by``), the sequence length from its
         largest bucket. Returns one line per value derived. Values the recipe set stay as set:
-        ``data_prep.shards.check_model_fits`` refuses one that contradicts the data."""
+        ``data_prep.storage.shards.check_model_fits`` refuses one that contradicts the data."""
         said = []
         if self.vocab_size is None:
             self.vocab_size = vocab_size

@@ -30,7 +30,14 @@ import torch
 
 from bloomline.errors import DataError
 from bloomline.io import write_json_atomic
-from data_prep.shards import CorruptShardError, checksum_error, load_manifest, manifest_sha256, pad_id, read_shard
+from data_prep.storage.shards import (
+    CorruptShardError,
+    checksum_error,
+    load_manifest,
+    manifest_sha256,
+    pad_id,
+    read_shard,
+)
 from training.model.bloom import IGNORE_INDEX
 from training.planning.flops import document_pairs
 

@@ -20,7 +20,7 @@ from typing import Any, Iterator
 import torch
 
 from bloomline.errors import BloomlineError, CheckpointError
-from data_prep.shards import check_model_fits, manifest_sha256
+from data_prep.storage.shards import check_model_fits, manifest_sha256
 from training.checkpoint.integrity import checkpoint_files, damage, file_records
 from training.checkpoint.meta import PRECISIONS, make_meta, read_meta, saved_recipe
 from training.checkpoint.resume import plan_resume, restore_rng, rng_state

@@ -6,7 +6,7 @@ import pytest
 
 from data_prep.dedup.components import EDGE_SCHEMA, both_ways, components, run_stars
 from data_prep.dedup.shuffle import read_routed, route, write_routed
-from data_prep.workdir import Paths
+from data_prep.storage.workdir import Paths
 
 
 def reference(u, v) -> dict[int, int]:

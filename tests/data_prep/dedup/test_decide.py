@@ -8,12 +8,12 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from bloomline.config import from_dict
-from data_prep.chunks import process_chunk
 from data_prep.config import PrepareConfig
 from data_prep.dedup.decide import decide_chunk
 from data_prep.dedup.exact import refs_of
-from data_prep.droplog import dropped_path
-from data_prep.workdir import Paths
+from data_prep.passes.chunks import process_chunk
+from data_prep.storage.droplog import dropped_path
+from data_prep.storage.workdir import Paths
 
 EN = "Every morning the baker opens her shop before sunrise and arranges fresh loaves on the shelves while the street wakes."
 FR = "Chaque matin la boulangère ouvre sa boutique avant le lever du soleil et range les pains frais sur les étagères."

@@ -8,13 +8,13 @@ import numpy as np
 
 from bloomline.config import from_dict
 from bloomline.io import write_json_atomic
-from data_prep.chunks import chunk_table, process_chunk
 from data_prep.config import PrepareConfig
 from data_prep.dedup.exact import LATER_SCHEMA, refs_of
 from data_prep.dedup.keys import KEY_SCHEMA, band_keys
 from data_prep.dedup.shuffle import read_routed, write_routed
-from data_prep.dedup.signature import band_hashes
-from data_prep.workdir import Paths
+from data_prep.passes.chunks import chunk_table, process_chunk
+from data_prep.steps.minhash import band_hashes
+from data_prep.storage.workdir import Paths
 
 EN = "Every morning the baker opens her shop before sunrise and arranges fresh loaves on the shelves while the street wakes."
 FR = "Chaque matin la boulangère ouvre sa boutique avant le lever du soleil et range les pains frais sur les étagères."

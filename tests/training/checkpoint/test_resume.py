@@ -10,7 +10,7 @@ import torch
 from bloomline.config import load_config
 from bloomline.errors import BloomlineError
 from bloomline.io import write_json_atomic
-from data_prep.shards import manifest_sha256
+from data_prep.storage.shards import manifest_sha256
 from training.checkpoint.meta import SAMPLER_KEYS, TRAINER_KEYS, make_meta
 from training.checkpoint.reshard import MARKER
 from training.checkpoint.resume import plan_resume, restore_rng, rng_state

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from bloomline.errors import ConfigError, DataError
-from data_prep.packing import Sample
-from data_prep.shards import CorruptShardError, ShardWriter
-from data_prep.workdir import shard_path
+from data_prep.passes.best_fit import Sample
+from data_prep.storage.shards import CorruptShardError, ShardWriter
+from data_prep.storage.workdir import shard_path
 from training.config import BatchConfig
 from training.data.sampler import DynamicBatchSampler, permutation_at
 from training.data.shard_reader import ShardIndex, collate, verify_once

@@ -35,7 +35,7 @@ from typing import Any, Optional
 
 from bloomline import languages
 from bloomline.errors import ConfigError, DataError
-from data_prep.alpha import alpha_weights
+from data_prep.passes.alpha import alpha_weights
 from training.config import BlendRuleConfig, TrainRecipe
 from training.config.batch import MANIFEST_BLEND
 from training.data.sampler import planned_tokens

@@ -1,0 +1,96 @@
+"""The folder of a ``bloomline prepare`` run: where each stage's files and completion markers live.
+
+``DIR/manifest.json``, ``DIR/tokenizer/``, ``DIR/shards/`` are the output (contract 1,
+``data_prep/FORMAT.md``); ``DIR/.work/`` holds the stages' intermediate files and markers
+(``data_prep/pipeline.py``), removed when the run completes unless ``keep_work``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from bloomline.io import remove_stale_tmp
+
+
+@dataclass
+class Paths:
+    """Paths of one prepare run's folder."""
+
+    out: Path
+
+    @property
+    def work(self) -> Path:
+        return self.out / ".work"
+
+    @property
+    def decontaminate(self) -> Path:
+        """The decontamination index (data_prep/steps/decontaminate.py), built by the planner."""
+        return self.work / "decontaminate"
+
+    def chunk_data(self, cid: int) -> Path:
+        return self.work / "chunks" / f"c{cid:06d}.arrow"
+
+    def chunk_done(self, cid: int) -> Path:
+        return self.work / "chunks" / f"c{cid:06d}.json"
+
+    def chunk_drops(self, cid: int) -> Path:
+        """The dedup decision of chunk ``cid`` (its dropped positions and kept-document stats); its marker."""
+        return self.work / "dedup" / f"c{cid:06d}.json"
+
+    # -- the dedup job's intermediate files (data_prep/dedup/): Arrow IPC files whose record batch
+    #    i holds the rows routed to partition i, each closed by a JSON marker of the same name
+    @property
+    def dedup_plan(self) -> Path:
+        return self.work / "dedup" / "plan.json"
+
+    def dedup_file(self, kind: str, i: int) -> Path:
+        """The file of task ``i`` of one step: ``exact-keys``, ``band-keys`` (per chunk);
+        ``exact``, ``exact-facts``, ``exact-later``, ``pairs``, ``facts`` (per key partition);
+        ``labels`` (per node partition)."""
+        return self.work / "dedup" / kind / f"{i:06d}.arrow"
+
+    def part_done(self, lang: str, k: int) -> Path:
+        return self.work / "parts" / f"{lang}-p{k:05d}.json"
+
+    def dedup_star(self, step: int, q: int) -> Path:
+        """Output of component step ``step`` (odd: Large-Star, even: Small-Star) for partition ``q``."""
+        return self.work / "dedup" / "stars" / f"s{step:03d}-q{q:05d}.arrow"
+
+    @property
+    def manifest(self) -> Path:
+        from data_prep.storage.shards import manifest_path
+
+        return manifest_path(self.out)
+
+    @property
+    def tokenizer(self) -> Path:
+        return self.out / "tokenizer" / "tokenizer.model"
+
+
+def shard_path(split: str, lang: str, bucket: int, k: int) -> str:
+    """A shard's path relative to DIR (one split, language, bucket and pack part)."""
+    return f"shards/{split}/{lang}/{lang}-b{bucket:05d}-p{k:05d}.arrow"
+
+
+def prepare_start(paths: Paths) -> None:
+    """Before any stage: the folder exists and no temporary file of a killed run is left, in DIR
+    or in the subfolders a prepare run writes (data_prep/FORMAT.md, "Files"), nowhere else: DIR
+    may be a folder of the user's (``--out ~``)."""
+    from data_prep.storage.droplog import DROPPED_DIR, SCORES_DIR
+
+    paths.out.mkdir(parents=True, exist_ok=True)
+    remove_stale_tmp(paths.out, (paths.work.name, "tokenizer", "shards", DROPPED_DIR, SCORES_DIR))
+
+
+def clean_work(paths: Paths) -> None:
+    shutil.rmtree(paths.work, ignore_errors=True)
+
+
+def clean_dedup(paths: Paths) -> None:
+    """Forget the dedup stage and what follows it (its files, the drop log's duplicates, the later
+    markers); the chunk stage's work stays. For timing the dedup stage again on the same chunks."""
+    shutil.rmtree(paths.work / "dedup", ignore_errors=True)
+    for p in [paths.work / "dedup.json", paths.manifest, *paths.out.glob("dropped/dedup-c*.parquet")]:
+        p.unlink(missing_ok=True)
