@@ -1,34 +1,23 @@
-"""The prepare pipeline as resumable stages over an output folder.
+"""The prepare pipeline: its passes over an output folder, in order, each resumable.
 
-Stages and the files that mark them done (all under ``DIR/.work`` unless noted):
+:data:`PASSES` is the one table of them (name, function, progress unit, what it does, the file that
+marks it done under ``DIR/.work`` unless noted). The driver runs it in order; the progress bars, the
+Prefect tasks (flows/prepare.py) and the timings in ``run_stats.json`` are named by it, and so are
+the kill targets of the chaos harness and the passes listed in docs/prepare.md (tests check both).
 
-==========  ===================================================  ==============================
-stage        what                                                 done when
-==========  ===================================================  ==============================
-plan         find inputs, cut chunks, fingerprint config+inputs   ``plan.json``
-chunks       per chunk (parallel): read → normalize → langid →    ``chunks/cNNNNN.json``
-             quality → dedup signatures; kept docs → Arrow
-dedup        exact + near duplicates, a Dask job over partitioned    ``dedup.json``
-             files (data_prep/dedup/); validation rules; pack parts
-tokenizer    alpha-smoothed sample → SentencePiece (or reuse)      ``tokenizer.json``
-pack         per part (parallel): PII → tokenize → best-fit pack   ``parts/<lang>-pNNNNN.json``
-             → Arrow shards under ``DIR/shards/``
-manifest     ledger, blend, shard list → ``DIR/manifest.json``     ``DIR/manifest.json``
-==========  ===================================================  ==============================
+Each pass skips work whose marker exists, every file is written atomically, and every choice is
+seeded, so a run killed at any moment and started again produces the same bytes as an
+uninterrupted run. The driver takes a ``map_fn(func, items)`` so the caller decides where parallel
+work runs (Dask in the Prefect flow, a plain loop in unit tests).
 
-Each stage skips work whose marker exists, every file is written atomically, and every choice
-is seeded, so a run killed at any moment and started again produces the same bytes as an
-uninterrupted run. The driver here takes a ``map_fn(func, items)`` so the caller decides
-where parallel work runs (Dask in the Prefect flow, a plain loop in unit tests).
-
-One file per stage: ``chunks.py``, ``dedup/stage.py`` (with ``split.py`` for the validation rules
-and ``pack_parts.plan_parts``), ``tokenizer.py`` (``build_tokenizer``), ``pack_parts.py``,
-``manifest.py``; the folder layout is ``workdir.py``; what each process may hold, ``budget.py``.
+Words: the main job (``bloomline pipeline``) has *stages* (prepare, train, evaluate: flows/stages.py);
+prepare has *passes* (this table); a pass runs *steps* over documents (data_prep/steps/).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -99,15 +88,15 @@ def is_complete(paths: Paths, fp: str) -> bool:
 
 
 class Progress:
-    """What the driver reports to; the CLI's implementation draws rich progress bars."""
+    """What the driver reports to, per pass; the CLI's implementation draws rich progress bars."""
 
-    def start(self, stage: str, total: int, unit: str) -> None: ...
-    def advance(self, stage: str, n: int = 1) -> None: ...
-    def finish(self, stage: str, message: str) -> None: ...
+    def start(self, name: str, total: int, unit: str) -> None: ...
+    def advance(self, name: str, n: int = 1) -> None: ...
+    def finish(self, name: str, message: str) -> None: ...
 
 
-def _stage_direct(name: str, fn: Callable[..., Any], *args: Any) -> Any:
-    return fn(*args)
+def _direct(name: str, fn: Callable[[], Any]) -> Any:
+    return fn()
 
 
 def run_all(
@@ -115,12 +104,12 @@ def run_all(
     out: str | Path,
     strict: bool = False,
     map_fn: MapFn = serial_map,
-    stage: Callable[..., Any] = _stage_direct,
+    as_task: Callable[[str, Callable[[], Any]], Any] = _direct,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Run (or resume) every stage; returns the manifest plus ``run_stats`` (timings).
+    """Run (or resume) every pass of :data:`PASSES`; returns the manifest plus ``run_stats`` (timings).
 
-    ``stage(name, fn, *args)`` runs one coarse stage (the Prefect flow makes each a task);
+    ``as_task(name, fn)`` runs one coarse pass (the Prefect flow makes each a task named after it);
     ``map_fn(func, items)`` runs the fine-grained parallel work (Dask in the flow) and yields
     results as they complete.
     """
@@ -128,53 +117,32 @@ def run_all(
     prepare_start(paths)
     run = Run(cfg, paths, strict, map_fn, progress or Progress())
     t0 = time.perf_counter()
-    p = stage("plan", plan, cfg, paths, strict)
-    run.timings["plan"] = {"seconds": time.perf_counter() - t0, "chunks": len(p["chunks"])}
-    if is_complete(paths, p["fingerprint"]):
-        if not cfg.keep_work:  # a run killed between its manifest and this clean-up
-            clean_work(paths)
-        m = read_json(paths.manifest)
-        m["run_stats"] = {"already_complete": True}
-        return m
-    chunk_ids = [c["id"] for c in p["chunks"]]
-
-    # closures: a stage's inputs stay out of its Prefect task's recorded parameters
-    def read_filter_stage() -> list[dict[str, Any]]:
-        return read_filter(run, p["chunks"])
-
-    summaries = stage("read_filter", read_filter_stage)
-
-    def dedup_stage() -> dict[str, Any]:
-        return deduplicate(run, chunk_ids, summaries)
-
-    dedup = stage("dedup", dedup_stage)
-
-    def tokenizer_stage() -> dict[str, Any]:
-        return tokenizer(run, dedup, chunk_ids)
-
-    tok = stage("tokenizer", tokenizer_stage)
-
-    def pack_stage() -> list[dict[str, Any]]:
-        return tokenize_pack(run, dedup, tok)
-
-    part_results = stage("tokenize_pack", pack_stage)
-    manifest = stage("manifest", write_manifest, cfg, paths, p, summaries, dedup, tok, part_results)
+    for one in PASSES:
+        run.results[one.name] = as_task(one.name, run.runner(one))
+        if one.name == "plan" and is_complete(paths, run.results["plan"]["fingerprint"]):
+            if not cfg.keep_work:  # a run killed between its manifest and this clean-up
+                clean_work(paths)
+            m = read_json(paths.manifest)
+            m["run_stats"] = {"already_complete": True}
+            return m
     run.timings["total_seconds"] = time.perf_counter() - t0
     write_json_atomic(paths.out / "run_stats.json", run.timings)
     if not cfg.keep_work:
         clean_work(paths)
-    manifest = dict(manifest)
+    manifest = dict(run.results["manifest"])
     manifest["run_stats"] = run.timings
     return manifest
 
 
 class Run:
-    """What every stage of one run shares: the settings, the folder, where parallel work runs, the
-    progress display, and the timings (``run_stats.json``)."""
+    """What every pass of one run shares: the settings, the folder, where parallel work runs, the
+    progress display, the timings (``run_stats.json``) and the passes' results so far, by name."""
 
     def __init__(self, cfg: PrepareConfig, paths: Paths, strict: bool, map_fn: MapFn, progress: Progress):
         self.cfg, self.paths, self.strict, self.progress = cfg, paths, strict, progress
         self.timings: dict[str, Any] = {"tasks": {}}
+        self.results: dict[str, Any] = {}
+        self.current: Pass | None = None
         self._map_fn = map_fn
 
     def map(self, func: Callable[[Any], Any], items: list[Any]) -> Iterable[Any]:
@@ -184,74 +152,156 @@ class Run:
         self.timings["tasks"][name] = self.timings["tasks"].get(name, 0) + len(items)
         return self._map_fn(func, items)
 
+    def runner(self, one: Pass) -> Callable[[], Any]:
+        """A call that runs ``one`` over this run: a closure, so that neither the run nor the pass
+        is among the recorded parameters of the Prefect task that calls it."""
 
-def read_filter(run: Run, chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Stage chunks: every chunk read, normalized, identified, filtered (data_prep/passes/chunks.py);
+        def run_pass() -> Any:
+            self.current = one
+            return one.fn(self)
+
+        return run_pass
+
+    def start(self, total: int) -> None:
+        """The current pass's progress bar, counting ``total`` of its unit."""
+        self.progress.start(self.current.name, total, self.current.unit)
+
+    def advance(self, n: int) -> None:
+        self.progress.advance(self.current.name, n)
+
+    def finish(self, message: str) -> None:
+        self.progress.finish(self.current.name, message)
+
+    @property
+    def chunk_ids(self) -> list[int]:
+        return [c["id"] for c in self.results["plan"]["chunks"]]
+
+
+def plan_pass(run: Run) -> dict[str, Any]:
+    """Pass plan: the chunks, and the run pinned to its config (:func:`plan`)."""
+    t = time.perf_counter()
+    p = plan(run.cfg, run.paths, run.strict)
+    run.timings["plan"] = {"seconds": time.perf_counter() - t, "chunks": len(p["chunks"])}
+    return p
+
+
+def chunks_pass(run: Run) -> list[dict[str, Any]]:
+    """Pass chunks: every chunk read, normalized, identified, filtered (data_prep/passes/chunks.py);
     their summaries in chunk order."""
     t = time.perf_counter()
-    run.progress.start("read+filter", sum(c["size"] for c in chunks), "B")
+    chunks = run.results["plan"]["chunks"]
+    run.start(sum(c["size"] for c in chunks))
     sizes = {c["id"]: c["size"] for c in chunks}
     res = []
     for r in run.map(partial(process_chunk, cfg=run.cfg, out=str(run.paths.out), strict=run.strict), chunks):
         res.append(r)
-        run.progress.advance("read+filter", sizes[r["id"]])
+        run.advance(sizes[r["id"]])
     res.sort(key=lambda r: r["id"])
     dt = time.perf_counter() - t
     recs = sum(r["steps"]["read"]["records"] for r in res)
     run.timings["chunks"] = {"seconds": dt, "records": recs, "docs_per_s": recs / dt if dt else None}
     steps = " → ".join(["read", *(name for name, _ in chunk_steps(run.cfg, run.paths))])
-    run.progress.finish(
-        "read+filter", f"{recs} records through {steps} in {dt:.1f} s ({recs / max(dt, 1e-9):,.0f} docs/s)"
-    )
+    run.finish(f"{recs} records through {steps} in {dt:.1f} s ({recs / max(dt, 1e-9):,.0f} docs/s)")
     return res
 
 
-def deduplicate(run: Run, chunk_ids: list[int], summaries: list[dict[str, Any]]) -> dict[str, Any]:
-    """Stage dedup (data_prep/dedup/driver.py ``dedup_record``): its record."""
+def dedup_pass(run: Run) -> dict[str, Any]:
+    """Pass dedup (data_prep/dedup/driver.py ``dedup_record``): its record."""
     t = time.perf_counter()
-    run.progress.start("dedup", progress_units(run.cfg, chunk_ids), "tasks")
-    docs = {s["id"]: s["docs"] for s in summaries}
-    d, stats = dedup_record(run.cfg, run.paths, chunk_ids, docs, run.map, run.progress)
+    run.start(progress_units(run.cfg, run.chunk_ids))
+    docs = {s["id"]: s["docs"] for s in run.results["chunks"]}
+    d, stats = dedup_record(run.cfg, run.paths, run.chunk_ids, docs, run.map, run.advance)
     if stats is None:
-        run.progress.finish("dedup", "done by an earlier run")
+        run.finish("done by an earlier run")
         return d
     dt = time.perf_counter() - t
     n = sum(sum(v.values()) for v in d["duplicates"].values())
     run.timings["dedup"] = {"seconds": dt, "duplicates": n, **stats}
-    run.progress.finish(
-        "dedup",
+    run.finish(
         f"{n} duplicates removed in {dt:.1f} s ({stats['partitions']} partitions, "
-        f"{stats['confirmed']:,} near pairs confirmed of {stats['candidates']:,} candidates)",
+        f"{stats['confirmed']:,} near pairs confirmed of {stats['candidates']:,} candidates)"
     )
     return d
 
 
-def tokenizer(run: Run, dedup: dict[str, Any], chunk_ids: list[int]) -> dict[str, Any]:
-    """Stage tokenizer (data_prep/passes/tokenizer.py ``build_tokenizer``)."""
-    run.progress.start("tokenizer", 1, "model")
-    tok = build_tokenizer(run.cfg, run.paths, dedup, chunk_ids, run.map)
+def tokenizer_pass(run: Run) -> dict[str, Any]:
+    """Pass tokenizer (data_prep/passes/tokenizer.py ``build_tokenizer``)."""
+    run.start(1)
+    tok = build_tokenizer(run.cfg, run.paths, run.results["dedup"], run.chunk_ids, run.map)
     run.timings["tokenizer"] = {"seconds": tok.get("seconds")}
-    run.progress.finish(
-        "tokenizer", f"{'trained' if tok['trained'] else 'reused'} tokenizer, vocab {tok['vocab_size']}"
-    )
+    run.finish(f"{'trained' if tok['trained'] else 'reused'} tokenizer, vocab {tok['vocab_size']}")
     return tok
 
 
-def tokenize_pack(run: Run, dedup: dict[str, Any], tok: dict[str, Any]) -> list[dict[str, Any]]:
-    """Stage pack: every part tokenized and packed into shards (data_prep/passes/pack.py)."""
+def pack_pass(run: Run) -> list[dict[str, Any]]:
+    """Pass pack: every part tokenized and packed into shards (data_prep/passes/pack.py)."""
     t = time.perf_counter()
-    # Largest parts first (LPT scheduling): the stage ends when its last part does.
-    parts = sorted(dedup["parts"], key=lambda x: -x["bytes"])
-    run.progress.start("tokenize+pack", sum(x["bytes"] for x in parts), "B")
+    # Largest parts first (LPT scheduling): the pass ends when its last part does.
+    parts = sorted(run.results["dedup"]["parts"], key=lambda x: -x["bytes"])
+    run.start(sum(x["bytes"] for x in parts))
     sizes = {(x["lang"], x["k"]): x["bytes"] for x in parts}
-    pack = partial(pack_part, cfg=run.cfg, out=str(run.paths.out), tok_sha=tok["sha256"], strict=run.strict)
+    tok_sha = run.results["tokenizer"]["sha256"]
+    pack = partial(pack_part, cfg=run.cfg, out=str(run.paths.out), tok_sha=tok_sha, strict=run.strict)
     res = []
     for r in run.map(pack, parts):
         res.append(r)
-        run.progress.advance("tokenize+pack", sizes[(r["lang"], r["k"])])
+        run.advance(sizes[(r["lang"], r["k"])])
     res.sort(key=lambda r: (r["lang"], r["k"]))
     dt = time.perf_counter() - t
     tokens = sum(s["tokens"] for r in res for s in r["shards"])
     run.timings["pack"] = {"seconds": dt, "tokens": tokens, "tokens_per_s": tokens / dt if dt else None}
-    run.progress.finish("tokenize+pack", f"{tokens:,} tokens in {dt:.1f} s ({tokens / max(dt, 1e-9):,.0f} tokens/s)")
+    run.finish(f"{tokens:,} tokens in {dt:.1f} s ({tokens / max(dt, 1e-9):,.0f} tokens/s)")
     return res
+
+
+def manifest_pass(run: Run) -> dict[str, Any]:
+    """Pass manifest (data_prep/passes/manifest.py ``write_manifest``)."""
+    r = run.results
+    return write_manifest(run.cfg, run.paths, r["plan"], r["chunks"], r["dedup"], r["tokenizer"], r["pack"])
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One pass of ``bloomline prepare``."""
+
+    name: str
+    """Its progress bar's label, its Prefect task's name, its key in ``run_stats.json`` and in the
+    driver's results, and, as ``prepare:<name>``, a kill target of the chaos harness."""
+    fn: Callable[[Run], Any]
+    """Runs it (or finds it done) and returns its record."""
+    unit: str
+    """What its progress bar counts (``B``: input bytes; "" for a pass without a bar)."""
+    what: str
+    """What it does, in a line."""
+    marker: str
+    """The file that marks it done, under ``DIR/.work`` unless it starts with ``DIR/``."""
+
+
+PASSES = (
+    Pass("plan", plan_pass, "", "find inputs, cut chunks, fingerprint config + inputs", "plan.json"),
+    Pass(
+        "chunks",
+        chunks_pass,
+        "B",
+        "per chunk (parallel): read → normalize → langid → quality → decontaminate → dedup signatures; "
+        "kept documents → Arrow",
+        "chunks/cNNNNN.json",
+    ),
+    Pass(
+        "dedup",
+        dedup_pass,
+        "tasks",
+        "exact + near duplicates, a Dask job over partitioned files (data_prep/dedup/); validation rules; pack parts",
+        "dedup.json",
+    ),
+    Pass("tokenizer", tokenizer_pass, "model", "alpha-smoothed sample → SentencePiece (or reuse)", "tokenizer.json"),
+    Pass(
+        "pack",
+        pack_pass,
+        "B",
+        "per part (parallel): PII → tokenize → best-fit pack → Arrow shards under DIR/shards/",
+        "parts/<lang>-pNNNNN.json",
+    ),
+    Pass("manifest", manifest_pass, "", "ledger, blend, shard list → DIR/manifest.json", "DIR/manifest.json"),
+)
+"""The passes, in the order they run; each reads the results of those before it."""

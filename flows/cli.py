@@ -47,7 +47,8 @@ def _root() -> None:
 
 
 class RichProgress:
-    """Progress bars per stage: bytes and bytes/s while reading and tokenizing, a count of tasks elsewhere."""
+    """Progress bars per pass of prepare (data_prep/pipeline.py PASSES): bytes and bytes/s for those
+    counted in bytes, a count of their unit for the others."""
 
     def __init__(self) -> None:
         from rich.progress import (
@@ -62,7 +63,7 @@ class RichProgress:
         )
 
         class ByUnit(ProgressColumn):
-            """Bytes for stages counted in bytes, "done/total unit" for the others."""
+            """Bytes for passes counted in bytes, "done/total unit" for the others."""
 
             def __init__(self, in_bytes: ProgressColumn, other: ProgressColumn) -> None:
                 super().__init__()

@@ -1,11 +1,11 @@
-"""The Prefect flow ``prepare``: each pipeline stage is one (coarse) Prefect task, and the
-fine-grained parallel work inside a stage runs on Dask.
+"""The Prefect flow ``prepare``: each pass of data_prep/pipeline.py ``PASSES`` is one (coarse)
+Prefect task, and the fine-grained parallel work inside a pass runs on Dask.
 
 Why not Prefect's DaskTaskRunner: a Prefect task costs about a second here, so per-chunk tasks
 would be overhead, and every DaskTaskRunner worker starts its own temporary Prefect server when
-no server is configured. Stages as tasks give the Prefect UI its timeline; Dask does the rest.
+no server is configured. Passes as tasks give the Prefect UI its timeline; Dask does the rest.
 
-Resume does not rely on Prefect's result cache: the stage markers under ``DIR/.work`` make a
+Resume does not rely on Prefect's result cache: the pass markers under ``DIR/.work`` make a
 rerun skip finished work with or without a Prefect server (see data_prep/pipeline.py).
 """
 
@@ -30,8 +30,9 @@ from flows.runlock import owns
 from flows.summary import summary_rows
 
 
-def _stage(name: str, fn: Callable[..., Any], *args: Any) -> Any:
-    return task(masks_exceptions(fn), name=name, cache_policy=NONE, persist_result=False)(*args)
+def _as_task(name: str, fn: Callable[[], Any]) -> Any:
+    """One pass of data_prep/pipeline.py ``PASSES`` as a Prefect task of its name."""
+    return task(masks_exceptions(fn), name=name, cache_policy=NONE, persist_result=False)()
 
 
 @flow(name="prepare", log_prints=False, persist_result=False)
@@ -46,7 +47,7 @@ def prepare(config: dict[str, Any], out: str, strict: bool = False, local: Local
     log.info("preparing %d source(s) into %s", len(cfg.sources), out)
     given = local.dask if local is not None else None
     with nullcontext(given) if given is not None else dask_client(cfg) as client:
-        manifest = run_all(cfg, out, strict=strict, map_fn=dask_map(client), stage=_stage, progress=progress)
+        manifest = run_all(cfg, out, strict=strict, map_fn=dask_map(client), as_task=_as_task, progress=progress)
     rows = summary_rows(manifest)
     create_table_artifact(
         key="prepare-summary",
@@ -67,7 +68,7 @@ def prepare(config: dict[str, Any], out: str, strict: bool = False, local: Local
 
 def run_prepare(cfg: PrepareConfig, out: str, strict: bool = False, progress: Progress | None = None) -> dict[str, Any]:
     """The flow, from a caller in this process: its Dask cluster starts, and its workers load what
-    the chunk stage needs, while Prefect's server starts (flows/api_server.py ``start_early``)."""
+    the chunks pass needs, while Prefect's server starts (flows/api_server.py ``start_early``)."""
     with dask_client(cfg) as client:
         workers = list(client.scheduler_info()["workers"])
         warming = [client.submit(warm_worker, cfg.langid.enabled, workers=[w], pure=False) for w in workers]

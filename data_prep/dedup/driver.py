@@ -96,16 +96,22 @@ def progress_units(cfg: PrepareConfig, chunk_ids: list[int]) -> int:
 
 
 def run_dedup(
-    cfg: PrepareConfig, paths: Paths, chunk_ids: list[int], docs: dict[int, int], map_fn: MapFn, progress: Any = None
+    cfg: PrepareConfig,
+    paths: Paths,
+    chunk_ids: list[int],
+    docs: dict[int, int],
+    map_fn: MapFn,
+    advance: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) the job; returns per-language duplicates, kept bytes per chunk and
-    language, the merged split draws and the job's counts."""
+    language, the merged split draws and the job's counts. ``advance(n)`` moves the pass's progress
+    (:func:`progress_units` in all)."""
     plan = make_plan(cfg, paths, chunk_ids, docs)
     out, gib, n = str(paths.out), cfg.memory_gib, plan["partitions"]
 
     def tick(marker: dict | None = None) -> None:  # by chunks done, per step over chunks
-        if progress:
-            progress.advance("dedup", marker["chunks"] if marker else 1)
+        if advance:
+            advance(marker["chunks"] if marker else 1)
 
     stats: dict[str, Any] = {
         "partitions": n,
@@ -144,10 +150,20 @@ def run_dedup(
             ),
             len(plan["ranges"]),
         )
+    decided = map_fn(partial(decide_range, cfg=cfg, out=out, memory_gib=gib), list(enumerate(label_rows)))
+    duplicates, kept_bytes, draws = _summed(decided, cfg.pack.valid_min_docs, tick)
+    return {"duplicates": duplicates, "kept_bytes": kept_bytes, "draws": draws, "stats": stats}
+
+
+def _summed(
+    decided: Iterable[list[dict[str, Any]]], valid_min_docs: int, tick: Callable[[], None]
+) -> tuple[dict[str, dict[str, int]], dict[tuple[int, str], int], dict[str, SplitDraws]]:
+    """The decide tasks' results summed: duplicates per language and reason, kept bytes per (chunk,
+    language), and the split draws merged per language; ``tick`` once per chunk."""
     duplicates: dict[str, dict[str, int]] = {}
     kept_bytes: dict[tuple[int, str], int] = {}
     draws: dict[str, SplitDraws] = {}
-    for results in map_fn(partial(decide_range, cfg=cfg, out=out, memory_gib=gib), list(enumerate(label_rows))):
+    for results in decided:
         for r in results:
             for lang, kinds in r["duplicates"].items():
                 for kind, c in kinds.items():
@@ -155,24 +171,29 @@ def run_dedup(
                     duplicates[lang][kind] += c
             for lang, k in r["kept"].items():
                 kept_bytes[(r["id"], lang)] = k["bytes"]
-                draws.setdefault(lang, SplitDraws()).merge(SplitDraws(**k["draws"]), cfg.pack.valid_min_docs)
+                draws.setdefault(lang, SplitDraws()).merge(SplitDraws(**k["draws"]), valid_min_docs)
             tick()
-    return {"duplicates": duplicates, "kept_bytes": kept_bytes, "draws": draws, "stats": stats}
+    return duplicates, kept_bytes, draws
 
 
 def dedup_record(
-    cfg: PrepareConfig, paths: Paths, chunk_ids: list[int], docs: dict[int, int], map_fn: MapFn, progress: Any = None
+    cfg: PrepareConfig,
+    paths: Paths,
+    chunk_ids: list[int],
+    docs: dict[int, int],
+    map_fn: MapFn,
+    advance: Callable[[int], None] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """The dedup stage: :func:`run_dedup`, then what its outcome decides for the stages after it —
+    """The dedup pass: :func:`run_dedup`, then what its outcome decides for the passes after it —
     the validation hold-out rule per language (data_prep/passes/split.py, from the kept documents' draws)
     and the pack parts (data_prep/passes/pack.py ``plan_parts``, from the kept bytes). Returns its
-    record, written atomically as the stage's marker ``.work/dedup.json`` (duplicates per
+    record, written atomically as the pass's marker ``.work/dedup.json`` (duplicates per
     language and reason, the split rule, the parts, kept documents and bytes per language), and
     the job's counts; (the record, None) when the marker was there already."""
     done = paths.work / "dedup.json"
     if done.exists():
         return read_json(done), None
-    job = run_dedup(cfg, paths, chunk_ids, docs, map_fn, progress)
+    job = run_dedup(cfg, paths, chunk_ids, docs, map_fn, advance)
     rules = validation_rules(job["draws"], cfg.pack.valid_fraction, cfg.pack.valid_min_docs)
     lang_bytes: dict[str, int] = {}
     for (_, lang), b in job["kept_bytes"].items():

@@ -113,7 +113,7 @@ class TableReader:
                 # from dictionary to plain encoding comes with the dictionary of every value read so
                 # far in each batch, copied each time (quadratic in the group). Whole, a group takes
                 # about twice its size while pyarrow builds it (measured: +64 MiB of peak for a 41 MB
-                # group in the chunk stage), within the 8 bytes per byte of input the budget allows
+                # group in the chunks pass), within the 8 bytes per byte of input the budget allows
                 # (data_prep/passes/budget.py, from the same metadata).
                 first = row
                 try:

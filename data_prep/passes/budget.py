@@ -2,7 +2,7 @@
 driver and every Dask worker) may hold, and the work sizes derived from it.
 
 A process first holds its own baseline (the interpreter, pyarrow, numpy, the language-ID model a
-worker loads for the chunk stage: ``BASELINE_GIB``, measured); a task may hold the rest. Corpus-wide
+worker loads for the chunks pass: ``BASELINE_GIB``, measured); a task may hold the rest. Corpus-wide
 steps are cut into tasks whose data fits that rest, with a cap that keeps tasks small enough to
 spread over the workers and to keep each process's peak the same whatever the corpus size.
 Units that cannot be cut (one chunk of input, the tokenizer's sample) are checked before any work
@@ -23,7 +23,7 @@ BASELINE_GIB = 0.3
 fastText lid.176 loaded, 0.21 GiB; the driver with Prefect and the Dask client, 0.27 GiB
 (measured on 2 cores); rounded up."""
 CHUNK_BYTES_PER_BYTE = 8
-"""The chunk stage holds a chunk's documents several times over (the parsed records, their
+"""The chunks pass holds a chunk's documents several times over (the parsed records, their
 signatures, the sorted Arrow table): peak RSS grew 7.3 bytes per byte of JSONL from an 8 MiB to a
 32 MiB chunk (measured)."""
 SPM_BYTES_PER_SAMPLE_BYTE = 3.5

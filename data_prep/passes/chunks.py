@@ -1,4 +1,4 @@
-"""The chunk stage: per chunk of input (in parallel), read → normalize → langid → quality →
+"""The chunks pass: per chunk of input (in parallel), read → normalize → langid → quality →
 decontaminate → dedup signatures; the kept documents go to one Arrow file per chunk, sorted by language, and a
 summary (ledger, per-step stats) marks the chunk done."""
 
@@ -128,5 +128,5 @@ def chunk_table(paths: Paths, cid: int, columns: list[str]) -> pa.Table:
 
 
 def dropped_positions(paths: Paths, cid: int) -> set[int]:
-    """Input positions of chunk ``cid``'s documents the dedup stage dropped."""
+    """Input positions of chunk ``cid``'s documents the dedup pass dropped."""
     return {p for p, _ in read_json(paths.chunk_drops(cid))["drops"]}

@@ -1,4 +1,4 @@
-"""The manifest stage: the ledger of every document, the shard list, split totals and the
+"""The manifest pass: the ledger of every document, the shard list, split totals and the
 language blend, written last and atomically as ``DIR/manifest.json`` (contract 1,
 ``data_prep/FORMAT.md``): its presence means the data is complete."""
 
@@ -46,7 +46,7 @@ def write_manifest(
     tok: dict[str, Any],
     part_results: list[dict],
 ) -> dict[str, Any]:
-    """The manifest of a finished run, from every stage's record, checked (the ledger balances, the
+    """The manifest of a finished run, from every pass's record, checked (the ledger balances, the
     drop log matches it) and written atomically, last."""
     ledger = merged_ledger(chunk_summaries, dedup, part_results)
     shards = sorted((s for r in part_results for s in r["shards"]), key=lambda s: s["path"])

@@ -1,4 +1,4 @@
-"""The pack stage, per part of one language (in parallel): PII redaction → tokenize → best-fit
+"""The pack pass, per part of one language (in parallel): PII redaction → tokenize → best-fit
 packing into length buckets → Arrow shards under ``DIR/shards/`` (``data_prep/FORMAT.md``),
 each document sent to train or validation by its split rule (``data_prep/passes/split.py``); and
 :func:`plan_parts`, how each language's kept documents are cut into those parts."""

@@ -2,7 +2,7 @@
 language are held out, decided from the documents' seeded draws after deduplication.
 
 Each kept document has a uniform draw ``u(seed, id, text)`` (data_prep/steps/document.py
-``uniform_draw``, computed once in the chunk stage). What the rule needs of a language is small
+``uniform_draw``, computed once in the chunks pass). What the rule needs of a language is small
 and mergeable — how many documents, how many draws fall under the fraction, the ``valid_min_docs``
 smallest draws and the largest — so each unit of work summarises its own documents and the
 driver merges summaries: state per language, never per document.

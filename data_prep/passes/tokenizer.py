@@ -193,7 +193,7 @@ def sample_chunk(cid: int, cfg: PrepareConfig, out: str, rate: dict[str, float])
 def build_tokenizer(
     cfg: PrepareConfig, paths: Paths, dedup: dict[str, Any], chunk_ids: list[int], map_fn: Any = None
 ) -> dict[str, Any]:
-    """The tokenizer stage: train SentencePiece on an alpha-smoothed, PII-redacted sample of the kept
+    """The tokenizer pass: train SentencePiece on an alpha-smoothed, PII-redacted sample of the kept
     documents (or copy the configured model); marked done by ``.work/tokenizer.json``."""
     done = paths.work / "tokenizer.json"
     if done.exists() and paths.tokenizer.exists():

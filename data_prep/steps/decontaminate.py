@@ -24,7 +24,7 @@ evaluation runs (``bloomline.task_spec.TaskSpec``: ``name``, ``data`` = ``DATA/<
   and loaded once by each worker process (:func:`load_index`), so nothing large crosses the scheduler.
 * Costs (bench/eval_tasks.py, this 2-core machine, one process): the index takes 11.7 MiB and
   2.3 s to build per million n-grams; checking a corpus costs 1.2 s per million n-grams of its
-  documents (the step was 17% of the chunk stage on ../shared/corpus against 182,461 n-grams of
+  documents (the step was 17% of the chunks pass on ../shared/corpus against 182,461 n-grams of
   2,202 items: 962 against 1,091 documents/s).
 * A match is booked as stage ``decontaminate``, outcome ``filtered``, reason ``contaminated``;
   the drop log's ``duplicate_of`` names the item (``task/lang.jsonl:line``), ``score`` counts the

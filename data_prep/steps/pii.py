@@ -183,7 +183,7 @@ def redact(
 
 
 class PIIRedactor(PipelineStep):
-    """The redaction as a pipeline step (the pack stage's first): each document's PII replaced by
+    """The redaction as a pipeline step (the pack pass's first): each document's PII replaced by
     placeholders, the counts booked per language in the ledger (``pii``) and in the step's stats;
     a document redaction fails on is booked as ``pii.<exception>`` (data_prep/steps/step.py)."""
 

@@ -6,7 +6,7 @@ Both are Parquet datasets (a folder of Parquet files of one schema; ``pyarrow.da
 before that unit's completion marker, in input order, so they are byte-identical between an
 uninterrupted run and a killed-and-resumed one, like the shards:
 
-* ``dropped/chunk-cNNNNNN.parquet``: what the chunk stage dropped (read errors, normalisation
+* ``dropped/chunk-cNNNNNN.parquet``: what the chunks pass dropped (read errors, normalisation
   errors, language-ID and quality filters);
 * ``dropped/dedup-cNNNNNN.parquet``: the duplicates the dedup pass found among chunk N's documents;
 * ``dropped/pack-<lang>-pNNNNN.parquet``: documents of a pack part that PII redaction or the
@@ -143,7 +143,7 @@ def dropped_path(out: Path, unit: str, cid: int) -> Path:
 
 
 def pack_dropped_path(out: Path, lang: str, k: int) -> Path:
-    """What the pack stage dropped of one part: documents PII redaction or the tokenizer failed on."""
+    """What the pack pass dropped of one part: documents PII redaction or the tokenizer failed on."""
     return out / DROPPED_DIR / f"pack-{lang}-p{k:05d}.parquet"
 
 

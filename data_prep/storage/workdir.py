@@ -1,7 +1,7 @@
-"""The folder of a ``bloomline prepare`` run: where each stage's files and completion markers live.
+"""The folder of a ``bloomline prepare`` run: where each pass's files and completion markers live.
 
 ``DIR/manifest.json``, ``DIR/tokenizer/``, ``DIR/shards/`` are the output (contract 1,
-``data_prep/FORMAT.md``); ``DIR/.work/`` holds the stages' intermediate files and markers
+``data_prep/FORMAT.md``); ``DIR/.work/`` holds the passes' intermediate files and markers
 (``data_prep/pipeline.py``), removed when the run completes unless ``keep_work``.
 """
 
@@ -75,7 +75,7 @@ def shard_path(split: str, lang: str, bucket: int, k: int) -> str:
 
 
 def prepare_start(paths: Paths) -> None:
-    """Before any stage: the folder exists and no temporary file of a killed run is left, in DIR
+    """Before any pass: the folder exists and no temporary file of a killed run is left, in DIR
     or in the subfolders a prepare run writes (data_prep/FORMAT.md, "Files"), nowhere else: DIR
     may be a folder of the user's (``--out ~``)."""
     from data_prep.storage.droplog import DROPPED_DIR, SCORES_DIR
@@ -89,8 +89,8 @@ def clean_work(paths: Paths) -> None:
 
 
 def clean_dedup(paths: Paths) -> None:
-    """Forget the dedup stage and what follows it (its files, the drop log's duplicates, the later
-    markers); the chunk stage's work stays. For timing the dedup stage again on the same chunks."""
+    """Forget the dedup pass and what follows it (its files, the drop log's duplicates, the later
+    markers); the chunks pass's work stays. For timing the dedup pass again on the same chunks."""
     shutil.rmtree(paths.work / "dedup", ignore_errors=True)
     for p in [paths.work / "dedup.json", paths.manifest, *paths.out.glob("dropped/dedup-c*.parquet")]:
         p.unlink(missing_ok=True)
