@@ -22,11 +22,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from bloomline.errors import DataError
+from bloomline.errors import BloomlineError, ConfigError, DataError
 from bloomline.io import read_json, sha256_tree, write_json_atomic
 from data_prep.config import PrepareConfig
 from data_prep.dedup.driver import dedup_record, progress_units
-from data_prep.inputs.readers import plan_chunks
+from data_prep.inputs.readers import discover, plan_chunks
 from data_prep.passes.budget import bundle_bytes, check_inputs
 from data_prep.passes.chunks import chunk_steps, process_chunk
 from data_prep.passes.manifest import write_manifest
@@ -81,6 +81,20 @@ def plan(cfg: PrepareConfig, paths: Paths, strict: bool = False) -> dict[str, An
         p["decontaminate"] = build_index(cfg.decontaminate, paths.decontaminate)
     write_json_atomic(plan_file, p)
     return p
+
+
+def preflight(cfg: PrepareConfig) -> None:
+    """Fail on no input, a missing one, one that does not fit ``memory_gib``, or a bad ``dask``
+    setting, in one line, before any server or cluster starts (the commands call it first)."""
+    if not cfg.sources:
+        raise BloomlineError("no inputs: give INPUT arguments or 'sources' in the config")
+    try:
+        cfg.dask.validate()  # --dask-address is set after the recipe was checked
+    except ConfigError as e:
+        raise ConfigError(f"dask.{e.key}", e.message) from None
+    for s in cfg.sources:
+        discover(s, check=True)
+    check_inputs(cfg)
 
 
 def is_complete(paths: Paths, fp: str) -> bool:

@@ -30,6 +30,15 @@ from data_prep.config import PrepareConfig
 from training.config import DATA_SHAPED, EvalConfig, ModelConfig, TrainRecipe
 
 REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs"
+DEFAULT_RECIPES = {
+    "data": CONFIGS / "data" / "demo.yaml",
+    "train": CONFIGS / "train" / "bloom-tiny.yaml",
+    "eval": CONFIGS / "eval" / "default.yaml",
+    "pipeline": CONFIGS / "pipeline" / "demo.yaml",
+}
+"""The recipe a command reads without ``--config``, by its folder under configs/ (a key of
+:data:`SCHEMAS`); ``bloomline serve``'s deployments start from them too."""
 
 
 @dataclass

@@ -20,7 +20,7 @@ from bloomline.config import from_dict, to_dict
 from bloomline.secrets import mask_text, mask_tree, masks_exceptions
 from eval.publish import run_evaluation
 from eval.result_rows import is_language, of_languages
-from flows.params import Local, real
+from flows.params import InProcess, unmasked
 from flows.runlock import owns
 from training.checkpoint.run_dir import RunDir
 from training.config import EvalConfig
@@ -90,14 +90,14 @@ def summary_markdown(res: dict[str, Any], top: int = 5) -> str:
 @masks_exceptions
 @owns(lambda checkpoint, data, config, out, local: out or RunDir.of_checkpoint(checkpoint).root, "flow evaluate")
 def evaluate_flow(
-    checkpoint: str, data: str, config: dict[str, Any], out: str | None = None, local: Local | None = None
+    checkpoint: str, data: str, config: dict[str, Any], out: str | None = None, local: InProcess | None = None
 ) -> dict[str, Any]:
     """Evaluate one checkpoint per language; results, TensorBoard scalars and two artifacts
     (``local``: flows/params.py, the real settings from a caller in this process)."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
     log = get_run_logger()
-    cfg = from_dict(EvalConfig, real(config, local))
+    cfg = from_dict(EvalConfig, unmasked(config, local))
     res = task(masks_exceptions(run_evaluation), name="evaluate-checkpoint", cache_policy=NONE, persist_result=False)(
         checkpoint, data, cfg, out, progress=log.info
     )

@@ -1,7 +1,7 @@
 """Flow parameters without secrets. Prefect keeps every flow run's parameters in its database, so a
 caller in this process passes them masked, and hands the real values (and a live progress
-display, which is no JSON either) beside them in a :class:`Local`, which Prefect does not record.
-A flow run started elsewhere (a deployment run from the API) has no Local: it runs on its
+display, which is no JSON either) beside them in an :class:`InProcess`, which Prefect does not record.
+A flow run started elsewhere (a deployment run from the API) has no InProcess: it runs on its
 parameters as they were sent, with no display. Nothing is held between calls: what a flow runs
 on is what its caller passed it."""
 
@@ -12,11 +12,11 @@ from typing import Any
 from bloomline.secrets import mask_tree, remember
 
 
-class Local:
+class InProcess:
     """What a caller in this process hands a flow beside its JSON parameters: ``params``, the
     parameters with their real values (their masked form is the flow's recorded parameter), and
     ``progress``, a live display, and ``dask``, a Dask client already running (a cluster the caller
-    started while Prefect's server did; flows/api_server.py). Prefect records it as ``"<Local>"``: its encoder cannot read an
+    started while Prefect's server did; flows/api_server.py). Prefect records it as ``"<InProcess>"``: its encoder cannot read an
     object with slots and no iteration (prefect.flows.Flow.serialize_parameters' fallback), so
     neither a secret nor the display reaches the API."""
 
@@ -28,26 +28,26 @@ class Local:
         self.dask = dask
 
     def __iter__(self):  # what makes Prefect's encoder give up (dict(obj) fails, vars(obj) too)
-        raise TypeError("a Local stays in this process")
+        raise TypeError("an InProcess stays in this process")
 
     def __repr__(self) -> str:
-        return "<Local>"
+        return "<InProcess>"
 
 
-def hand(params: Any, progress: Any = None, dask: Any = None) -> tuple[Any, Local]:
-    """(``params`` with its secrets masked, for the flow's record; the :class:`Local` holding the
+def flow_args(params: Any, progress: Any = None, dask: Any = None) -> tuple[Any, InProcess]:
+    """(``params`` with its secrets masked, for the flow's record; the :class:`InProcess` holding the
     real ones, ``progress`` and ``dask``, for the flow's ``local`` argument)."""
     m = mask_tree(params)
     if m != params:
         remember(params)  # an error quoting one of them, in any form, is masked too
-    return m, Local(params, progress, dask)
+    return m, InProcess(params, progress, dask)
 
 
-def real(params: Any, local: Local | None) -> Any:
+def unmasked(params: Any, local: InProcess | None) -> Any:
     """The parameters a flow runs on: the real ones its caller handed in ``local``, else ``params``
-    as sent. Refuses a Local that does not belong to ``params`` (a caller's mistake, not a user's)."""
+    as sent. Refuses an InProcess that does not belong to ``params`` (a caller's mistake, not a user's)."""
     if local is None or local.params is None:
         return params
     if mask_tree(local.params) != params:
-        raise ValueError("the Local handed to this flow holds other parameters than the flow's")
+        raise ValueError("the InProcess handed to this flow holds other parameters than the flow's")
     return local.params

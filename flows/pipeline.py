@@ -9,7 +9,7 @@ data preparation from its finished chunks, training from its latest checkpoint).
 
 RUN_DIR layout::
 
-    pipeline.json                 what the last run did: each stage's key, folder, reused or why it ran
+    pipeline.json                 what the last run did: each pass's key, folder, reused or why it ran
     prepare/<key>/                prepared data (contract 1: manifest.json, shards/, tokenizer/)
     train/<key>/                  the training run (contract 2: checkpoints/, metrics.jsonl, tensorboard/)
         eval/                     its evaluations (contract 3), dashboard/index.html
@@ -35,7 +35,7 @@ from data_prep.storage.shards import manifest_path, manifest_sha256
 from eval.results import clear_evaluations, copy_evaluations, results_dir
 from eval.tasks import data_digest
 from flows.config import PipelineConfig
-from flows.params import Local, hand, real
+from flows.params import InProcess, flow_args, unmasked
 from flows.runlock import owns
 from flows.stages import StageKey, code_digest, completed, mark_complete, why_rerun
 from training.checkpoint.load import weights_digest
@@ -179,12 +179,12 @@ def evaluations_of(folder: RunDir, key: StageKey, restore_from: Path | None = No
 @flow(name="pipeline", persist_result=False)
 @masks_exceptions
 @owns(lambda config, out, local: out, "flow pipeline")
-def pipeline(config: dict[str, Any], out: str, local: Local | None = None) -> dict[str, Any]:
+def pipeline(config: dict[str, Any], out: str, local: InProcess | None = None) -> dict[str, Any]:
     """The main job (see the module docstring); returns the record of every stage and where the
     outputs are (``local``: flows/params.py, the real config and the prepare stage's progress
     display from a caller in this process)."""
     log = get_run_logger()
-    cfg = from_dict(PipelineConfig, real(config, local))
+    cfg = from_dict(PipelineConfig, unmasked(config, local))
     progress = local.progress if local is not None else None
     run = Path(out).resolve()
     run.mkdir(parents=True, exist_ok=True)
@@ -216,7 +216,7 @@ def data_stage(cfg: PipelineConfig, run: Path, stages: Stages, progress: Any = N
     data_dir = pk.folder(run)
 
     def do_prepare() -> dict[str, Any]:
-        sent, local = hand(to_dict(cfg.data), progress)
+        sent, local = flow_args(to_dict(cfg.data), progress)
         m = prepare(sent, str(data_dir), local=local)
         return {
             "data": str(data_dir),
@@ -252,7 +252,7 @@ def train_stage(recipe: Any, data_dir: Path, run: Path, stages: Stages, log: Any
     def do_train() -> dict[str, Any]:
         validate(recipe, data_dir)
         evaluations_of(folder, ek)  # the watcher evaluates with this recipe's settings: no mixing with others
-        sent, local = hand(to_dict(recipe))
+        sent, local = flow_args(to_dict(recipe))
         res = train(sent, str(data_dir), str(folder.root), local=local)
         if res["stopped_by_kill_switch"]:
             raise BloomlineError(
@@ -290,7 +290,7 @@ def evaluate_stage(
     def do_evaluate() -> dict[str, Any]:
         evaluations_of(folder, ek)  # made with other settings, or unknown: evaluate every checkpoint
         todo = [s for s in folder.complete_steps() if s not in evaluated_steps(train_dir)]
-        settings, local = hand(to_dict(recipe.evaluation.settings))
+        settings, local = flow_args(to_dict(recipe.evaluation.settings))
         for step in todo:
             evaluate_flow(str(folder.step_dir(step)), str(data_dir), settings, str(train_dir), local=local)
         copy_evaluations(train_dir, kept)

@@ -25,7 +25,7 @@ from data_prep.config import PrepareConfig
 from data_prep.pipeline import Progress, run_all
 from flows.api_server import wait_ready
 from flows.dask_cluster import dask_client, dask_map, warm_worker
-from flows.params import Local, hand, real
+from flows.params import InProcess, flow_args, unmasked
 from flows.runlock import owns
 from flows.summary import summary_rows
 
@@ -38,10 +38,10 @@ def _as_task(name: str, fn: Callable[[], Any]) -> Any:
 @flow(name="prepare", log_prints=False, persist_result=False)
 @masks_exceptions
 @owns(lambda config, out, strict, local: out, "flow prepare")
-def prepare(config: dict[str, Any], out: str, strict: bool = False, local: Local | None = None) -> dict[str, Any]:
+def prepare(config: dict[str, Any], out: str, strict: bool = False, local: InProcess | None = None) -> dict[str, Any]:
     """Raw corpora → length-bucketed Arrow shards + manifest.json in ``out`` (``local``:
     flows/params.py, the real config and a progress display from a caller in this process)."""
-    cfg = from_dict(PrepareConfig, real(config, local))
+    cfg = from_dict(PrepareConfig, unmasked(config, local))
     progress = local.progress if local is not None and local.progress is not None else Progress()
     log = get_run_logger()
     log.info("preparing %d source(s) into %s", len(cfg.sources), out)
@@ -73,7 +73,7 @@ def run_prepare(cfg: PrepareConfig, out: str, strict: bool = False, progress: Pr
         workers = list(client.scheduler_info()["workers"])
         warming = [client.submit(warm_worker, cfg.langid.enabled, workers=[w], pure=False) for w in workers]
         wait_ready()
-        config, local = hand(to_dict(cfg), progress, dask=client)
+        config, local = flow_args(to_dict(cfg), progress, dask=client)
         manifest = prepare(config, str(out), strict, local=local)
         del warming  # held until here: a released future's task may be cancelled before it ran
         return manifest

@@ -1,5 +1,6 @@
-"""Training progress while the ranks run: step/steps, loss, tokens/s and ETA, in the terminal (the
-flow's log) and as a Prefect progress artifact.
+"""Progress as the user sees it: the bars of prepare's passes in the terminal (:class:`ProgressBars`),
+and training's progress while the ranks run (:class:`TrainProgress`): step/steps, loss, tokens/s
+and ETA, in the terminal (the flow's log) and as a Prefect progress artifact.
 
 The ranks already append one JSON line per step to ``RUN_DIR/metrics.jsonl`` (training/loop/trainer.py);
 the flow reads what is new every few seconds while it waits on the job (``run_job``'s ``poll``),
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bloomline.secrets import mask_text
+from bloomline.terminal import rich_escape
 from training.loop.metrics_log import read_metrics
 
 # Steps of the ETA's moving window: long enough to smooth the dynamic batches' varying
@@ -126,3 +128,57 @@ class TrainProgress:
                 update_progress_artifact(self.artifact_id, progress=percent, description=mask_text(text))
         except Exception:  # noqa: BLE001 - no Prefect run context (a plain call), or the server is gone
             self.artifact_key = None
+
+
+class ProgressBars:
+    """Progress bars per pass of prepare (data_prep/pipeline.py PASSES): bytes and bytes/s for those
+    counted in bytes, a count of their unit for the others."""
+
+    def __init__(self, console: Any) -> None:
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            MofNCompleteColumn,
+            Progress,
+            ProgressColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TransferSpeedColumn,
+        )
+
+        class ByUnit(ProgressColumn):
+            """Bytes for passes counted in bytes, "done/total unit" for the others."""
+
+            def __init__(self, in_bytes: ProgressColumn, other: ProgressColumn) -> None:
+                super().__init__()
+                self.in_bytes, self.other = in_bytes, other
+
+            def render(self, task):  # noqa: ANN001, ANN201 (rich's signature)
+                return (self.in_bytes if task.fields.get("unit") == "B" else self.other).render(task)
+
+        self._p = Progress(
+            TextColumn("[bold]{task.description:<14}"),
+            BarColumn(),
+            ByUnit(DownloadColumn(), MofNCompleteColumn()),
+            ByUnit(TransferSpeedColumn(), TextColumn("{task.fields[unit]}")),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
+        self._tasks: dict[str, int] = {}
+        self._p.start()
+
+    def start(self, name: str, total: int, unit: str) -> None:
+        self._tasks[name] = self._p.add_task(name, total=max(total, 1), unit=unit)
+
+    def advance(self, name: str, n: int = 1) -> None:
+        self._p.advance(self._tasks[name], n)
+
+    def finish(self, name: str, message: str) -> None:
+        tid = self._tasks.get(name)
+        if tid is not None:
+            self._p.update(tid, completed=self._p.tasks[tid].total)
+        self._p.console.print(f"[green]✓[/] {name}: {rich_escape(message)}")
+
+    def stop(self) -> None:
+        self._p.stop()

@@ -166,7 +166,7 @@ def owns(folder_of: Callable[..., Any], command: str) -> Callable:
                 return fn(*args, **kwargs)
 
         # the flow's annotations resolved where they were written: Prefect reads them from the
-        # wrapper, whose module does not know the flow's own types (flows/params.py Local)
+        # wrapper, whose module does not know the flow's own types (flows/params.py InProcess)
         hints = typing.get_type_hints(fn)
         run.__annotations__ = hints
         run.__signature__ = sig.replace(  # type: ignore[attr-defined]

@@ -40,7 +40,7 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from bloomline.errors import BloomlineError
 from flows.serve_state import LOOPBACK, listener_uids, listeners_ours, status
@@ -155,15 +155,15 @@ def default_parameters() -> dict[str, dict[str, Any]]:
     """Each flow's parameters with the bundled recipes filled in (``out`` and paths are the user's)."""
     from bloomline.config import load_config, to_dict
     from data_prep.config import PrepareConfig
+    from flows.config import DEFAULT_RECIPES as R
     from flows.config import PipelineConfig
     from training.config import EvalConfig, TrainRecipe
 
-    configs = REPO / "configs"
     return {
-        "pipeline": {"config": to_dict(load_config(PipelineConfig, configs / "pipeline" / "demo.yaml"))},
-        "prepare": {"config": to_dict(load_config(PrepareConfig, configs / "data" / "demo.yaml"))},
-        "train": {"recipe": to_dict(load_config(TrainRecipe, configs / "train" / "bloom-tiny.yaml"))},
-        "evaluate": {"config": to_dict(load_config(EvalConfig, configs / "eval" / "default.yaml"))},
+        "pipeline": {"config": to_dict(load_config(PipelineConfig, R["pipeline"]))},
+        "prepare": {"config": to_dict(load_config(PrepareConfig, R["data"]))},
+        "train": {"recipe": to_dict(load_config(TrainRecipe, R["train"]))},
+        "evaluate": {"config": to_dict(load_config(EvalConfig, R["eval"]))},
     }
 
 
@@ -200,3 +200,53 @@ def serve_deployments(roots: list[Path]) -> None:
     os.environ[ROOTS_ENV] = json.dumps([str(r) for r in roots])  # the flow runs' subprocesses inherit it
     os.chdir(REPO)  # the flow runs' subprocesses import the flows from here
     serve(*deployments(), print_starting_message=True)
+
+
+def serve_command(host: str, port: int, url: str | None, roots: list[Path], say: Callable[..., None]) -> None:
+    """``bloomline serve``: start a server on ``host:port`` that requires an auth string (or use the
+    one at ``url``, which must require it), say how to reach it, and serve the deployments until
+    stopped; the server started here stops with it. ``say(text, warning=False)`` prints a line as
+    given (no markup read in paths and URLs)."""
+    from flows import serve_state
+
+    auth, source = serve_state.auth_string()
+    # before Prefect is imported: this process's client and the flow runs it starts send it
+    os.environ["PREFECT_API_AUTH_STRING"] = auth
+    server = None
+    if url is None:
+        if host not in serve_state.LOOPBACK:
+            say(
+                f"warning: the Prefect server listens on {host}, reachable beyond this machine over plain "
+                "HTTP, which carries the auth string in clear: put a TLS proxy in front",
+                warning=True,
+            )
+        home = Path(os.environ.get("PREFECT_HOME", Path.home() / ".prefect"))
+        server = start_server(host, port, home / "bloomline-server.log", auth)
+        url = api_url(host, port)
+    try:
+        wait_healthy(url, server)  # its exit (the port taken) ends serve: what answers is not it
+        require_auth(url, auth, local=server is not None)
+        os.environ["PREFECT_API_URL"] = url
+        serve_state.write_marker(url)  # the user's other commands report here (flows/api_server.py)
+        _say_how_to_reach(url, source, roots, say)
+        serve_deployments(roots)
+    finally:
+        serve_state.remove_marker()
+        if server is not None:
+            stop(server)
+
+
+def _say_how_to_reach(url: str, source: str, roots: list[Path], say: Callable[..., None]) -> None:
+    import shlex
+
+    from flows import serve_state
+
+    flows = ", ".join(f"{f}/{DEPLOYMENT}" for f in ("pipeline", "prepare", "train", "evaluate"))
+    say(f"Prefect server {url.removesuffix('/api')} (UI); deployments: {flows}")
+    key = f"${source}" if source in serve_state.GIVEN else f"$(cat {shlex.quote(source)})"
+    say(f"auth string: {source} (the UI asks for it; clients send it as PREFECT_API_AUTH_STRING)")
+    say("runs may use only: " + ", ".join(map(str, roots)))
+    say(
+        f'run one: PREFECT_API_URL={url} PREFECT_API_AUTH_STRING="{key}" '
+        f"prefect deployment run 'pipeline/{DEPLOYMENT}' -p out={shlex.quote(str(roots[0] / 'run1'))}"
+    )

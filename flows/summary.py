@@ -1,8 +1,11 @@
 """What the commands print at the end: the per-language summary of ``prepare`` (terminal table and
-Prefect artifact), the stage table of ``pipeline``, and the plan of ``plan``."""
+Prefect artifact), the stage table of ``pipeline``, what ``train`` and ``evaluate`` did, and the plan
+of ``plan``."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 from bloomline.terminal import printable, rich_escape
@@ -96,8 +99,6 @@ def print_pipeline(res: dict, console: Any) -> None:
 
 def print_plan(res: dict, console: Any) -> None:
     """`bloomline plan`'s table: GiB per device by stage, then FLOPs, bubble, offload and the verdict."""
-    from rich.table import Table
-
     if not res["stages"]:
         console.print(f"[bold red]does not fit[/]: {res['reason']}")
         return
@@ -108,27 +109,7 @@ def print_plan(res: dict, console: Any) -> None:
         f"{lay['zero_stage']}, {res['precision']}, micro-batch {res['micro_batch_size']}, global batch "
         f"{res['global_batch_size']}, activation checkpointing {'on' if res['activation_checkpointing'] else 'off'}"
     )
-    t = Table(title="GiB per device, by pipeline stage", title_justify="left")
-    keys = list(res["stages"][0]["parts_gib"])
-    for col in (
-        "stage",
-        "blocks",
-        "params",
-        *(k.replace("pipeline_buffers", "pp buffers") for k in keys),
-        "total",
-        "act. no ckpt",
-    ):
-        t.add_column(col, justify="right")
-    for st in res["stages"]:
-        t.add_row(
-            f"{st['stage']}{' (emb)' if st['embedding'] else ''}",
-            str(st["blocks"]),
-            f"{st['params'] / 1e6:,.0f} M",
-            *(f"{st['parts_gib'][k]:.2f}" for k in keys),
-            f"[bold]{st['memory_gib']:.2f}[/]",
-            f"{st['activations_without_checkpointing_gib']:.2f}",
-        )
-    console.print(t)
+    console.print(_stage_table(res))
     console.print(
         f"FLOPs per iteration {res['flops_per_iteration']:.4g}; pipeline bubble (p-1)/m = "
         f"{res['bubble']:.4f} ({res['micro_batches']} micro-batches per pipeline)"
@@ -162,3 +143,72 @@ def print_plan(res: dict, console: Any) -> None:
             else f"evaluation: {ev['reason']}",
             highlight=False,
         )
+
+
+def _stage_table(res: dict) -> Any:
+    """The plan's GiB per device, one row per pipeline stage."""
+    from rich.table import Table
+
+    t = Table(title="GiB per device, by pipeline stage", title_justify="left")
+    keys = list(res["stages"][0]["parts_gib"])
+    for col in (
+        "stage",
+        "blocks",
+        "params",
+        *(k.replace("pipeline_buffers", "pp buffers") for k in keys),
+        "total",
+        "act. no ckpt",
+    ):
+        t.add_column(col, justify="right")
+    for st in res["stages"]:
+        t.add_row(
+            f"{st['stage']}{' (emb)' if st['embedding'] else ''}",
+            str(st["blocks"]),
+            f"{st['params'] / 1e6:,.0f} M",
+            *(f"{st['parts_gib'][k]:.2f}" for k in keys),
+            f"[bold]{st['memory_gib']:.2f}[/]",
+            f"{st['activations_without_checkpointing_gib']:.2f}",
+        )
+    return t
+
+
+def print_trained(res: dict, out: Path, console: Any) -> None:
+    """What ``bloomline train`` did: the step it reached (or where the kill switch stopped it), and
+    the checkpoints evaluated alongside."""
+    last = res.get("last", {})
+    if res["stopped_by_kill_switch"]:
+        console.print(
+            f"[yellow]stopped by the kill switch[/] at step {res['step']}: remove {out / 'STOP'} and rerun to continue"
+        )
+    else:
+        console.print(
+            f"[bold green]done[/]: step {res['step']}/{res['steps']}, loss {last.get('loss', float('nan')):.4f} "
+            f"({res['attempts']} attempt(s)); metrics in {out / 'metrics.jsonl'}"
+        )
+    ev = res.get("evaluation")
+    if ev:
+        console.print(
+            f"evaluated checkpoints {ev['evaluated']} (results in {out / 'eval'}, dashboard "
+            f"{out / 'dashboard' / 'index.html'})"
+        )
+        for step, why in sorted(ev["skipped"].items()):
+            console.print(f"[yellow]not evaluated[/]: step {step}: {rich_escape(why)}")
+
+
+def print_evaluated(res: dict, console: Any) -> None:
+    """What ``bloomline evaluate`` did: each task's mean, what was not evaluated and why (bad task
+    data as an error line on stderr), and the languages that got worse."""
+    console.print(
+        f"[bold green]done[/]: step {res['step']}, {res['tokens']:,} tokens in {res['seconds']:.1f} s; "
+        f"results in {res['results']}"
+    )
+    for t in res["tasks"]:
+        console.print(f"{t['task']} {t['metric']}: {t['value']:.4f} (mean of {t['n']} languages)")
+    for t in res["skipped"]:
+        if str(t["note"]).startswith(("malformed record", "lm-eval failed")):  # bad task data: an error, the rest ran
+            print(printable(f"error: {t['task']} {t['lang']} not evaluated, {t['note']}"), file=sys.stderr)
+        else:
+            what = rich_escape(f"{t['task']} {t['lang']}: {t['note']}")
+            console.print(f"[yellow]not evaluated[/]: {what}", highlight=False)
+    for g in res["regressions"]:
+        console.print(f"[yellow]regression[/]: {g['lang']} bits per byte {g['previous_bpb']:.4f} → {g['bpb']:.4f}")

@@ -22,7 +22,7 @@ from bloomline.errors import BloomlineError
 from bloomline.io import write_json_atomic
 from bloomline.secrets import mask_tree, masks_exceptions
 from eval.publish import retract_after
-from flows.params import Local, real
+from flows.params import InProcess, unmasked
 from flows.progress import TrainProgress
 from flows.runlock import owns
 from flows.train_job import job_env, ranks_recipe, restarted, validate
@@ -269,11 +269,11 @@ def run_ranks(
 @flow(name="train", persist_result=False)
 @masks_exceptions
 @owns(lambda recipe, data, out, local: out, "flow train")
-def train(recipe: dict[str, Any], data: str, out: str, local: Local | None = None) -> TrainResult:
+def train(recipe: dict[str, Any], data: str, out: str, local: InProcess | None = None) -> TrainResult:
     """Train (or resume) the recipe on prepared data; restarts from ``latest`` after a failure
     (``local``: flows/params.py, the real recipe from a caller in this process)."""
     log = get_run_logger()
-    r = from_dict(TrainRecipe, real(recipe, local))
+    r = from_dict(TrainRecipe, unmasked(recipe, local))
     r.resolve_paths(Path.cwd())
     reference = validate(r, data)
     run = Path(out).resolve()

@@ -32,7 +32,7 @@ from typing import Callable
 from bloomline.config import from_dict, to_dict
 from eval.results import record_skipped, settled
 from flows.pace import Pacer, install
-from flows.params import hand
+from flows.params import flow_args
 from training.checkpoint.run_dir import RunDir
 from training.config import TrainRecipe
 
@@ -88,7 +88,7 @@ def watch(
             from flows.evaluate import evaluate_flow as evaluate
         t0 = time.perf_counter()
         try:
-            sent, local = hand(settings)
+            sent, local = flow_args(settings)
             evaluate(str(folder.step_dir(step)), str(data), sent, str(run_dir), local=local)
             evaluated.append(step)
             if pacer is not None:

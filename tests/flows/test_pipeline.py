@@ -188,19 +188,19 @@ def test_secrets_seen_in_a_config_are_masked_in_any_form():
     import logging
 
     from bloomline.secrets import MaskingFilter
-    from flows.params import hand, real
+    from flows.params import flow_args, unmasked
     from flows.prepare import prepare
 
     cfg = {"dask": {"address": f"tcp://u:{SECRET}@10.0.0.1:8786"}, "nccl": {"NCCL_AUTH_TOKEN": RECIPE_SECRET}}
-    m, local = hand(cfg, progress=object())
+    m, local = flow_args(cfg, progress=object())
     assert m == {"dask": {"address": "tcp://u:***@10.0.0.1:8786"}, "nccl": {"NCCL_AUTH_TOKEN": "***"}}
     # the flow runs on what its caller handed it; a run started elsewhere, on what was sent
-    assert real(m, local) == cfg and real(m, None) == m and real({"other": 1}, None) == {"other": 1}
+    assert unmasked(m, local) == cfg and unmasked(m, None) == m and unmasked({"other": 1}, None) == {"other": 1}
     with pytest.raises(ValueError):
-        real({"other": 1}, local)  # a Local of other parameters
-    # what Prefect records of a flow run's parameters: the masked form, and the Local as a placeholder
+        unmasked({"other": 1}, local)  # an InProcess of other parameters
+    # what Prefect records of a flow run's parameters: the masked form, and the InProcess as a placeholder
     recorded = prepare.serialize_parameters({"config": m, "out": "o", "strict": False, "local": local})
-    assert recorded == {"config": m, "out": "o", "strict": False, "local": "<Local>"}
+    assert recorded == {"config": m, "out": "o", "strict": False, "local": "<InProcess>"}
     rec = logging.LogRecord(
         "prefect", logging.ERROR, "", 0, "invalid address 'u:%s@10.0.0.1:8786', token %s", (SECRET, RECIPE_SECRET), None
     )

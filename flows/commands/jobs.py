@@ -1,0 +1,192 @@
+"""The commands that run a job on a folder, each as one Prefect flow: ``prepare``, ``pipeline``,
+``train`` and ``evaluate``. Each checks what it can in one line before Prefect's server (started
+early, flows/api_server.py) is waited for, then runs its flow (base.py ``run_flow``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List
+
+import typer
+
+from bloomline.terminal import rich_escape
+from flows.api_server import start_early
+from flows.commands.base import Debug, console, overrides, owned, run_command, run_flow
+from flows.config import DEFAULT_RECIPES
+
+
+def prepare(
+    inputs: List[Path] = typer.Argument(
+        None, help="JSONL / JSONL.gz / Parquet files or folders, or saved datasets; replace the config's sources."
+    ),
+    out: Path = typer.Option(..., "--out", help="Output folder (shards, tokenizer, manifest.json)."),
+    config: Path = typer.Option(DEFAULT_RECIPES["data"], "--config", help="Recipe (YAML)."),
+    override: List[str] = overrides("dedup.near=false"),
+    strict: bool = typer.Option(
+        False, "--strict", help="Stop at the first bad record instead of booking it as an error."
+    ),
+    dask_address: str = typer.Option(
+        None,
+        "--dask-address",
+        help="Run on this Dask scheduler (tcp://host:8786) instead of a local cluster; sets dask.address.",
+    ),
+    debug: Debug = False,
+) -> None:
+    """Tokenize and pack multilingual corpora into length-bucketed Arrow shards."""
+
+    def body() -> None:
+        from bloomline.config import load_config
+        from data_prep.config import PrepareConfig, SourceConfig
+        from data_prep.pipeline import preflight
+
+        cfg = load_config(PrepareConfig, config, override)
+        if inputs:
+            cfg.sources = [SourceConfig(path=str(p.resolve())) for p in inputs]
+        if dask_address:
+            cfg.dask.address = dask_address
+        preflight(cfg)
+        start_early()
+        from flows.prepare import run_prepare
+        from flows.summary import print_summary
+
+        with owned(out, "bloomline prepare", bars=True) as bars:
+            manifest = run_prepare(cfg, str(out), strict=strict, progress=bars)
+        if manifest.get("run_stats", {}).get("already_complete"):
+            console.print(f"[green]{rich_escape(out)} is already complete[/] (same config and inputs); nothing to do.")
+        print_summary(manifest, console)
+        console.print(f"[bold green]done[/]: {rich_escape(Path(out) / 'manifest.json')}")
+
+    run_command(body, debug, driver=True, out=out)
+
+
+def pipeline(
+    out: Path = typer.Option(
+        ..., "--out", help="Run folder of the whole job; rerun the same command to reuse or resume."
+    ),
+    config: Path = typer.Option(
+        DEFAULT_RECIPES["pipeline"], "--config", help="Pipeline recipe (YAML, configs/pipeline/)."
+    ),
+    override: List[str] = overrides("train.train.steps=60, -o data.tokenizer.vocab_size=8000"),
+    dask_address: str = typer.Option(
+        None, "--dask-address", help="Prepare the data on this Dask scheduler; sets data.dask.address."
+    ),
+    debug: Debug = False,
+) -> None:
+    """The main job: prepare → train (each checkpoint evaluated alongside) → dashboard → Hugging Face export."""
+
+    def body() -> None:
+        from bloomline.config import load_config, to_dict
+        from data_prep.pipeline import preflight
+        from flows.config import PipelineConfig
+
+        cfg = load_config(PipelineConfig, config, override)
+        if dask_address:
+            cfg.data.dask.address = dask_address
+        preflight(cfg.data)
+        start_early()
+        from flows.pipeline import pipeline as pipeline_flow
+        from flows.summary import print_pipeline
+
+        run_out = str(out.resolve())
+        res = run_flow("bloomline pipeline", out, to_dict(cfg), lambda p, i: pipeline_flow(p, run_out, local=i), True)
+        print_pipeline(res, console)
+
+    run_command(body, debug, driver=True, out=out)
+
+
+def train(
+    data: Path = typer.Option(..., "--data", help="Folder written by 'bloomline prepare' (manifest.json, shards)."),
+    out: Path = typer.Option(
+        ..., "--out", help="Run folder: metrics.jsonl, tensorboard/, checkpoints/. Rerun to resume."
+    ),
+    config: Path = typer.Option(DEFAULT_RECIPES["train"], "--config", help="Training recipe (YAML, configs/train/)."),
+    override: List[str] = overrides("parallel.tp=2"),
+    hostfile: Path = typer.Option(
+        None,
+        "--hostfile",
+        help="Train on the nodes of this DeepSpeed hostfile ('host slots=N' lines); sets launch.hostfile.",
+    ),
+    launcher: str = typer.Option(
+        None,
+        "--launcher",
+        help="How DeepSpeed reaches the nodes: pdsh (default), openmpi, slurm, mpich, impi, mvapich.",
+    ),
+    master_addr: str = typer.Option(None, "--master-addr", help="Address of the first node (rank 0's rendezvous)."),
+    master_port: int = typer.Option(None, "--master-port", help="Rendezvous port (the same on every node)."),
+    no_ssh: bool = typer.Option(
+        False, "--no-ssh", help="Start only this node's ranks; run the same command on every node with its --node-rank."
+    ),
+    node_rank: int = typer.Option(None, "--node-rank", help="This node's index in the hostfile (with --no-ssh)."),
+    debug: Debug = False,
+) -> None:
+    """Train a BLOOM model on prepared data (ranks started with the DeepSpeed launcher, on one node or several)."""
+    launch = {"hostfile": hostfile and hostfile.resolve(), "launcher": launcher, "master_addr": master_addr}
+    launch.update(master_port=master_port, node_rank=node_rank, no_ssh=no_ssh or None)
+
+    def body() -> None:
+        from bloomline.config import load_config, to_dict
+        from training.config import TrainRecipe
+
+        flags = [f"launch.{k}={'true' if v is True else v}" for k, v in launch.items() if v is not None]
+        recipe = load_config(TrainRecipe, config, [*override, *flags])
+        if recipe.launch.worker_node:  # Prefect-free: the job's flow run is the first node's
+            from flows.train_job import run_worker_node
+
+            n = run_worker_node(recipe, data.resolve(), out.resolve(), say=console.print)
+            console.print(f"[bold green]done[/]: node {recipe.launch.node_rank}'s ranks finished ({n} attempt(s))")
+            return
+        start_early()  # while the recipe is checked against the data (torch's import alone is ~1.5 s)
+        from flows.train_job import validate, where_stopped
+
+        validate(recipe, data)  # before any launcher or rank starts
+        from flows import interrupt
+        from flows.summary import print_trained
+        from flows.train import train as train_flow
+
+        interrupt.where(lambda: where_stopped(out, recipe.train.steps))
+        at = str(data.resolve()), str(out.resolve())
+        res = run_flow("bloomline train", out, to_dict(recipe), lambda p, i: train_flow(p, *at, local=i))
+        print_trained(res, out, console)
+
+    run_command(body, debug, driver=True, out=out)
+
+
+def evaluate(
+    checkpoint: Path = typer.Option(
+        ..., "--checkpoint", help="A checkpoint folder (RUN_DIR/checkpoints/step_N), any layout."
+    ),
+    data: Path = typer.Option(
+        ..., "--data", help="The prepared data it was trained on (its validation splits are evaluated)."
+    ),
+    out: Path = typer.Option(None, "--out", help="Run folder for the results (default: the checkpoint's run)."),
+    config: Path = typer.Option(DEFAULT_RECIPES["eval"], "--config", help="Evaluation recipe (YAML, configs/eval/)."),
+    override: List[str] = overrides("precision=bf16, -o parallel.tp=2"),
+    debug: Debug = False,
+) -> None:
+    """Evaluate a checkpoint per language: loss, perplexity, bits per byte; results in RUN_DIR/eval/."""
+
+    def body() -> None:
+        from bloomline.config import load_config, to_dict
+        from training.config import EvalConfig
+
+        cfg = load_config(EvalConfig, config, override)
+        if cfg.heldout:  # the flow may run elsewhere: the folder as the user named it here
+            cfg.heldout = str(Path(cfg.heldout).resolve())
+        start_early()  # while the checkpoint is checked (its parameter names: torch, ~1.5 s)
+        from eval.evaluate import checked
+        from flows.evaluate import evaluate_flow
+        from flows.summary import print_evaluated
+        from training.checkpoint.run_dir import RunDir
+        from training.checkpoint.safe_load import check_folder
+
+        # a bad checkpoint folder, other data, an unknown task, device=cuda without a GPU, a layout
+        # that does not cut the model: one line here, before the flow's server and logs
+        checked(checkpoint, data, cfg)
+        check_folder(checkpoint)  # a file that names code, or is cut short, too (memory-mapped: fast)
+        at = str(checkpoint.resolve()), str(data.resolve())
+        to = str(out.resolve()) if out else None
+        folder = out or RunDir.of_checkpoint(checkpoint).root
+        res = run_flow("bloomline evaluate", folder, to_dict(cfg), lambda p, i: evaluate_flow(*at, p, to, local=i))
+        print_evaluated(res, console)
+
+    run_command(body, debug, driver=True, out=out or checkpoint)

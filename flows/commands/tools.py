@@ -1,0 +1,142 @@
+"""The commands around the jobs: ``export`` a checkpoint, the ``dashboard`` of a run, the
+``filters`` report of prepared data, the ``plan`` of a layout, and ``serve`` (a Prefect server
+with the jobs as deployments)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List
+
+import typer
+
+from bloomline.errors import BloomlineError
+from flows.commands.base import Debug, console, overrides, run_command
+from flows.config import DEFAULT_RECIPES
+
+
+def export(
+    checkpoint: Path = typer.Option(
+        ..., "--checkpoint", help="A checkpoint folder (RUN_DIR/checkpoints/step_N), any layout."
+    ),
+    out: Path = typer.Option(
+        ..., "--out", help="Folder for the Hugging Face model (safetensors, config.json, tokenizer)."
+    ),
+    data: Path = typer.Option(
+        None, "--data", help="The run's prepared data, for its tokenizer (default: the checkpoint's data_dir)."
+    ),
+    dtype: str = typer.Option("fp32", "--dtype", help="fp32 or bf16."),
+    debug: Debug = False,
+) -> None:
+    """Export a checkpoint of any layout as a Hugging Face BloomForCausalLM with its tokenizer."""
+
+    def body() -> None:
+        if dtype not in ("fp32", "bf16"):
+            raise BloomlineError(f"--dtype {dtype}: use fp32 or bf16")
+        from eval.export import export as run_export
+
+        path = run_export(checkpoint, out, data, dtype)
+        console.print(
+            f"[bold green]done[/]: {path} (AutoModelForCausalLM.from_pretrained and AutoTokenizer load it offline)"
+        )
+
+    run_command(body, debug, driver=True, out=out)
+
+
+def dashboard(
+    run: Path = typer.Argument(..., help="A run folder (bloomline train --out) with evaluation results."),
+    debug: Debug = False,
+) -> None:
+    """Write RUN_DIR/dashboard/index.html: one self-contained page, works offline from file://."""
+
+    def body() -> None:
+        from eval.dashboard import build
+
+        if not run.is_dir():
+            raise BloomlineError(f"{run} is not a folder")
+        console.print(f"[bold green]done[/]: {build(run)}")
+
+    run_command(body, debug)
+
+
+def filters(
+    data: Path = typer.Argument(..., help="A prepared data folder (bloomline prepare --out)."),
+    lang: str = typer.Option(None, "--lang", help="Only this language."),
+    reason: str = typer.Option(None, "--reason", help="Only this drop reason (e.g. char_repetition)."),
+    examples: int = typer.Option(3, "--examples", help="Example texts per language and reason."),
+    set_: List[str] = typer.Option([], "--set", help="What if: LANG.FIELD=VALUE (or defaults./code.), repeatable."),
+    debug: Debug = False,
+) -> None:
+    """Why documents were dropped, per language and reason, with examples; how close kept documents
+    sit to each threshold; and what proposed thresholds would keep or lose (from the recorded
+    scores, without preparing again). Prints Markdown."""
+
+    def body() -> None:
+        from data_prep.reports.filter_report import report
+
+        print(report(data, lang, reason, examples, set_), end="")
+
+    run_command(body, debug)
+
+
+def plan(
+    config: Path = typer.Option(
+        DEFAULT_RECIPES["train"],
+        "--config",
+        help="Training recipe (configs/train/) or pipeline recipe (configs/pipeline/).",
+    ),
+    gpu: str = typer.Option("a100-80gb", "--gpu", help="a100-80gb, h100-80gb, h200, or cpu (this machine)."),
+    nodes: int = typer.Option(None, "--nodes", help="Plan on N nodes: DP becomes N·devices-per-node/(TP·PP)."),
+    iteration_seconds: float = typer.Option(
+        None, "--iteration-seconds", help="A measured iteration time: gives TFLOP/s per GPU."
+    ),
+    offload: bool = typer.Option(False, "--offload", help="Also plan ZeRO-Offload (optimizer states in CPU memory)."),
+    override: List[str] = overrides("parallel.tp=8"),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as one JSON object."),
+    debug: Debug = False,
+) -> None:
+    """Memory per pipeline stage and GPU, FLOPs, bubble and fit of a training layout, before any run."""
+
+    def body() -> None:
+        import json
+
+        from flows.layout_plan import layout_plan
+        from flows.summary import print_plan
+
+        res = layout_plan(config, gpu, nodes, iteration_seconds, offload, override)
+        print(json.dumps(res, indent=1)) if as_json else print_plan(res, console)
+        if not res["fits"]:
+            raise typer.Exit(1)
+
+    run_command(body, debug)
+
+
+def serve(
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Where the started Prefect server listens (loopback by default)."
+    ),
+    port: int = typer.Option(4200, "--port", help="Its port."),
+    api_url: str = typer.Option(
+        None,
+        "--api-url",
+        help="Use this running Prefect server (http://host:4200/api), which must require an auth string, "
+        "instead of starting one.",
+    ),
+    root: List[Path] = typer.Option(
+        [],
+        "--root",
+        help="A folder the served runs may read and write (repeatable); default: the current folder.",
+    ),
+    debug: Debug = False,
+) -> None:
+    """Start (or use) a Prefect server that requires an auth string, and serve pipeline, prepare,
+    train and evaluate as deployments whose runs use only the --root folders (flows/serve.py)."""
+
+    def say(text: str, warning: bool = False) -> None:  # paths and URLs as given: no rich markup read in them
+        console.print(text, style="yellow" if warning else None, markup=False, highlight=False, soft_wrap=True)
+
+    def body() -> None:
+        from flows.serve import serve_command, serve_roots
+
+        serve_command(host, port, api_url, serve_roots(root), say)
+
+    run_command(body, debug)
