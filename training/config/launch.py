@@ -14,7 +14,7 @@ LAUNCHERS = ("pdsh", "openmpi", "slurm", "mpich", "impi", "mvapich")
 @dataclass
 class LaunchConfig:
     """Where the ranks run: one node (default) or several, started by DeepSpeed's launcher
-    (docs: README, "Training on several nodes"). Not part of what a run computes: the same run
+    (docs/train.md, "Training on several nodes"). Not part of what a run computes: the same run
     may resume on other machines."""
 
     hostfile: Optional[str] = None

@@ -1,5 +1,5 @@
 """What rank 0 reports of every step: one JSON line in ``RUN_DIR/metrics.jsonl`` (fields in the
-README, "Run folder"), the same scalars in TensorBoard under BLOOM's names where they match, and a
+docs/train.md, "Run folder and checkpoints"), the same scalars in TensorBoard under BLOOM's names where they match, and a
 progress line every ``train.log_interval`` steps; and the one reader of ``metrics.jsonl``."""
 
 from __future__ import annotations
