@@ -265,7 +265,7 @@ def against_lm_eval(ckpt: Path, data: Path, specs: list[TaskSpec]) -> None:
 def decontamination(folders: dict[str, Path]) -> None:
     from bloomline.config import load_config
     from data_prep.config import DecontaminateConfig, PrepareConfig, SourceConfig
-    from data_prep.inputs.readers import plan_chunks
+    from data_prep.inputs.chunk_plan import plan_chunks
     from data_prep.passes.budget import bundle_bytes
     from data_prep.passes.chunks import process_chunk
     from data_prep.steps.decontaminate import build_index

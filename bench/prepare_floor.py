@@ -136,7 +136,8 @@ def sample_docs(corpus: Path, mb: float) -> Path:
 def steps_alone(corpus: Path, mb: float, tokenizer: Path | None) -> list[tuple[str, float, float]]:
     """(step, input MB, MB/s) of each per-document step run alone over the sample, in order."""
     from data_prep.config import PrepareConfig
-    from data_prep.inputs.readers import Chunk, ChunkReader
+    from data_prep.inputs.chunk_plan import Chunk
+    from data_prep.inputs.readers import ChunkReader
     from data_prep.passes.chunks import chunk_steps
     from data_prep.steps.document import Ledger
     from data_prep.steps.minhash import DedupSigner, exact_key, minhasher, shingle_hashes

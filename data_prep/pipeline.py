@@ -26,7 +26,7 @@ from bloomline.errors import BloomlineError, ConfigError, DataError
 from bloomline.io import read_json, sha256_tree, write_json_atomic
 from data_prep.config import PrepareConfig
 from data_prep.dedup.driver import dedup_record, progress_units
-from data_prep.inputs.readers import discover, plan_chunks
+from data_prep.inputs.chunk_plan import discover, plan_chunks
 from data_prep.passes.budget import bundle_bytes, check_inputs
 from data_prep.passes.chunks import chunk_steps, process_chunk
 from data_prep.passes.manifest import write_manifest

@@ -9,7 +9,7 @@ metadata and 8 bytes per buffer. The metadata is a flatbuffer (Arrow's format/Me
 which pyarrow verifies before handing it over); the few fields needed are read here by hand, and
 every offset is checked again against the bytes there are (a buffer's against its body): it all
 comes from the file. data_prep/inputs/table_reader.py reads a stream without the batches over its bound
-(:class:`Without`); data_prep/inputs/readers.py counts a stream at its decoded size for the memory budget.
+(:class:`Without`); data_prep/inputs/chunk_plan.py counts a stream at its decoded size for the memory budget.
 """
 
 from __future__ import annotations

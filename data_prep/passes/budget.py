@@ -64,7 +64,7 @@ class Budget:
 def check_inputs(cfg: PrepareConfig) -> None:
     """Before any work: every chunk of input and the tokenizer's sample fit a task of
     ``memory_gib`` (from file sizes and metadata; nothing is parsed)."""
-    from data_prep.inputs.readers import chunk_bytes, discover
+    from data_prep.inputs.chunk_plan import chunk_bytes, discover
 
     budget = Budget(cfg.memory_gib)
     for source in cfg.sources:
@@ -86,6 +86,6 @@ def check_inputs(cfg: PrepareConfig) -> None:
 
 
 def bundle_bytes(cfg: PrepareConfig) -> int:
-    """How many bytes of records a bundle of small input files may hold (data_prep/inputs/readers.py
+    """How many bytes of records a bundle of small input files may hold (data_prep/inputs/chunk_plan.py
     plan_chunks): ``read.chunk_bytes``, or less when that would not fit a task of ``memory_gib``."""
     return max(1, min(cfg.read.chunk_bytes, Budget(cfg.memory_gib).task_bytes // CHUNK_BYTES_PER_BYTE))

@@ -12,7 +12,8 @@ import pyarrow as pa
 
 from bloomline.io import read_json, tmp_path, write_json_atomic
 from data_prep.config import PrepareConfig
-from data_prep.inputs.readers import Chunk, ChunkReader
+from data_prep.inputs.chunk_plan import Chunk
+from data_prep.inputs.readers import ChunkReader
 from data_prep.steps.decontaminate import Decontaminator, load_index
 from data_prep.steps.document import Document, Ledger, uniform_draw
 from data_prep.steps.filters import QualityFilter

@@ -15,7 +15,7 @@ from bloomline.secrets import mask_tree
 from data_prep.config import PrepareConfig
 from data_prep.passes.alpha import alpha_weights
 from data_prep.passes.tokenizer import processor
-from data_prep.reports.filter_report import kept_stats
+from data_prep.reports.kept_scores import kept_stats
 from data_prep.steps.document import OUTCOMES, Ledger
 from data_prep.steps.step import merge_reports
 from data_prep.storage.droplog import DROPPED_DIR, SCORES_DIR, check_dropped

@@ -2,8 +2,7 @@
 
 ``DIR/scores/`` holds every score of every document the quality filter checked
 (data_prep/storage/droplog.py), so the filter's decision can be recomputed for any thresholds without
-running the pipeline: :func:`decide` applies the checks in ROOTS' order to the recorded scores,
-vectorised per language, exactly as ``data_prep.steps.filters.first_failure`` does per document. Only
+running the pipeline (data_prep/reports/kept_scores.py reads them back and decides). Only
 thresholds can change this way; the n-gram sizes and the flagged-word lists shape the scores
 themselves and need a new run (:func:`parse_set` refuses them).
 
@@ -22,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -33,165 +32,17 @@ from bloomline.config import from_dict
 from bloomline.errors import ConfigError, DataError
 from bloomline.terminal import printable
 from data_prep.config import CodeThresholds, FilterConfig, QualityThresholds
-from data_prep.reports.quantiles import quantiles
-from data_prep.steps.filters import CHECKS, CODE_CHECKS, Check
+from data_prep.reports.kept_scores import BATCH_ROWS, EDGE, by_language, checks_of, decide, kept_stats, score_batches
 from data_prep.storage.droplog import (
     DROP_SCHEMA,
     DROPPED_DIR,
-    SCORE_SCHEMA,
-    SCORES_DIR,
     capped_id,
     check_dropped,
     drop_counts,
 )
 
-QUANTILES = (0.01, 0.1, 0.5, 0.9, 0.99)
-EDGE = 0.10
-"""A kept document is "near the edge" of a check when its score is within this fraction of the threshold."""
 _FIXED = {"char_rep_n", "word_rep_n", "flagged_words"}
-
-
-def checks_of(lang: str, cfg: FilterConfig) -> tuple[tuple[Check, ...], Any]:
-    """The checks and thresholds that apply to ``lang``."""
-    if languages.BY_CODE[lang].kind == "code":
-        return CODE_CHECKS, cfg.code
-    return CHECKS, cfg.for_language(lang)
-
-
-BATCH_ROWS = 1 << 16
-"""Rows of ``DIR/scores/`` or ``DIR/dropped/`` held at once: the reports stream record batches,
-so their memory does not grow with the corpus."""
-
-
-def score_batches(
-    out: Path, columns: Optional[list[str]] = None, batch_rows: int = BATCH_ROWS
-) -> Iterator[dict[str, np.ndarray]]:
-    """The recorded scores a record batch at a time, in file order: ``lang`` and ``reason``
-    (object arrays, reason None = kept) and each score column as float64 (NaN where it does not apply)."""
-    folder = Path(out) / SCORES_DIR
-    names = columns or [f.name for f in SCORE_SCHEMA]
-    for f in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
-        for b in pq.ParquetFile(f).iter_batches(batch_size=batch_rows, columns=names):
-            yield {
-                k: (
-                    np.array(b.column(k).to_pylist(), dtype=object)
-                    if k in ("lang", "reason")
-                    else b.column(k).to_numpy(zero_copy_only=False).astype(np.float64)
-                )
-                for k in names
-            }
-
-
-def by_language(batch: dict[str, np.ndarray]) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
-    """The rows of one batch split by language (languages in sorted order)."""
-    langs = batch["lang"]
-    for lang in sorted(set(langs.tolist())):
-        sel = langs == lang
-        yield lang, {k: v[sel] for k, v in batch.items() if k != "lang"}
-
-
-def decide(scores: dict[str, np.ndarray], checks: tuple[Check, ...], thresholds: Any) -> np.ndarray:
-    """The reason each document fails first (None: kept) under ``thresholds``."""
-    n = len(scores["reason"])
-    out = np.full(n, None, dtype=object)
-    open_ = np.ones(n, dtype=bool)
-    for c in checks:
-        v, limit = scores[c.score], getattr(thresholds, c.limit)
-        with np.errstate(invalid="ignore"):
-            fail = open_ & ~np.isnan(v) & ((v < limit) if c.below else (v > limit))
-        out[fail] = c.reason
-        open_ &= ~fail
-    return out
-
-
-HELD_VALUES = 1 << 21
-"""Kept scores held in memory at most (2M, 32 MiB with their group ids): up to this, the counting
-pass keeps them and the quantiles are read off one sort; beyond it (a corpus of over about
-300,000 documents), data_prep/reports/quantiles.py finds them in a few more streamed passes. At 8M the
-driver of a 4 GB prepare peaked 125 MiB above its peak at 256 MB (bench/scale.py: 1.25×, the
-limit of flat), all of it these held values."""
-
-
-def kept_stats(
-    out: Path, cfg: FilterConfig, batch_rows: int = BATCH_ROWS, held_values: int = HELD_VALUES
-) -> dict[str, dict[str, dict[str, Any]]]:
-    """Per language and check: quantiles of the score over *kept* documents, the threshold, and how
-    many kept documents lie within ``EDGE`` of it (the manifest's ``stages.quality.kept_scores``).
-
-    One pass counts (min, max, near the threshold) and holds the values while they fit
-    ``held_values``; past that, the exact quantiles take a few more streamed passes, holding
-    batches and histograms, never a column."""
-    ids: dict[tuple[str, str], int] = {}
-    limits: list[tuple[float, bool]] = []
-
-    def kept_values() -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        for batch in score_batches(out, batch_rows=batch_rows):
-            gids, vals = [], []
-            for lang, s in by_language(batch):
-                checks, t = checks_of(lang, cfg)
-                kept = s["reason"] == None  # noqa: E711 - element-wise on an object array
-                for c in checks:
-                    v = s[c.score][kept]
-                    v = v[~np.isnan(v)]
-                    if not len(v):
-                        continue
-                    if (lang, c.reason) not in ids:
-                        ids[(lang, c.reason)] = len(ids)
-                        limits.append((float(getattr(t, c.limit)), c.below))
-                    gids.append(np.full(len(v), ids[(lang, c.reason)], dtype=np.int64))
-                    vals.append(v)
-            if gids:
-                yield np.concatenate(gids), np.concatenate(vals)
-
-    count: dict[int, int] = {}
-    lo: dict[int, float] = {}
-    hi: dict[int, float] = {}
-    near: dict[int, int] = {}
-    held: list[tuple[np.ndarray, np.ndarray]] | None = []
-    n_held = 0
-    for g, v in kept_values():
-        o = np.argsort(g, kind="stable")
-        g, v = g[o], v[o]
-        cuts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-        lim = np.array([limits[i][0] for i in g[cuts]])
-        below = np.array([limits[i][1] for i in g[cuts]])
-        sizes = np.diff(np.r_[cuts, len(g)])
-        edge = np.where(
-            np.repeat(below, sizes), v <= np.repeat(lim * (1 + EDGE), sizes), v >= np.repeat(lim * (1 - EDGE), sizes)
-        )
-        for gid, n, a, b, e in zip(
-            g[cuts].tolist(),
-            sizes.tolist(),
-            np.minimum.reduceat(v, cuts).tolist(),
-            np.maximum.reduceat(v, cuts).tolist(),
-            np.add.reduceat(edge.astype(np.int64), cuts).tolist(),
-        ):
-            count[gid] = count.get(gid, 0) + n
-            lo[gid] = min(lo.get(gid, np.inf), a)
-            hi[gid] = max(hi.get(gid, -np.inf), b)
-            near[gid] = near.get(gid, 0) + e
-        if held is not None:
-            n_held += len(v)
-            if n_held <= held_values:
-                held.append((g, v))
-            else:
-                held = None  # too many to hold: the quantiles stream
-    pairs = (np.concatenate([g for g, _ in held]), np.concatenate([v for _, v in held])) if held else None
-    qs = quantiles(kept_values, count, QUANTILES, held=pairs)
-    res: dict[str, dict[str, dict[str, Any]]] = {}
-    for lang, reason in sorted(ids, key=lambda k: (k[0], ids[k])):
-        gid = ids[(lang, reason)]
-        limit, below = limits[gid]
-        res.setdefault(lang, {})[reason] = {
-            "threshold": limit,
-            "fails": "below" if below else "above",
-            **{f"p{round(p * 100):d}": round(x, 6) for p, x in zip(QUANTILES, qs[gid])},
-            "min": round(lo[gid], 6),
-            "max": round(hi[gid], 6),
-            "kept": count[gid],
-            "near_threshold": near[gid],
-        }
-    return res
+"""Settings that shape the scores themselves: changing one needs a new run."""
 
 
 def parse_set(items: list[str], cfg: FilterConfig) -> FilterConfig:
@@ -349,10 +200,18 @@ def render(
     table (``kept``: :func:`kept_stats` as the manifest holds them; computed when not given), and
     the what-if table for ``sets``."""
     lines = ["# Filter report", ""]
-    drops = drop_examples(out, lang, reason, examples)
-    lines += ["## Drops by language and reason", ""]
+    lines += _drops_section(drop_examples(out, lang, reason, examples), bool(lang or reason))
+    stats = kept if kept is not None else kept_stats(out, cfg)
+    lines += _edge_section({k: v for k, v in stats.items() if not lang or k == lang}, reason)
+    if sets:
+        lines += _what_if_section(what_if(out, parse_set(list(sets), cfg)), sets)
+    return "\n".join(lines) + "\n"
+
+
+def _drops_section(drops: dict[str, dict[str, Any]], selected: bool) -> list[str]:
+    lines = ["## Drops by language and reason", ""]
     if not drops:
-        lines += ["No document was dropped" + (" for this selection." if (lang or reason) else "."), ""]
+        lines += ["No document was dropped" + (" for this selection." if selected else "."), ""]
     for lg, reasons in drops.items():
         lines += [f"### {md_text(lg)} ({md_text(languages.BY_CODE[lg].name if lg in languages.BY_CODE else lg)})", ""]
         for key, e in reasons.items():
@@ -363,45 +222,46 @@ def render(
                 dup = f" {what} {md_text(r['duplicate_of'])};" if r["duplicate_of"] else ""
                 lines.append(f"  - {md_code(r['id'])} ({md_text(r['source'])}):{score}{dup} {_cell(r['text'])}")
         lines.append("")
-    stats = kept if kept is not None else kept_stats(out, cfg)
-    if lang:
-        stats = {k: v for k, v in stats.items() if k == lang}
-    if stats:
-        lines += [
-            "## Kept documents near a threshold",
-            "",
-            f"Kept documents whose score lies within {EDGE:.0%} of a threshold, and the score's spread over kept documents.",
-            "",
-            "| language | check | threshold | near | kept | p1 | p50 | p99 | max |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        for lg, checks in stats.items():
-            for r, st in checks.items():
-                if reason and r != reason:
-                    continue
-                lines.append(
-                    f"| {md_text(lg)} | {r} | {st['fails']} {st['threshold']:g} | {st['near_threshold']:,} | {st['kept']:,} | "
-                    f"{st['p1']:.4g} | {st['p50']:.4g} | {st['p99']:.4g} | {st['max']:.4g} |"
-                )
-        lines.append("")
-    if sets:
-        table = what_if(out, parse_set(list(sets), cfg))
-        lines += [f"## What if: {', '.join(sets)}", ""]
-        if not table:
-            lines += ["No document's decision changes.", ""]
-        else:
-            lines += [
-                "| language | checked | kept now | kept then | gained | lost | dropped then, by reason |",
-                "|---|---|---|---|---|---|---|",
-            ]
-            for lg, w in table.items():
-                why = ", ".join(f"{k} {v:,}" for k, v in w["dropped_by_reason"].items()) or "-"
-                lines.append(
-                    f"| {md_text(lg)} | {w['checked']:,} | {w['kept_now']:,} | {w['kept_then']:,} | {w['gained']:,} | "
-                    f"{w['lost']:,} | {why} |"
-                )
-            lines += ["", "Counts of the quality filter (before deduplication), from the recorded scores."]
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _edge_section(stats: dict[str, dict[str, dict[str, Any]]], reason: Optional[str]) -> list[str]:
+    if not stats:
+        return []
+    lines = [
+        "## Kept documents near a threshold",
+        "",
+        f"Kept documents whose score lies within {EDGE:.0%} of a threshold, and the score's spread over kept documents.",
+        "",
+        "| language | check | threshold | near | kept | p1 | p50 | p99 | max |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for lg, checks in stats.items():
+        for r, st in checks.items():
+            if reason and r != reason:
+                continue
+            lines.append(
+                f"| {md_text(lg)} | {r} | {st['fails']} {st['threshold']:g} | {st['near_threshold']:,} | {st['kept']:,} | "
+                f"{st['p1']:.4g} | {st['p50']:.4g} | {st['p99']:.4g} | {st['max']:.4g} |"
+            )
+    return lines + [""]
+
+
+def _what_if_section(table: dict[str, dict[str, Any]], sets: Sequence[str]) -> list[str]:
+    lines = [f"## What if: {', '.join(sets)}", ""]
+    if not table:
+        return lines + ["No document's decision changes.", ""]
+    lines += [
+        "| language | checked | kept now | kept then | gained | lost | dropped then, by reason |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for lg, w in table.items():
+        why = ", ".join(f"{k} {v:,}" for k, v in w["dropped_by_reason"].items()) or "-"
+        lines.append(
+            f"| {md_text(lg)} | {w['checked']:,} | {w['kept_now']:,} | {w['kept_then']:,} | {w['gained']:,} | "
+            f"{w['lost']:,} | {why} |"
+        )
+    return lines + ["", "Counts of the quality filter (before deduplication), from the recorded scores."]
 
 
 def report(

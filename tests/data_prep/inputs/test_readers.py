@@ -7,7 +7,8 @@ import pytest
 
 from bloomline.errors import DataError
 from data_prep.config import ReadConfig, SourceConfig
-from data_prep.inputs.readers import ChunkReader, plan_chunks
+from data_prep.inputs.chunk_plan import plan_chunks
+from data_prep.inputs.readers import ChunkReader
 from data_prep.steps.document import UNKNOWN_LANG, Ledger, StrictModeError
 
 
@@ -137,8 +138,8 @@ def test_a_truncated_gzip_keeps_what_came_before_and_books_the_break(tmp_path):
     of its text where it broke. Its size, for the memory check, is what it decompresses to (its
     trailer, the last 4 bytes, is just data: it read as 1,948 MiB)."""
     from data_prep.config import PrepareConfig
+    from data_prep.inputs.chunk_plan import chunk_bytes
     from data_prep.inputs.gzipped import gzip_text_size
-    from data_prep.inputs.readers import chunk_bytes
     from data_prep.passes.budget import check_inputs
 
     recs = [

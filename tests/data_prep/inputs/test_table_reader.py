@@ -15,7 +15,8 @@ import pytest
 
 from bench.fuzz_inputs import STREAM_COMPRESSIONS, dictionary_bomb, write_saved_dataset
 from data_prep.config import PrepareConfig, ReadConfig, SourceConfig
-from data_prep.inputs.readers import ChunkReader, chunk_bytes, plan_chunks
+from data_prep.inputs.chunk_plan import chunk_bytes, plan_chunks
+from data_prep.inputs.readers import ChunkReader
 from data_prep.inputs.table_reader import batch_bound
 from data_prep.passes.budget import BudgetError, check_inputs
 from data_prep.steps.document import UNKNOWN_LANG, Ledger

@@ -15,7 +15,8 @@ from bloomline.config import load_config
 from bloomline.errors import ConfigError, DataError
 from data_prep.config import PrepareConfig, SourceConfig
 from data_prep.pipeline import run_all
-from data_prep.reports.filter_report import kept_stats, parse_set, what_if
+from data_prep.reports.filter_report import parse_set, what_if
+from data_prep.reports.kept_scores import kept_stats
 from data_prep.storage.droplog import check_dropped, dropped_counts
 from data_prep.storage.shards import load_manifest
 
@@ -215,7 +216,8 @@ def test_kept_stats_stream_to_what_the_whole_table_gives(prepared):
     """Streamed in batches of 7 rows (many passes, many batches) and held none in memory, or held
     all in memory, the statistics equal numpy's over each language's whole column; what_if
     streamed equals what_if in one batch."""
-    from data_prep.reports.filter_report import QUANTILES, checks_of, what_if
+    from data_prep.reports.filter_report import what_if
+    from data_prep.reports.kept_scores import QUANTILES, checks_of
 
     cfg, out = prepared
     t = pa.concat_tables([pq.read_table(f) for f in sorted((out / "scores").glob("*.parquet"))])
@@ -244,7 +246,7 @@ def test_what_if_agrees_exactly_with_a_rerun(prepared, tmp_path, bad_inputs):
     # en looser (j-char then fails the next check, word_repetition), fr stricter, code looser
     change = ["en.max_char_rep=0.3", "fr.max_special=0.2", "code.min_chars=5"]
     # the recorded decisions are what decide() gives under the run's own thresholds
-    from data_prep.reports.filter_report import by_language, checks_of, decide, score_batches
+    from data_prep.reports.kept_scores import by_language, checks_of, decide, score_batches
 
     for batch in score_batches(out, batch_rows=50):
         for lang, s in by_language(batch):
