@@ -24,7 +24,8 @@ from eval import page
 from eval.metrics import regressions
 from eval.mixture_page import mixture_page
 from eval.page import plotly_text as T
-from eval.results import is_language, of_languages, read_generations, read_results, validation_rows
+from eval.result_rows import is_language, of_languages, validation_rows
+from eval.results import read_generations, read_results
 from eval.task_pages import overview, task_pages
 from training.checkpoint.run_dir import RunDir
 from training.loop.metrics_log import read_metrics

@@ -21,13 +21,14 @@ from typing import Any, Callable, Optional
 import torch
 
 from bloomline.errors import CheckpointError, ConfigError
+from bloomline.task_spec import TaskSpec
 from data_prep.passes.tokenizer import token_bytes
 from data_prep.storage.shards import load_manifest, manifest_path
 from eval.generate import generate
 from eval.metrics import GROUPS, group_of
 from eval.model import EvalModel, LocalModel, resolve_device
 from eval.tasks import make, validation_spec
-from eval.tasks.base import Context
+from eval.tasks.base import Context, Task
 from eval.tasks.validation import language_samples
 from training.checkpoint.load import load_model
 from training.checkpoint.meta import PRECISIONS, model_config, read_meta, trained_on
@@ -49,10 +50,11 @@ class Evaluation:
     """Seconds each task took."""
 
     def validation(self) -> list[dict[str, Any]]:
-        """The validation task's rows in wide form (eval/results.py validation_rows)."""
+        """The validation task's rows in wide form (eval/result_rows.py validation_rows)."""
         import pyarrow as pa
 
-        from eval.results import SCHEMA, validation_rows
+        from eval.result_rows import validation_rows
+        from eval.results import SCHEMA
 
         return validation_rows(pa.Table.from_pylist(self.rows, schema=SCHEMA))
 
@@ -198,28 +200,10 @@ def evaluate_with(
         tokens_seen=tokens_seen,
         progress=progress,
     )
-    rows, seconds, tokens = [], {}, 0
-    for spec, task in tasks:
-        t = time.perf_counter()
-        rows += [r.to_dict(task.name) for r in task.run(Context(spec=spec, **base))]
-        seconds[task.name] = seconds.get(task.name, 0.0) + time.perf_counter() - t
-        tokens += getattr(task, "tokens", 0)
+    rows, seconds, tokens = _run_tasks(tasks, base)
     gens = generations(model, index, cfg, sp.decode, eos) if cfg.prompts_per_lang and cfg.new_tokens else []
-    now = dt.datetime.now(dt.timezone.utc)
-    ident = {
-        "run": run,
-        "step": int(meta["step"]),
-        "checkpoint": str(ckpt_dir.resolve()),
-        "precision": precision_of(cfg, model.device),
-        "layout": layout_label(meta["layout"]),
-        "eval_layout": model.layout,
-        "data_manifest_sha256": meta["data_manifest_sha256"],
-        "evaluated_at": now,
-    }
-    train: dict[str, int] = {}  # each language's training tokens: epochs seen = tokens seen ÷ these
-    for sh in load_manifest(data_dir)["shards"]:
-        if sh["split"] == "train":
-            train[sh["lang"]] = train.get(sh["lang"], 0) + int(sh["tokens"])
+    ident = _identity(model, meta, ckpt_dir, cfg, run)
+    train = _train_tokens(data_dir)
 
     def companions(r: dict[str, Any]) -> dict[str, Any]:
         n, of = (seen(r["scope"], r["lang"], t, index.languages) for t in (tokens_seen, train))
@@ -228,3 +212,41 @@ def evaluate_with(
     rows = [{**ident, **r, **companions(r)} for r in rows]
     gens = [{**{k: ident[k] for k in ("run", "step", "precision", "evaluated_at")}, **g} for g in gens]
     return Evaluation(rows, gens, time.perf_counter() - t0, tokens, seconds)
+
+
+def _run_tasks(
+    tasks: list[tuple[TaskSpec, Task]], base: dict[str, Any]
+) -> tuple[list[dict[str, Any]], dict[str, float], int]:
+    """Each task in turn, in a Context of its spec and ``base``: their rows (without the
+    checkpoint's identity), the seconds each task took, and the validation tokens evaluated."""
+    rows, seconds, tokens = [], {}, 0
+    for spec, task in tasks:
+        t = time.perf_counter()
+        rows += [r.to_dict(task.name) for r in task.run(Context(spec=spec, **base))]
+        seconds[task.name] = seconds.get(task.name, 0.0) + time.perf_counter() - t
+        tokens += getattr(task, "tokens", 0)
+    return rows, seconds, tokens
+
+
+def _identity(model: EvalModel, meta: dict[str, Any], ckpt_dir: Path, cfg: EvalConfig, run: str) -> dict[str, Any]:
+    """The columns every row of this evaluation shares: the run, the checkpoint, the precision and
+    both layouts, the data, and now as ``evaluated_at`` (called when the evaluation has ended)."""
+    return {
+        "run": run,
+        "step": int(meta["step"]),
+        "checkpoint": str(ckpt_dir.resolve()),
+        "precision": precision_of(cfg, model.device),
+        "layout": layout_label(meta["layout"]),
+        "eval_layout": model.layout,
+        "data_manifest_sha256": meta["data_manifest_sha256"],
+        "evaluated_at": dt.datetime.now(dt.timezone.utc),
+    }
+
+
+def _train_tokens(data_dir: Path) -> dict[str, int]:
+    """Each language's training tokens in the data (its manifest): epochs seen = tokens seen ÷ these."""
+    train: dict[str, int] = {}
+    for sh in load_manifest(data_dir)["shards"]:
+        if sh["split"] == "train":
+            train[sh["lang"]] = train.get(sh["lang"], 0) + int(sh["tokens"])
+    return train

@@ -16,7 +16,8 @@ import numpy as np
 
 from eval import page
 from eval.page import plotly_text as T
-from eval.results import of_languages, read_results, validation_rows
+from eval.result_rows import of_languages, validation_rows
+from eval.results import read_results
 from training.checkpoint.run_dir import RunDir
 from training.data.mixture.log import read_log
 from training.loop.metrics_log import read_metrics
@@ -33,15 +34,29 @@ def weight_steps(log: list[dict[str, Any]], last_step: int) -> tuple[list[int], 
 
 
 def mixture_figures(run_dir: Path) -> list[tuple[str, Any]]:
-    import plotly.graph_objects as go
-
+    """The page's charts as (title, figure), in page order: the weights, the tokens seen, the
+    epochs (when the metrics log has them), and bits per byte against tokens seen."""
     run = RunDir(run_dir)
     log = read_log(run)
     m = read_metrics(run.metrics)[0] if run.metrics.exists() else []
     last = m[-1]["step"] if m else 0
     changes = [e["step"] for e in log if e["weights"] is not None and e["step"] > 0]
     xs, ys = weight_steps(log, last)
-    figs = []
+    steps = [r["step"] for r in m]
+    langs = sorted(ys)
+    seen = {l: np.cumsum([r.get("lang_tokens", {}).get(l, 0) for r in m]) for l in langs}
+    figs = [_weights_figure(xs, ys, changes), _seen_figure(steps, langs, seen, changes)]
+    epochs = (m[-1].get("lang_epochs") or {}) if m else {}
+    if epochs:
+        figs.append(_epochs_figure(epochs, m[-1]["step"]))
+    rows = of_languages(validation_rows(read_results(run_dir))) if run.results.is_dir() else []
+    figs.append(_bpb_figure(rows, steps, langs, seen, changes))
+    return figs
+
+
+def _weights_figure(xs: list[int], ys: dict[str, list[float]], changes: list[int]) -> tuple[str, Any]:
+    """The weights over steps as a stacked area (:func:`weight_steps`' points), each change marked."""
+    import plotly.graph_objects as go
 
     f = go.Figure()
     for lang, y in ys.items():
@@ -51,27 +66,41 @@ def mixture_figures(run_dir: Path) -> list[tuple[str, Any]]:
     for s in changes:
         f.add_vline(x=s + 1, line={"dash": "dot", "width": 0.5, "color": "#888"})
     f.update_layout(xaxis_title="step", yaxis_title="weight", yaxis_range=[0, 1], height=520)
-    figs.append((f"Language weights over steps ({len(changes)} changes)", f))
+    return f"Language weights over steps ({len(changes)} changes)", f
 
-    steps = [r["step"] for r in m]
-    langs = sorted(ys)
-    seen = {l: np.cumsum([r.get("lang_tokens", {}).get(l, 0) for r in m]) for l in langs}
+
+def _seen_figure(
+    steps: list[int], langs: list[str], seen: dict[str, np.ndarray], changes: list[int]
+) -> tuple[str, Any]:
+    """Each language's training tokens seen by each step, each change marked."""
+    import plotly.graph_objects as go
+
     f = go.Figure()
     for lang in langs:
         f.add_trace(go.Scatter(x=steps, y=seen[lang].tolist(), name=T(lang), legendgroup=lang, mode="lines"))
     for s in changes:
         f.add_vline(x=s, line={"dash": "dot", "width": 0.5, "color": "#888"})
     f.update_layout(xaxis_title="step", yaxis_title="training tokens seen", height=480)
-    figs.append(("Tokens seen per language", f))
+    return "Tokens seen per language", f
 
-    epochs = (m[-1].get("lang_epochs") or {}) if m else {}
-    if epochs:
-        order = sorted(epochs, key=lambda l: -epochs[l])
-        f = go.Figure(go.Bar(x=[T(l) for l in order], y=[epochs[l] for l in order]))
-        f.update_layout(xaxis_title="language", yaxis_title="epochs (passes over its training tokens)", height=420)
-        figs.append((f"Epochs seen per language by step {m[-1]['step']}", f))
 
-    rows = of_languages(validation_rows(read_results(run_dir))) if run.results.is_dir() else []
+def _epochs_figure(epochs: dict[str, float], step: int) -> tuple[str, Any]:
+    """The epochs each language had seen by ``step``, most first."""
+    import plotly.graph_objects as go
+
+    order = sorted(epochs, key=lambda l: -epochs[l])
+    f = go.Figure(go.Bar(x=[T(l) for l in order], y=[epochs[l] for l in order]))
+    f.update_layout(xaxis_title="language", yaxis_title="epochs (passes over its training tokens)", height=420)
+    return f"Epochs seen per language by step {step}", f
+
+
+def _bpb_figure(
+    rows: list[dict[str, Any]], steps: list[int], langs: list[str], seen: dict[str, np.ndarray], changes: list[int]
+) -> tuple[str, Any]:
+    """Each language's bits per byte (its validation ``rows``) against its tokens seen, with × where
+    the weights changed."""
+    import plotly.graph_objects as go
+
     f = go.Figure()
     for lang in langs:
         pts = sorted((r["tokens_seen"], r["bpb"], r["step"]) for r in rows if r["lang"] == lang)
@@ -105,8 +134,7 @@ def mixture_figures(run_dir: Path) -> list[tuple[str, Any]]:
     f.update_layout(
         xaxis_title="training tokens seen of the language", xaxis_type="log", yaxis_title="bits per byte", height=520
     )
-    figs.append(("Bits per byte against tokens seen (×: the weights changed)", f))
-    return figs
+    return "Bits per byte against tokens seen (×: the weights changed)", f
 
 
 def mixture_page(run_dir: Path) -> str | None:

@@ -15,18 +15,8 @@ import pyarrow as pa
 from bloomline.errors import ConfigError
 from eval.evaluate import evaluate
 from eval.metrics import regressions
-from eval.results import (
-    SCHEMA,
-    VALIDATION,
-    ResultRow,
-    ValidationRow,
-    forget_after,
-    is_language,
-    of_languages,
-    read_results,
-    validation_rows,
-    write_results,
-)
+from eval.result_rows import VALIDATION, ResultRow, ValidationRow, is_language, of_languages, validation_rows
+from eval.results import SCHEMA, forget_after, read_results, write_results
 from training.checkpoint.run_dir import RunDir
 from training.config import EvalConfig
 from training.data.mixture.online import write_feedback

@@ -16,7 +16,8 @@ from typing import Any
 from bloomline.errors import ConfigError
 from bloomline.io import read_json
 from data_prep.storage.shards import load_manifest
-from eval.results import of_languages, read_results, validation_rows
+from eval.result_rows import of_languages, validation_rows
+from eval.results import read_results
 from training.checkpoint.meta import read_meta
 from training.checkpoint.run_dir import RunDir
 from training.data.mixture.controller import ReferenceCurve

@@ -5,6 +5,7 @@ evaluated checkpoint, written to a temporary name and renamed, so a killed evalu
 half-written rows and re-evaluating a checkpoint replaces its rows instead of adding duplicates.
 Generations go the same way to ``RUN_DIR/eval/generations/``. :func:`read_results` checks every
 file's schema and version at load time; plain pyarrow, pandas or DuckDB read the folder as is.
+The rows' shapes and the validation task's wide view of them: eval/result_rows.py.
 """
 
 from __future__ import annotations
@@ -12,15 +13,15 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Iterable, Literal, Optional, TypedDict, TypeVar
+from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401 (pa.compute)
 import pyarrow.parquet as pq
 
 from bloomline.errors import BloomlineError
 from bloomline.io import remove_stale_tmp, tmp_path, write_bytes_atomic
 from bloomline.secrets import mask_text
+from eval.result_rows import long_rows
 from training.checkpoint.run_dir import RunDir
 
 RESULTS_VERSION = 4
@@ -89,118 +90,6 @@ SCHEMA_V1 = pa.schema(
     metadata={VERSION_KEY: b"1"},
 )
 """Version 1 (wide: one row per language or aggregate, the validation task's columns)."""
-
-Scope = Literal["language", "group", "overall"]
-"""A row's ``scope``: one language, or an aggregate of a group of them or of all."""
-
-
-class ResultRow(TypedDict):
-    """One row of a results file (version 4; the columns of :data:`SCHEMA`, eval/RESULTS.md)."""
-
-    run: str
-    step: int
-    checkpoint: str
-    task: str
-    scope: Scope
-    lang: str
-    family: str
-    weighting: str
-    metric: str
-    value: Optional[float]
-    stderr: Optional[float]
-    n: Optional[int]
-    note: Optional[str]
-    tokens_seen: Optional[int]
-    epochs_seen: Optional[float]
-    precision: str
-    layout: str
-    eval_layout: str
-    data_manifest_sha256: str
-    evaluated_at: Any
-
-
-class ValidationRow(TypedDict):
-    """One row of :func:`validation_rows`: the validation task's metrics of one (step, scope,
-    lang, weighting), in wide form (the dashboard, the regressions and the online mixture read these)."""
-
-    run: str
-    step: int
-    checkpoint: str
-    scope: Scope
-    lang: str
-    family: str
-    weighting: str
-    tokens_seen: Optional[int]
-    epochs_seen: Optional[float]
-    precision: str
-    layout: str
-    eval_layout: str
-    data_manifest_sha256: str
-    evaluated_at: Any
-    loss: float
-    ppl: float
-    bpb: float
-    tokens: int
-    bytes: int
-    docs: int
-
-
-IDENTITY = tuple(k for k in ValidationRow.__annotations__ if k not in ("loss", "ppl", "bpb", "tokens", "bytes", "docs"))
-"""What names a result apart from its task and metric: the columns a wide and a long row share."""
-
-Row = TypeVar("Row", ResultRow, ValidationRow, dict)
-
-
-def is_language(row: ResultRow | ValidationRow | dict[str, Any]) -> bool:
-    """Whether a row is one language's, not an aggregate's."""
-    return row["scope"] == "language"
-
-
-def of_languages(rows: Iterable[Row]) -> list[Row]:
-    """The rows of single languages (scope ``language``), not the aggregates."""
-    return [r for r in rows if is_language(r)]
-
-
-VALIDATION = "validation"
-"""The task every evaluation runs: loss, ppl and bits per byte on the data's validation split."""
-VALIDATION_METRICS = ("loss", "ppl", "bpb", "tokens", "bytes", "docs")
-
-
-def long_rows(wide: list[dict[str, Any]], task: str = VALIDATION) -> list[ResultRow]:
-    """Wide rows (one per language or aggregate, a column per metric: version 1's, and
-    eval.metrics.metric_rows') as version 2's long rows of ``task``; ``n`` is the predicted tokens."""
-    out = []
-    for r in wide:
-        base = {k: r.get(k) for k in IDENTITY}
-        for m in VALIDATION_METRICS:
-            if m in r:
-                out.append(
-                    {
-                        **base,
-                        "task": task,
-                        "metric": m,
-                        "value": None if r[m] is None else float(r[m]),
-                        "stderr": None,
-                        "n": r.get("tokens"),
-                        "note": None,
-                    }
-                )
-    return out
-
-
-def validation_rows(table: pa.Table) -> list[ValidationRow]:
-    """The validation task's rows of a results table, one per (step, scope, lang, weighting) with
-    its metrics as keys (``loss``, ``ppl``, ``bpb``, ``tokens``, ``bytes``, ``docs``) beside
-    ``step``, ``scope``, ``lang``, ``family``, ``weighting``, ``tokens_seen``: the view the
-    dashboard, the regressions, the mixture's feedback and its reference curve read."""
-    out: dict[tuple, Any] = {}
-    for r in table.filter(pa.compute.equal(table["task"], VALIDATION)).to_pylist():
-        key = (r["step"], r["scope"], r["lang"], r["weighting"])
-        row = out.setdefault(key, {k: r[k] for k in IDENTITY})
-        v = r["value"]
-        row[r["metric"]] = int(v) if r["metric"] in ("tokens", "bytes", "docs") and v is not None else v
-    return list(out.values())
-
 
 GENERATIONS_SCHEMA = pa.schema(
     [

@@ -18,7 +18,8 @@ from typing import Any, Optional
 
 from eval import page
 from eval.page import plotly_text as T
-from eval.results import VALIDATION, is_language, read_results
+from eval.result_rows import VALIDATION, is_language
+from eval.results import read_results
 
 
 def task_rows(run_dir: Path) -> list[dict[str, Any]]:
@@ -81,6 +82,17 @@ def signal(rows: list[dict[str, Any]], task: str) -> list[dict[str, Any]]:
 
 
 def _figures(rows: list[dict[str, Any]], task: str) -> list[tuple[str, Any]]:
+    """``task``'s page, as (title, figure) in page order: each metric's charts, the signal report,
+    then the languages not evaluated (when there are any)."""
+    figs = _metric_figures(rows, task)
+    figs.append(_signal_table(rows, task))
+    skips = _skipped_table(rows, task)
+    return figs + ([skips] if skips else [])
+
+
+def _metric_figures(rows: list[dict[str, Any]], task: str) -> list[tuple[str, Any]]:
+    """Per metric of ``task``: its value per language over checkpoints (with the chance level where
+    known), and the language × checkpoint heatmap."""
     import plotly.graph_objects as go
 
     figs = []
@@ -112,6 +124,13 @@ def _figures(rows: list[dict[str, Any]], task: str) -> list[tuple[str, Any]]:
         )
         f.update_layout(xaxis_title="checkpoint step", height=max(400, 16 * len(langs)))
         figs.append((f"{task}: {metric}, language × checkpoint", f))
+    return figs
+
+
+def _signal_table(rows: list[dict[str, Any]], task: str) -> tuple[str, Any]:
+    """:func:`signal`'s report of ``task`` as a table, its title counting the languages above chance."""
+    import plotly.graph_objects as go
+
     report = signal(rows, task)
     yes = lambda v: "-" if v is None else ("yes" if v else "no")  # noqa: E731
     f = go.Figure(
@@ -144,18 +163,24 @@ def _figures(rows: list[dict[str, Any]], task: str) -> list[tuple[str, Any]]:
     )
     f.update_layout(height=120 + 22 * max(1, len(report)))
     n_yes = sum(bool(s["above_chance"]) for s in report)
-    figs.append((f"{task}: signal report ({n_yes} of {len(report)} above chance at the latest checkpoint)", f))
+    return f"{task}: signal report ({n_yes} of {len(report)} above chance at the latest checkpoint)", f
+
+
+def _skipped_table(rows: list[dict[str, Any]], task: str) -> Optional[tuple[str, Any]]:
+    """The languages ``task`` could not evaluate and why, as a table; None when it evaluated all."""
+    import plotly.graph_objects as go
+
     skips = sorted({(r["lang"], r["note"]) for r in rows if r["task"] == task and r["metric"] == "skipped"})
-    if skips:
-        f = go.Figure(
-            go.Table(
-                header={"values": ["language", "not evaluated because"]},
-                cells={"values": [[T(l) for l, _ in skips], [T(n) for _, n in skips]], "align": "left"},
-            )
+    if not skips:
+        return None
+    f = go.Figure(
+        go.Table(
+            header={"values": ["language", "not evaluated because"]},
+            cells={"values": [[T(l) for l, _ in skips], [T(n) for _, n in skips]], "align": "left"},
         )
-        f.update_layout(height=120 + 22 * len(skips))
-        figs.append((f"{task}: languages not evaluated ({len(skips)})", f))
-    return figs
+    )
+    f.update_layout(height=120 + 22 * len(skips))
+    return f"{task}: languages not evaluated ({len(skips)})", f
 
 
 def task_pages(run_dir: Path) -> dict[str, str]:

@@ -107,26 +107,39 @@ def acquire(folder: str | Path, command: str, say: Callable[[str], None] = print
         raise
     previous = _holder(fd)
     if previous.get("token") not in (None, tok):  # its holder died without releasing it
-        host = socket.gethostname()
-        where = f"pid {previous.get('pid', '?')} on {previous.get('host', '?')} ({previous.get('command', '?')})"
-        if previous.get("host") == host and previous.get("token") and lifeline.is_alive(previous["token"]):
-            # nobody holds this file, yet the job it names lives: it holds the lock of another folder,
-            # and this one is a copy of it (cp -r of a run in training). That job is not ours to end.
-            say(
-                f"{folder} is a copy of a folder in use by {where}, which still runs: this job takes the copy "
-                f"and leaves that one alone"
-            )
-        elif previous.get("host") == host and previous.get("token"):
-            ended = lifeline.sweep(previous["token"])
-            say(
-                f"took over {folder} from {where}, which is gone"
-                + (f"; ended {len(ended)} of its processes still running" if ended else "")
-            )
-        else:
-            say(
-                f"took over {folder} from {where}, which is gone; processes it left on "
-                f"{previous.get('host', '?')} are that host's to end"
-            )
+        _take_over(folder, previous, say)
+    _write_holder(fd, command, tok)
+    return RunLock(path, fd)
+
+
+def _take_over(folder: Path, previous: dict[str, Any], say: Callable[[str], None]) -> None:
+    """The lock just taken was left by a holder that died without releasing it (``previous``, the
+    file's record of it): on this host, end the processes of its job still alive, unless that job
+    still runs (then this folder is a copy of one it holds, and it is left alone); say which."""
+    host = socket.gethostname()
+    where = f"pid {previous.get('pid', '?')} on {previous.get('host', '?')} ({previous.get('command', '?')})"
+    if previous.get("host") == host and previous.get("token") and lifeline.is_alive(previous["token"]):
+        # nobody holds this file, yet the job it names lives: it holds the lock of another folder,
+        # and this one is a copy of it (cp -r of a run in training). That job is not ours to end.
+        say(
+            f"{folder} is a copy of a folder in use by {where}, which still runs: this job takes the copy "
+            f"and leaves that one alone"
+        )
+    elif previous.get("host") == host and previous.get("token"):
+        ended = lifeline.sweep(previous["token"])
+        say(
+            f"took over {folder} from {where}, which is gone"
+            + (f"; ended {len(ended)} of its processes still running" if ended else "")
+        )
+    else:
+        say(
+            f"took over {folder} from {where}, which is gone; processes it left on "
+            f"{previous.get('host', '?')} are that host's to end"
+        )
+
+
+def _write_holder(fd: int, command: str, tok: str) -> None:
+    """Name this process as the lock's holder in its file (what a refusal quotes), synced."""
     me = {
         "pid": os.getpid(),
         "host": socket.gethostname(),
@@ -138,7 +151,6 @@ def acquire(folder: str | Path, command: str, say: Callable[[str], None] = print
     os.lseek(fd, 0, os.SEEK_SET)
     os.write(fd, json.dumps(me).encode())
     os.fsync(fd)
-    return RunLock(path, fd)
 
 
 def owns(folder_of: Callable[..., Any], command: str) -> Callable:

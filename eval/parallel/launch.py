@@ -75,21 +75,7 @@ def evaluate_on_ranks(
     with tempfile.TemporaryDirectory(prefix="bloomline-eval-") as tmp:
         settings, result = Path(tmp) / "settings.json", Path(tmp) / "result.json"
         settings.write_text(json.dumps(to_dict(cfg)))
-        cmd = launcher(world, launch) + [
-            str(MAIN),
-            "--checkpoint",
-            str(ckpt_dir.resolve()),
-            "--data",
-            str(data_dir.resolve()),
-            "--settings",
-            str(settings),
-            "--run",
-            run,
-            "--result",
-            str(result),
-        ]
-        if stamp is not None:
-            cmd += ["--stamp", str(Path(stamp).resolve())]
+        cmd = launcher(world, launch) + _rank_args(ckpt_dir, data_dir, settings, run, result, stamp)
         seen = [0]
 
         def poll() -> None:  # rank 0's progress lines, as they come
@@ -106,12 +92,7 @@ def evaluate_on_ranks(
         rc = run_job(cmd, log_file, dict(os.environ), timeout=par.timeout_s, poll=poll)
         poll()
         if rc == 0 and result.is_file():
-            got = json.loads(result.read_text())
-            for r in got["rows"]:
-                r["evaluated_at"] = dt.datetime.fromisoformat(r["evaluated_at"])
-            for g in got["generations"]:
-                g["evaluated_at"] = dt.datetime.fromisoformat(g["evaluated_at"])
-            return got
+            return _read_result(result)
     if rc == TIMED_OUT:
         raise EvaluationFailed(
             f"the evaluation on {world} ranks ran past parallel.timeout_s={par.timeout_s:g} s and was stopped (log {log_file})"
@@ -120,3 +101,36 @@ def evaluate_on_ranks(
     if rc == EXIT_USER_ERROR and why:  # a problem of the user's, said by the rank that met it
         raise EvaluationFailed(why)
     raise EvaluationFailed(f"the evaluation on {world} ranks failed: {why or f'exit status {rc}'} (log {log_file})")
+
+
+def _rank_args(
+    ckpt_dir: Path, data_dir: Path, settings: Path, run: str, result: Path, stamp: Optional[Path]
+) -> list[str]:
+    """eval/parallel/main.py and the arguments every rank runs it with (the checkpoint, data and
+    stamp as absolute paths)."""
+    args = [
+        str(MAIN),
+        "--checkpoint",
+        str(ckpt_dir.resolve()),
+        "--data",
+        str(data_dir.resolve()),
+        "--settings",
+        str(settings),
+        "--run",
+        run,
+        "--result",
+        str(result),
+    ]
+    if stamp is not None:
+        args += ["--stamp", str(Path(stamp).resolve())]
+    return args
+
+
+def _read_result(result: Path) -> dict[str, Any]:
+    """Rank 0's Evaluation fields from its JSON (eval/parallel/main.py), timestamps parsed back."""
+    got = json.loads(result.read_text())
+    for r in got["rows"]:
+        r["evaluated_at"] = dt.datetime.fromisoformat(r["evaluated_at"])
+    for g in got["generations"]:
+        g["evaluated_at"] = dt.datetime.fromisoformat(g["evaluated_at"])
+    return got

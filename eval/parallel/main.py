@@ -12,6 +12,12 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from eval.evaluate import Evaluation
+    from eval.parallel.ranks import StageRunner
+    from training.config import EvalConfig
 
 EXIT_USER_ERROR = 2
 
@@ -36,19 +42,50 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """This rank's part: rank 0 evaluates through the others and writes ``--result``; every other
+    rank serves rank 0's commands until it is done."""
+    from bloomline.config import from_dict
+    from eval.evaluate import evaluate_with
+    from eval.parallel.ranks import RanksModel
+    from training.config import EvalConfig
+
+    cfg = from_dict(EvalConfig, json.loads(args.settings.read_text()))
+    runner, meta, rank = _stage_runner(args, cfg)
+    if rank != 0:
+        runner.serve()
+        return 0
+    model = RanksModel(runner)
+    try:
+        ev = evaluate_with(
+            model,
+            meta,
+            args.checkpoint,
+            args.data,
+            cfg,
+            args.run,
+            args.stamp,
+            progress=lambda msg: print(f"progress: {msg}", flush=True),
+        )
+    finally:
+        model.close()
+    _write_result(ev, args.result)
+    return 0
+
+
+def _stage_runner(args: argparse.Namespace, cfg: EvalConfig) -> tuple[StageRunner, dict[str, Any], int]:
+    """Join the ranks and build this rank's stage of the checkpoint (its layers, its tp shard) on its
+    device: (the stage's runner, the checkpoint's meta, this rank)."""
     import torch
 
-    from bloomline.config import from_dict
-    from eval.evaluate import evaluate_with, precision_of
+    from eval.evaluate import precision_of
     from eval.model import resolve_device
-    from eval.parallel.ranks import RanksModel, StageRunner
+    from eval.parallel.ranks import StageRunner
     from eval.parallel.stage import build_stage
     from training.checkpoint.load import check_files
     from training.checkpoint.meta import PRECISIONS, read_meta
-    from training.config import EvalConfig, ParallelConfig
+    from training.config import ParallelConfig
     from training.parallel.distributed import init_distributed
 
-    cfg = from_dict(EvalConfig, json.loads(args.settings.read_text()))
     tp, pp = cfg.parallel.tp, cfg.parallel.pp
     # the node's cores shared by its ranks: torch's default (every core for each rank) oversubscribes
     # them, and the ranks then wait for each other's preempted threads (measured: 88 s -> 27 s for
@@ -68,25 +105,13 @@ def run(args: argparse.Namespace) -> int:
             f"progress: rank 0 built its stage ({len(stage.layers)} layers) in {time.perf_counter() - t0:.1f} s",
             flush=True,
         )
-    runner = StageRunner(stage, tp, pp, mesh.rank, device, dtype)
-    if mesh.rank != 0:
-        runner.serve()
-        return 0
-    model = RanksModel(runner)
-    try:
-        ev = evaluate_with(
-            model,
-            meta,
-            args.checkpoint,
-            args.data,
-            cfg,
-            args.run,
-            args.stamp,
-            progress=lambda msg: print(f"progress: {msg}", flush=True),
-        )
-    finally:
-        model.close()
-    tmp = args.result.with_name(args.result.name + f".{os.getpid()}")
+    return StageRunner(stage, tp, pp, mesh.rank, device, dtype), meta, mesh.rank
+
+
+def _write_result(ev: Evaluation, result: Path) -> None:
+    """Rank 0's Evaluation as JSON at ``result`` (written aside and renamed: the launcher reads a
+    whole file or none), its timestamps in ISO form."""
+    tmp = result.with_name(result.name + f".{os.getpid()}")
     tmp.write_text(
         json.dumps(
             {
@@ -99,8 +124,7 @@ def run(args: argparse.Namespace) -> int:
             default=lambda v: v.isoformat() if isinstance(v, dt.datetime) else str(v),
         )
     )
-    os.replace(tmp, args.result)
-    return 0
+    os.replace(tmp, result)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import torch
 
 from eval.metrics import LangTotals, metric_rows
 from eval.model import EvalModel
-from eval.results import VALIDATION, VALIDATION_METRICS
+from eval.result_rows import VALIDATION, VALIDATION_METRICS
 from eval.tasks.base import Context, Row, Task
 from training.config import EvalConfig
 from training.data.shard_reader import ShardIndex, collate

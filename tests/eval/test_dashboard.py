@@ -16,7 +16,8 @@ from bloomline.config import load_config
 from bloomline.io import sha256_file
 from eval.dashboard import all_regressions, build, regression_threshold
 from eval.metrics import LangTotals, metric_rows
-from eval.results import long_rows, read_results, validation_rows, write_results
+from eval.result_rows import long_rows, validation_rows
+from eval.results import read_results, write_results
 from training.checkpoint.meta import make_meta
 from training.config import TrainRecipe
 

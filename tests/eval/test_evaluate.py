@@ -13,17 +13,16 @@ from bloomline.io import TMP_MARK
 from eval.evaluate import generations
 from eval.metrics import LangTotals, metric_rows, regressions
 from eval.model import LocalModel
+from eval.result_rows import long_rows, validation_rows
 from eval.results import (
     SCHEMA,
     ResultsError,
     clear_evaluations,
     copy_evaluations,
     evaluated_steps,
-    long_rows,
     read_results,
     record_skipped,
     skipped_steps,
-    validation_rows,
     write_results,
 )
 from eval.tasks.validation import evaluate_model, language_samples

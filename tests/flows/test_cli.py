@@ -192,7 +192,7 @@ def test_prepare_end_to_end_and_resume_after_kill(tmp_path, bad_inputs):
 @pytest.mark.slow
 def test_dedup_is_the_same_on_one_worker_or_two_and_after_a_kill_during_it(tmp_path, dup_inputs):
     """A corpus with hundreds of exact and near copies: one worker and two give the same bytes,
-    and so does a run SIGKILLed while its dedup stage runs (the dedup job's first files are on
+    and so does a run SIGKILLed while its dedup pass runs (the dedup job's first files are on
     disk, the stage's marker is not), then run again."""
     args = ["prepare", "--out", None, dup_inputs, "-o", "keep_work=true"]
     one = tmp_path / "one"
@@ -214,7 +214,7 @@ def test_dedup_is_the_same_on_one_worker_or_two_and_after_a_kill_during_it(tmp_p
     proc.wait()
     for sem in set(Path("/dev/shm").glob("sem.mp-*")) - sems_before:
         sem.unlink(missing_ok=True)
-    assert not (out / ".work" / "dedup.json").exists(), "killed too late: the dedup stage had finished"
+    assert not (out / ".work" / "dedup.json").exists(), "killed too late: the dedup pass had finished"
     res = cli(*cmd[len(BLOOMLINE) :])
     assert res.returncode == 0, res.stderr[-3000:]
     assert tree_bytes(out) == tree_bytes(one)
@@ -229,82 +229,60 @@ def test_strict_fails_fast(tmp_path, bad_inputs):
     assert "bad.jsonl:2: malformed_json" in res.stderr
 
 
+def train_refusal(data, *overrides) -> str:
+    """What ``bloomline train`` says of a recipe, checked in-process as the command checks it before
+    any rank starts (load, then flows/train_job.py ``validate``): the error's one line."""
+    from bloomline.config import load_config
+    from bloomline.errors import BloomlineError
+    from flows.config import DEFAULT_RECIPES
+    from flows.train_job import validate
+    from training.config import TrainRecipe
+
+    with pytest.raises(BloomlineError) as e:
+        validate(load_config(TrainRecipe, DEFAULT_RECIPES["train"], list(overrides)), data)
+    assert "\n" not in str(e.value), str(e.value)
+    return str(e.value)
+
+
+@pytest.mark.parametrize(
+    "overrides, pattern",
+    [
+        (["model.vocab_size=5000"], "tokenized with a 4000-piece tokenizer"),
+        (["parallel.pp=2", "parallel.zero_stage=3"], "cannot be combined with pipeline parallelism"),
+        (["model.seq_len=256"], "longer than the model's seq_len 256"),
+        (["train.precision=fp16"], "fp16 needs GPUs"),
+        # UniMax's cap: 0.001 epochs of the demo data cannot hold bloom-tiny's 30 steps
+        (
+            ["batch.blend.rule=unimax", "batch.blend.max_epochs=0.001"],
+            "'batch.blend.max_epochs': 0.001 epochs of every language hold",
+        ),
+        (["batch.mixture=online", "batch.online.rule=doremi"], "batch.online.rule"),
+        (
+            ["batch.mixture=online", "batch.online.min_weight=0.05"],
+            "'batch.online.min_weight': 59 languages × min_weight 0.05 = 2.95 > 1",
+        ),
+        (
+            ["batch.mixture=online", "batch.online.rule=evaluation", "evaluation.enabled=false"],
+            "it needs evaluation.enabled=true",
+        ),
+        (
+            ["batch.mixture=online", "batch.online.rule=evaluation", "batch.online.reference=/nowhere/run"],
+            "has no evaluation results",
+        ),
+    ],
+    ids=lambda x: x[-1] if isinstance(x, list) else None,
+)
+def test_train_refuses_bad_configuration(demo_data, overrides, pattern):
+    assert pattern in train_refusal(demo_data, *overrides)
+
+
 def test_train_refuses_bad_configuration_before_any_rank_starts(demo_data, tmp_path):
-    one_line_error(
-        cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "model.vocab_size=5000"),
-        "tokenized with a 4000-piece tokenizer",
-    )
+    """The command itself, once: one line, exit status 2, no run folder (no rank, no launcher, no log)."""
     one_line_error(
         cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "parallel.tp=3"),
         "num_heads=4 is not divisible by tp=3",
     )
-    one_line_error(
-        cli(
-            "train", "--data", demo_data, "--out", tmp_path / "r", "-o", "parallel.pp=2", "-o", "parallel.zero_stage=3"
-        ),
-        "cannot be combined with pipeline parallelism",
-    )
-    one_line_error(
-        cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "model.seq_len=256"),
-        "longer than the model's seq_len 256",
-    )
-    one_line_error(
-        cli("train", "--data", demo_data, "--out", tmp_path / "r", "-o", "train.precision=fp16"), "fp16 needs GPUs"
-    )
-    one_line_error(  # UniMax's cap: 0.001 epochs of the demo data cannot hold bloom-tiny's 30 steps
-        cli(
-            "train",
-            "--data",
-            demo_data,
-            "--out",
-            tmp_path / "r",
-            "-o",
-            "batch.blend.rule=unimax",
-            "-o",
-            "batch.blend.max_epochs=0.001",
-        ),
-        "'batch.blend.max_epochs': 0.001 epochs of every language hold",
-    )
-    online = ["-o", "batch.mixture=online"]
-    one_line_error(
-        cli("train", "--data", demo_data, "--out", tmp_path / "r", *online, "-o", "batch.online.rule=doremi"),
-        "batch.online.rule",
-    )
-    one_line_error(
-        cli("train", "--data", demo_data, "--out", tmp_path / "r", *online, "-o", "batch.online.min_weight=0.05"),
-        "'batch.online.min_weight': 59 languages × min_weight 0.05 = 2.95 > 1",
-    )
-    one_line_error(
-        cli(
-            "train",
-            "--data",
-            demo_data,
-            "--out",
-            tmp_path / "r",
-            *online,
-            "-o",
-            "batch.online.rule=evaluation",
-            "-o",
-            "evaluation.enabled=false",
-        ),
-        "it needs evaluation.enabled=true",
-    )
-    one_line_error(
-        cli(
-            "train",
-            "--data",
-            demo_data,
-            "--out",
-            tmp_path / "r",
-            *online,
-            "-o",
-            "batch.online.rule=evaluation",
-            "-o",
-            f"batch.online.reference={tmp_path / 'nowhere'}",
-        ),
-        "has no evaluation results",
-    )
-    assert not (tmp_path / "r").exists()  # no run folder: no rank, no launcher, no log was started
+    assert not (tmp_path / "r").exists()
 
 
 @pytest.mark.slow
@@ -482,7 +460,7 @@ def test_evaluate_publishes_results_tensorboard_and_artifacts_and_refuses_bad_ch
     with sqlite3.connect(tmp_path / "prefect-home" / "prefect.db") as db:
         kinds = {k: t_ for k, t_ in db.execute("select key, type from artifact")}
     assert kinds.get("evaluation-run") == "table" and kinds.get("evaluation-summary-run") == "markdown"
-    # refused, one line, before any server starts
+    # refused, one line, before any server starts: the command once, the other refusals in-process
     (tmp_path / "half").mkdir()
     one_line_error(cli("evaluate", "--checkpoint", tmp_path / "half", "--data", demo_data), "bloomline.json not found")
     other = tmp_path / "other-data"
@@ -490,8 +468,7 @@ def test_evaluate_publishes_results_tensorboard_and_artifacts_and_refuses_bad_ch
     m = json.loads((other / "manifest.json").read_text())
     m["seed"] = 1
     (other / "manifest.json").write_text(json.dumps(m))
-    res = cli("evaluate", "--checkpoint", run / "checkpoints" / "step_4", "--data", other)
-    assert res.returncode == 2 and "was trained on other data" in res.stderr
+    assert "was trained on other data" in evaluate_refusal(run / "checkpoints" / "step_4", other)
     # a planted model-state pickle: refused in one line by evaluate and export, and its code never runs
     planted = tmp_path / "planted" / "checkpoints" / "step_4"
     shutil.copytree(run / "checkpoints" / "step_4", planted)
@@ -500,9 +477,31 @@ def test_evaluate_publishes_results_tensorboard_and_artifacts_and_refuses_bad_ch
     sd["rng"] = Planted(marker)
     torch.save(sd, f)
     refused = f"{f} is refused: it names posix.system"
-    one_line_error(cli("evaluate", "--checkpoint", planted, "--data", demo_data), refused)
-    one_line_error(cli("export", "--checkpoint", planted, "--out", tmp_path / "hf", "--data", demo_data), refused)
+    assert refused in evaluate_refusal(planted, demo_data)
+    from bloomline.errors import BloomlineError
+    from eval.export import export
+
+    with pytest.raises(BloomlineError, match=re.escape(refused)):
+        export(planted, tmp_path / "hf", demo_data, "fp32")
     assert not marker.exists()
+
+
+def evaluate_refusal(checkpoint: Path, data: Path) -> str:
+    """What ``bloomline evaluate`` says of a checkpoint before its flow's server starts, checked
+    in-process as the command checks it (eval/evaluate.py ``checked``, then the safe loader's
+    check of every file): the error's one line."""
+    from bloomline.config import load_config
+    from bloomline.errors import BloomlineError
+    from eval.evaluate import checked
+    from flows.config import DEFAULT_RECIPES
+    from training.checkpoint.safe_load import check_folder
+    from training.config import EvalConfig
+
+    with pytest.raises(BloomlineError) as e:
+        checked(checkpoint, data, load_config(EvalConfig, DEFAULT_RECIPES["eval"]))
+        check_folder(checkpoint)
+    assert "\n" not in str(e.value), str(e.value)
+    return str(e.value)
 
 
 class Planted:
