@@ -1,6 +1,6 @@
 """Benchmark of the two attention kernels (run by hand; prints figures).
 
-    python bench/attention.py [--workdir /tmp/bloomline-attn-bench] [--repeats 5]
+    python -m bench.attention [--workdir /tmp/bloomline-attn-bench] [--repeats 5]
 
 One transformer block (``training.model.bloom.Block``) at bloom-tiny's width (64, 4 heads) and at
 bloom-560m's (1024, 16 heads), on micro-batches of 4096 tokens drawn from shards packed from
@@ -22,18 +22,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "corpus"
-sys.path.insert(0, str(REPO))
-
-from bench.train_throughput import prepare  # noqa: E402
-from training.config import ModelConfig  # noqa: E402
+from bench.repo import SHARED
+from bench.train_throughput import prepare
+from training.config import ModelConfig
 
 WIDTHS = {"tiny": dict(hidden_size=64, num_heads=4), "560m-wide": dict(hidden_size=1024, num_heads=16)}
 TOKENS = 4096

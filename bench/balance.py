@@ -1,6 +1,6 @@
 """Benchmark of the data-parallel load balance (run by hand; prints figures).
 
-    python bench/balance.py [--steps 50] [--dp 4] [--workdir /tmp/bloomline-attn-bench]
+    python -m bench.balance [--steps 50] [--dp 4] [--workdir /tmp/bloomline-attn-bench]
 
 The same steps drawn twice from shards packed from ../shared/corpus (buckets 256…2048, as
 bench/attention.py prepares them; packed as bloomline packs, and loosely), dealt to ``--dp`` ranks
@@ -15,18 +15,14 @@ With ``sdpa`` every rank computes the same dense work whatever the dealing (rati
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench.attention import packed_and_loose  # noqa: E402
-from bench.train_throughput import SHARED  # noqa: E402
-from bloomline.config import load_config  # noqa: E402
-from training.config import BatchConfig, ModelConfig  # noqa: E402
+from bench.attention import packed_and_loose
+from bench.repo import REPO, SHARED
+from bloomline.config import load_config
+from training.config import BatchConfig, ModelConfig
 
 
 def rank_flops(index, plan, cfg: ModelConfig, n_params: int) -> np.ndarray:

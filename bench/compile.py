@@ -1,6 +1,6 @@
 """Benchmark of ``train.compile`` (torch.compile of each block) on this machine (run by hand).
 
-    python bench/compile.py [--steps 40] [--workdir /tmp/bloomline-train-bench]
+    python -m bench.compile [--steps 40] [--workdir /tmp/bloomline-train-bench]
 
 The trainer (DeepSpeed, real launcher, bf16, bloom-tiny, the shards of bench/train_throughput.py)
 run twice on the same steps, without and with ``train.compile``: tokens/s over the steps after
@@ -12,13 +12,9 @@ took beyond that bucket's steady step time (compile cost), and the ratio. One ru
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench.train_throughput import setup, trainer_tokens_per_s  # noqa: E402
+from bench.train_throughput import setup, trainer_tokens_per_s
 
 
 def split(run: Path) -> tuple[float, float]:

@@ -1,6 +1,6 @@
 """Benchmark of the trainer's data access as the data and the rank count grow (run by hand).
 
-    python bench/data_access.py [--workdir /tmp/bloomline-data-bench] [--copies 8] [--before COMMIT]
+    python -m bench.data_access [--workdir /tmp/bloomline-data-bench] [--copies 8] [--before COMMIT]
 
 Data: the shards `bloomline prepare` makes of ../shared/corpus, copied ``--copies`` times under
 new names into a "×1" folder and 4·copies times into a "×4" folder (real copies: every shard its
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -30,12 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "corpus"
+from bench.repo import REPO, SHARED, cli, repo_env
 
 RANK = r"""
 import json, os, resource, sys, time
-sys.path.insert(0, os.environ["CODE"])
 import numpy as np, psutil, torch  # noqa: F401  (imports first: their RSS is not the data layer's)
 from bloomline.config import load_config
 from training.config import TrainRecipe
@@ -85,22 +82,18 @@ print(json.dumps({"rank": rank, "startup_s": first, "hashed": hashed, "rss0_mb":
 def prepare(wd: Path) -> Path:
     out = wd / "prepared"
     if not (out / "manifest.json").exists():
-        cmd = [
-            sys.executable,
-            "-m",
-            "flows.cli",
+        cli(
             "prepare",
             "--out",
-            str(out),
-            str(SHARED),
+            out,
+            SHARED,
             "-o",
             "tokenizer.vocab_size=8000",
             "-o",
             "pack.buckets=[256,512,1024,2048]",
             "-o",
             "pack.valid_fraction=0.02",
-        ]
-        subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        )
     return out
 
 
@@ -127,7 +120,7 @@ def one_rank(code: Path, data: Path, steps: int = 20, stamp: Path | None = None)
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run(
             [sys.executable, "-c", RANK, str(data), str(stamp or f"{tmp}/stamp.json"), str(steps)],
-            env={**os.environ, "CODE": str(code), "DS_ACCELERATOR": "cpu"},
+            env=repo_env(code, CODE=str(code), DS_ACCELERATOR="cpu"),
             cwd=code,
             capture_output=True,
             text=True,
@@ -143,15 +136,15 @@ def ranks(code: Path, data: Path, world: int, hash_all: bool) -> list[dict]:
         port = free_port()
         procs = []
         for rank in range(world):
-            env = {
-                **os.environ,
-                "CODE": str(code),
-                "RANK": str(rank),
-                "WORLD_SIZE": str(world),
-                "MASTER_ADDR": "127.0.0.1",
-                "MASTER_PORT": str(port),
+            env = repo_env(
+                code,
+                CODE=str(code),
+                RANK=str(rank),
+                WORLD_SIZE=str(world),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
                 **({"HASH_ALL": "1"} if hash_all else {}),
-            }
+            )
             procs.append(
                 subprocess.Popen(
                     [sys.executable, "-c", RANK, str(data), f"{tmp}/stamp.json", "1"],

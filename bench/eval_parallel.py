@@ -1,6 +1,6 @@
 """Benchmark of the parallel evaluator (eval/parallel/, issue 38; run by hand; prints figures).
 
-    DS_ACCELERATOR=cpu python bench/eval_parallel.py [--workdir /tmp/bloomline-parallel-bench]
+    DS_ACCELERATOR=cpu python -m bench.eval_parallel [--workdir /tmp/bloomline-parallel-bench]
         [--layers 6] [--items 8] [--max-tokens 256] [--layouts 1x1,2x2] [--quick]
 
 About 11 minutes on 2 cores; ``--quick`` (bloom-tiny, layouts (1,1) and (2,1), a few items) is a
@@ -18,7 +18,7 @@ into the workdir once, then reused) and a checkpoint written directly from a ran
    Whether every layout's numbers are the single process's (largest relative difference of any
    result row), and the share of the cores other processes used meanwhile (on a shared host,
    threads that share a core with another job wait for each other: rerun when it is not ~0).
-2. Each process's peak RSS (bench/proctree.py, every 0.1 s): the driver (the process that called
+2. Each process's peak RSS (tests/support/proctree.py, every 0.1 s): the driver (the process that called
    ``evaluate``: the model's only process at (1,1)) and each rank; less a bare process that
    imports torch, DeepSpeed and megatron-core; in each phase of 1; beside eval/parallel/plan.py's
    estimate. Target: the largest rank at (2,2) at most 0.5× the single process.
@@ -44,10 +44,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench.proctree import Sampled, run_sampled  # noqa: E402
+from bench.repo import REPO
+from tests.support.proctree import Sampled, run_sampled
 
 LAYOUTS = ((1, 1), (2, 1), (1, 2), (2, 2))
 QUICK_LAYOUTS = ((1, 1), (2, 1))
@@ -267,7 +265,7 @@ def measured(wd: Path, name: str, spec: dict[str, Any]) -> tuple[dict[str, Any],
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(spec_file)]
+    cmd = [sys.executable, "-m", "bench.eval_parallel", "--child", str(spec_file)]
     busy = busy_seconds()
     s = run_sampled(cmd, REPO, {**os.environ, "TMPDIR": str(tmp)}, timeline=True)
     other = max(0.0, busy_seconds() - busy - sum(s.cpu.values())) / (s.seconds * CORES)

@@ -1,6 +1,6 @@
 """Benchmark of downstream evaluation tasks and decontamination (run by hand; prints figures).
 
-    python bench/eval_tasks.py [--workdir /tmp/bloomline-tasks-bench] [--steps 40] [--items 40]
+    python -m bench.eval_tasks [--workdir /tmp/bloomline-tasks-bench] [--steps 40] [--items 40]
 
 On shards prepared from ../shared/corpus (bench/train_throughput.py ``prepare``) and bloom-tiny.
 No hub is reachable, so the task files are written here from ../shared/corpus in each task's
@@ -15,7 +15,7 @@ or word, the others taken from other documents of the language.
 2. Seconds per evaluated checkpoint, per task (``eval.evaluate.evaluate`` on the last checkpoint).
 3. bloomline's scoring of each local family (in-process) against lm-eval's own run of the same
    tasks on ``bloomline export``'s folder: wall time of each, and whether every number is equal.
-4. Decontamination: the chunk stage (read, normalize, language ID, quality, dedup signatures)
+4. Decontamination: the chunks pass (read, normalize, language ID, quality, dedup signatures)
    over the whole shared corpus, serially in this process, without and with the
    ``decontaminate`` step against the task files: documents/s; the index's build time and size
    per million n-grams, and the step's own time per million n-grams checked.
@@ -28,19 +28,16 @@ import json
 import random
 import re
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench.eval_throughput import train  # noqa: E402
-from bench.train_throughput import SHARED, prepare  # noqa: E402
-from bloomline.task_spec import TaskSpec  # noqa: E402
+from bench.eval_throughput import train
+from bench.repo import REPO, SHARED
+from bench.train_throughput import prepare
+from bloomline.task_spec import TaskSpec
 
 FAMILIES = ("xstorycloze", "xcopa", "xnli", "xwinograd", "belebele")
 _SENT = re.compile(r"(?<=[.!?。！？])\s*")
@@ -271,7 +268,7 @@ def decontamination(folders: dict[str, Path]) -> None:
     from data_prep.steps.decontaminate import build_index
     from data_prep.storage.workdir import Paths
 
-    print("4. decontamination on ../shared/corpus (the chunk stage, serial, this process)")
+    print("4. decontamination on ../shared/corpus (the chunks pass, serial, this process)")
     specs = [TaskSpec(name=f, data=str(p)) for f, p in folders.items()]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

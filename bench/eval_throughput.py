@@ -1,6 +1,6 @@
 """Benchmark of the per-language evaluation (run by hand; prints figures).
 
-    python bench/eval_throughput.py [--workdir /tmp/bloomline-eval-bench] [--steps 60]
+    python -m bench.eval_throughput [--workdir /tmp/bloomline-eval-bench] [--steps 60]
 
 On shards prepared from ../shared/corpus (vocab 8000, buckets 64…512) and bloom-tiny:
 
@@ -22,22 +22,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench.train_throughput import SHARED, prepare  # noqa: E402  (the same shards as the training bench)
-from bloomline.config import load_config  # noqa: E402
-from training.config import TrainRecipe  # noqa: E402
+from bench.repo import REPO, SHARED, cli
+from bench.train_throughput import prepare  # the same shards as the training bench
+from bloomline.config import load_config
+from training.config import TrainRecipe
 
 
 def overrides(data: Path) -> list[str]:
@@ -84,15 +79,12 @@ def eval_vs_forward(data: Path, dtype: torch.dtype) -> tuple[float, float]:
 
 def train(data: Path, out: Path, steps: int, extra: list[str]) -> list[dict]:
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "flows.cli",
+    cli(
         "train",
         "--data",
-        str(data),
+        data,
         "--out",
-        str(out),
+        out,
         "-o",
         f"train.steps={steps}",
         "-o",
@@ -106,14 +98,6 @@ def train(data: Path, out: Path, steps: int, extra: list[str]) -> list[dict]:
         "-o",
         "train.activation_checkpointing=false",
         *[x for o in [*overrides(data), *extra] for x in ("-o", o)],
-    ]
-    subprocess.run(
-        cmd,
-        cwd=REPO,
-        check=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"},
     )
     return [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
 

@@ -1,6 +1,6 @@
-"""The long fuzz run of ``prepare``: hostile inputs (bench/fuzz_inputs.py) at length, counting what breaks.
+"""The long fuzz run of ``prepare``: hostile inputs (tests/support/fuzz_inputs.py) at length, counting what breaks.
 
-    python bench/fuzz.py [--records 100000] [--seed 0] [--work DIR]
+    python -m bench.fuzz [--records 100000] [--seed 0] [--work DIR]
 
 The long run draws files of hostile lines until ``--records`` records are generated (plus some
 Parquet files and cut gzip streams), mixes in a clean file from the sample corpus, runs the whole
@@ -23,10 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench.fuzz_inputs import (  # noqa: E402
+from bench.repo import REPO
+from tests.support.fuzz_inputs import (
     MAX_DOC_BYTES,
     STREAM_COMPRESSIONS,
     cut_gzip,
@@ -150,7 +148,7 @@ def main() -> int:
     if m is not None:
         print(
             f"records booked: {m['totals']['input_records']:,} of {expected:,} (unbooked: {unbooked}); kept "
-            f"{m['totals']['docs_kept']:,}; the drop log equals the ledger (checked by the manifest stage)"
+            f"{m['totals']['docs_kept']:,}; the drop log equals the ledger (checked by the manifest pass)"
         )
         print(
             "errors booked by reason: "
@@ -190,7 +188,7 @@ def hostile_search_seconds(size: int) -> dict[str, float]:
 
 
 def clean_docs_unchanged(cfg: Any, clean: Path, work: Path) -> bool:
-    """Whether the chunk stage kept the same documents of the clean file beside the hostile inputs
+    """Whether the chunks pass kept the same documents of the clean file beside the hostile inputs
     as alone (whichever chunk or bundle read it)."""
     import copy
 

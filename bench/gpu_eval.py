@@ -2,11 +2,11 @@
 
 Here (CPU), a dry run on bloom-tiny so no device time is spent finding a typo:
 
-    python bench/gpu_eval.py --smoke --data DATA_DIR        # device=cpu, fp32
+    python -m bench.gpu_eval --smoke --data DATA_DIR        # device=cpu, fp32
 
 On the device, from bench/gpu/run.sh (after bench/gpu_validate.py), on .gpu/data:
 
-    python3 bench/gpu_eval.py --data .gpu/data --out $OUT
+    python3 -m bench.gpu_eval --data .gpu/data --out $OUT
 
 A checkpoint of bloom-560m's shape (24 layers × 1024, 16 heads; the carried data's vocabulary) is
 written from its initial weights (timings do not depend on what the weights learned), then, with
@@ -29,21 +29,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bloomline.config import from_dict, load_config  # noqa: E402
-from bloomline.io import sha256_file  # noqa: E402
-from training.checkpoint.meta import make_meta  # noqa: E402
-from training.config import EvalConfig, TrainRecipe  # noqa: E402
-from training.model.bloom import Bloom  # noqa: E402
+from bench.repo import REPO
+from bloomline.config import from_dict, load_config
+from bloomline.io import sha256_file
+from training.checkpoint.meta import make_meta
+from training.config import EvalConfig, TrainRecipe
+from training.model.bloom import Bloom
 
 NEW_TOKENS = 24
 PROMPTS = 16

@@ -4,7 +4,7 @@ Here (CPU), once, to build the bundle the device needs (wheels it lacks + shards
 of this same script on bloom-tiny so no device time is spent finding a typo:
 
     bash bench/gpu/bundle.sh                       # -> .gpu/whl, .gpu/data (git-ignored)
-    python bench/gpu_validate.py --smoke           # CPU, gloo, bloom-tiny, a few steps
+    python -m bench.gpu_validate --smoke           # CPU, gloo, bloom-tiny, a few steps
 
 On the device (one `run`, carry [".gpu"], timeout_s 540):
 
@@ -38,12 +38,10 @@ from typing import Callable
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bloomline.config import load_config, to_dict  # noqa: E402
-from training.config import TrainRecipe  # noqa: E402
-from training.loop.launch import launch_command, run_job  # noqa: E402
+from bench.repo import REPO
+from bloomline.config import load_config, to_dict
+from training.config import TrainRecipe
+from training.loop.launch import launch_command, run_job
 
 H200_BF16_DENSE = 989e12  # NVIDIA's H200 SXM datasheet, dense (no sparsity)
 

@@ -1,7 +1,7 @@
 """Benchmark of the online language mixture against fixed blends (run by hand; prints figures).
 
-    python bench/mixture.py [--steps 300] [--seeds 3] [--workdir /tmp/bloomline-mixture]
-    python bench/mixture.py --corpus skewed [--steps 300] [--seeds 3] [--arms natural,alpha,...]
+    python -m bench.mixture [--steps 300] [--seeds 3] [--workdir /tmp/bloomline-mixture]
+    python -m bench.mixture --corpus skewed [--steps 300] [--seeds 3] [--arms natural,alpha,...]
 
 bloom-tiny trains on ../shared/corpus (all 59 languages, prepared with configs/data/demo.yaml's
 settings) to the same number of steps of the same token budget in five arms:
@@ -37,14 +37,10 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "corpus"
-sys.path.insert(0, str(REPO))
+from bench.repo import REPO, SHARED, cli
 
 ARMS = {
     "alpha": [],
@@ -56,16 +52,6 @@ ARMS = {
 EVALUATED = ("evaluation", "excess", "reference", "continuation")  # evaluated at every checkpoint while training
 REFERENCE_SEED = 0
 FAMILIES = ("niger-congo", "indic", "code", "other")
-
-
-def cli(*args: str, log: Path) -> None:
-    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DS_ACCELERATOR": "cpu"}
-    with open(log, "w") as f:
-        rc = subprocess.run(
-            [sys.executable, "-m", "flows.cli", *args], cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT
-        ).returncode
-    if rc:
-        raise SystemExit(f"bloomline {args[0]} failed (exit {rc}); see {log}")
 
 
 def prepare(wd: Path) -> tuple[Path, Path]:
@@ -82,6 +68,7 @@ def prepare(wd: Path) -> tuple[Path, Path]:
             str(data),
             str(SHARED),
             log=wd / "prepare.log",
+            DS_ACCELERATOR="cpu",
         )
     uniform = wd / "data-uniform"
     if not (uniform / "manifest.json").exists():
@@ -140,7 +127,7 @@ def run_arm(
     out.mkdir(parents=True, exist_ok=True)
     t = time.time()
     if not RunDir(out).step_dir(steps).is_dir():
-        cli(*args, log=out / "bench-train.log")
+        cli(*args, log=out / "bench-train.log", DS_ACCELERATOR="cpu")
     wall = time.time() - t
     if not final.exists():  # every arm's final checkpoint alike (an evaluation the watcher left included)
         held = (  # on data no arm has seen or steered by, into a folder of its own
@@ -167,6 +154,7 @@ def run_arm(
             "-o",
             "prompts_per_lang=0",
             log=out / ("bench-test.log" if test is not None else "bench-eval.log"),
+            DS_ACCELERATOR="cpu",
         )
     return wall
 
@@ -207,7 +195,7 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, help="(/tmp/bloomline-mixture, skewed: /tmp/bloomline-mixture-skewed)")
     ap.add_argument("--fresh", action="store_true")
     ap.add_argument("--corpus", choices=["balanced", "skewed"], default="balanced")
-    ap.add_argument("--mb", type=float, default=64, help="skewed: corpus size (bench/skewed.py)")
+    ap.add_argument("--mb", type=float, default=64, help="skewed: corpus size (tests/support/skewed.py)")
     ap.add_argument("--floor-kb", type=float, default=16, help="skewed: the least of any language")
     ap.add_argument("--test-kb", type=float, default=24, help="skewed: test corpus per language")
     ap.add_argument("--test-items", type=int, default=50, help="skewed: continuation items per language on test")

@@ -1,6 +1,6 @@
-"""The verdict where a mixture matters: ``python bench/mixture.py --corpus skewed``.
+"""The verdict where a mixture matters: ``python -m bench.mixture --corpus skewed``.
 
-The corpus is bench/skewed.py's, grown in ROOTS' proportions (``--mb``, every language at least ``--floor-kb``), prepared with
+The corpus is tests/support/skewed.py's, grown in ROOTS' proportions (``--mb``, every language at least ``--floor-kb``), prepared with
 configs/data/demo.yaml's settings; a **test** corpus of ``--test-kb`` of every language, walked
 with another seed and holding no training text, is prepared with the training data's tokenizer,
 and the verdict reads it alone (``evaluation.settings.heldout``): the evaluation arms steer by the
@@ -23,7 +23,8 @@ import math
 import statistics
 from pathlib import Path
 
-from bench.mixture import FAMILIES, REPO, cli, run_arm
+from bench.mixture import FAMILIES, run_arm
+from bench.repo import REPO, cli
 
 UNIMAX_EPOCHS = 4
 """UniMax's cap for the skewed verdict, written down before any run: within the 1-5 epochs of
@@ -52,7 +53,7 @@ FIXED = ("alpha", "unimax", "schedule")  # the fixed rules an online rule must b
 def prepare_skewed(wd: Path, mb: float, floor_kb: float, test_kb: float) -> tuple[Path, Path]:
     """The skewed corpus prepared (its tokenizer trained on it), and the test corpus prepared with
     that tokenizer, nearly all of it in its validation split (the split an evaluation reads)."""
-    from bench.skewed import grow_skewed, grow_test
+    from tests.support.skewed import grow_skewed, grow_test
 
     corpus, test_corpus = wd / "corpus", wd / "test-corpus"
     grow_skewed(corpus, mb, floor_kb, seed=0)
@@ -61,7 +62,9 @@ def prepare_skewed(wd: Path, mb: float, floor_kb: float, test_kb: float) -> tupl
     recipe = str(REPO / "configs/data/demo.yaml")
     if not (data / "manifest.json").exists():
         print(f"preparing the skewed corpus {corpus} → {data} …", flush=True)
-        cli("prepare", "--config", recipe, "--out", str(data), str(corpus), log=wd / "prepare.log")
+        cli(
+            "prepare", "--config", recipe, "--out", str(data), str(corpus), log=wd / "prepare.log", DS_ACCELERATOR="cpu"
+        )
     if not (test / "manifest.json").exists():
         print(
             f"preparing the test corpus ({t.get('dropped_as_seen', 0)} walks dropped as seen in training) …", flush=True
@@ -79,6 +82,7 @@ def prepare_skewed(wd: Path, mb: float, floor_kb: float, test_kb: float) -> tupl
             "-o",
             "pack.valid_fraction=0.9",
             log=wd / "prepare-test.log",
+            DS_ACCELERATOR="cpu",
         )
     return data, test
 

@@ -1,6 +1,6 @@
 """How far `bloomline prepare` is from this machine's floor (run by hand; prints figures).
 
-    python bench/prepare_floor.py [--base-mb 16] [--sizes 1,4,16] [--workdir /tmp/bloomline-floor]
+    python -m bench.prepare_floor [--base-mb 16] [--sizes 1,4,16] [--workdir /tmp/bloomline-floor]
                                   [--steps-only] [--startup-only] [--datatrove]
 
 The floor is what ``prepare`` must do anyway: read the records and SentencePiece-encode their
@@ -13,9 +13,9 @@ put back; ``--base-mb`` × each size):
    dedup, a tokenizer trained on 20 MB, packing), timed from outside.
 2. The floor on the same corpus with that run's tokenizer: a pool of one process per core
    reads each JSONL line (orjson), SentencePiece-encodes the text in batches of 512 (one
-   thread, its numpy output: the fastest way to get ids, as the pack stage gets them), and
+   thread, its numpy output: the fastest way to get ids, as the pack pass gets them), and
    counts the tokens. Also the SentencePiece-only rate (the encode seconds alone, per core summed).
-3. MB/s of both, the ratio whole ÷ floor (targets ≤ 5, stretch 4), the pack stage's rate over
+3. MB/s of both, the ratio whole ÷ floor (targets ≤ 5, stretch 4), the pack pass's rate over
    the SentencePiece-only rate (target ≥ 0.7; PII redaction included), and the stage seconds.
 
 ``--steps-only``: each per-document step alone, one process, bloomline's own code, on a
@@ -33,19 +33,14 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import os
 import re
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench.grow import grow  # noqa: E402
-from bench.scale import WORKERS, prepare  # noqa: E402
+from bench.repo import REPO, cli
+from bench.scale import WORKERS, prepare
+from tests.support.grow import grow
 
 CORES = 2
 OVERRIDES = [  # bench/scale.py's, on the full default recipe (language ID and PII on)
@@ -228,7 +223,8 @@ def startup(wd: Path, repo: Path = REPO) -> None:
     run = wd / "run-1mb"
     shutil.rmtree(run, ignore_errors=True)
     t0 = time.time()
-    cli(repo, "train", "--data", wd / "out-1mb", "--out", run, "-o", "train.steps=1", "-o", "checkpoint.interval=1")
+    train = ["--data", wd / "out-1mb", "--out", run, "-o", "train.steps=1", "-o", "checkpoint.interval=1"]
+    cli("train", *train, "-o", "evaluation.enabled=false", repo=repo, DS_ACCELERATOR="cpu")
     wall = time.time() - t0
     step = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
     print(
@@ -237,24 +233,13 @@ def startup(wd: Path, repo: Path = REPO) -> None:
         "shut-down)"
     )
     t0 = time.time()
-    out = cli(repo, "evaluate", "--checkpoint", run / "checkpoints" / "step_1", "--data", wd / "out-1mb")
+    evaluate = ["--checkpoint", run / "checkpoints" / "step_1", "--data", wd / "out-1mb"]
+    out = cli(
+        "evaluate", *evaluate, "-o", "tasks=[]", "-o", "max_tokens_per_lang=2048", repo=repo, DS_ACCELERATOR="cpu"
+    )
     wall = time.time() - t0
     inner = float(re.search(r"tokens in ([\d.]+) s", out).group(1))
     print(f"evaluate, bits per byte only, 2,048 tokens per language: wall {wall:.1f} s; the evaluation {inner:.1f} s")
-
-
-def cli(repo: Path, *args: object) -> str:
-    """A bloomline command run from ``repo`` (its output); the start-up runs' own settings."""
-    extra = {
-        "train": ["-o", "evaluation.enabled=false"],
-        "evaluate": ["-o", "tasks=[]", "-o", "max_tokens_per_lang=2048"],
-    }
-    cmd = [sys.executable, "-m", "flows.cli", *map(str, args), *extra[str(args[0])]]
-    env = {**os.environ, "PYTHONPATH": str(repo), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DS_ACCELERATOR": "cpu"}
-    res = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
-    if res.returncode:
-        raise SystemExit(f"{args[0]} failed ({res.returncode}):\n{res.stderr[-3000:]}")
-    return res.stdout + res.stderr  # rich writes to stderr
 
 
 def main() -> None:
@@ -304,7 +289,7 @@ def main() -> None:
         rows.append(row)
         print(
             f"×{k} ({mb:,.0f} MB): whole {row['whole']:.1f} s ({mb / row['whole']:.2f} MB/s), floor {row['floor']:.1f} s "
-            f"({mb / row['floor']:.2f} MB/s), ratio {row['whole'] / row['floor']:.2f}; pack stage "
+            f"({mb / row['floor']:.2f} MB/s), ratio {row['whole'] / row['floor']:.2f}; pack pass "
             f"{row['pack_rate']:.2f} MB/s = {row['pack_rate'] / sp_rate:.2f}× SentencePiece-only ({sp_rate:.2f} MB/s); "
             f"stages {json.dumps({s: round(v, 1) for s, v in row['stages'].items()})}; peak RSS driver "
             f"{row['driver']:,.0f} MiB, largest worker {row['worker']:,.0f} MiB; CPU s "

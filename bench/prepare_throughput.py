@@ -1,6 +1,6 @@
 """Benchmark of `bloomline prepare` on ../shared/corpus (run by hand; prints figures).
 
-    python bench/prepare_throughput.py [--scale 16] [--workdir /tmp/bloomline-bench]
+    python -m bench.prepare_throughput [--scale 16] [--workdir /tmp/bloomline-bench]
 
 What it measures, all in one run so the ratios compare like with like:
 
@@ -24,7 +24,7 @@ What it measures, all in one run so the ratios compare like with like:
    ``bloomline prepare`` (wall time of the CLI, its temporary Prefect server included; quality
    filters, exact + MinHash dedup, tokenization with a given tokenizer, packing; PII and langid
    off, which the others lack) against a **datatrove** pipeline of the same steps with the same
-   number of workers (bench/datatrove_baseline.py: JsonlReader, GopherQualityFilter, MinHash
+   number of workers (tests/support/datatrove_baseline.py: JsonlReader, GopherQualityFilter, MinHash
    dedup with 128 hashes, DocumentTokenizer with the same tokenizer in its ``tokenizers`` form,
    checked to give SentencePiece's ids on every document), the Megatron-style baseline (reads,
    parses, encodes, writes: the same span) and the SentencePiece limit (encode only). docs/s and
@@ -48,12 +48,10 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from bench.repo import REPO, SHARED, cli_command, repo_env
 from bloomline.host import available_cpus
 from data_prep.steps.normalize import normalize_text
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-SHARED = REPO.parent / "shared" / "corpus"
 CORES = available_cpus()
 
 BASE_OVERRIDES = [
@@ -90,12 +88,16 @@ def replicate(dst: Path, times: int) -> int:
 def run_prepare(inputs: Path, out: Path, overrides: list[str]) -> tuple[float, float, dict]:
     """Run the CLI, sampling the RSS of its process tree; returns (peak MiB, seconds, run_stats)."""
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "flows.cli", "prepare", "--out", str(out), str(inputs)]
-    for o in [*BASE_OVERRIDES, *overrides]:
-        cmd += ["-o", o]
+    cmd = cli_command("prepare", "--out", out, inputs, *[x for o in [*BASE_OVERRIDES, *overrides] for x in ("-o", o)])
     t0 = time.time()
     proc = subprocess.Popen(
-        cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+        cmd,
+        cwd=REPO,
+        env=repo_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     peak = 0
     err: list[str] = []
@@ -180,7 +182,7 @@ def whole_run(x1: Path, nbytes: int, wd: Path, model: str) -> None:
     import sentencepiece as spm
     from tokenizers import Tokenizer
 
-    from bench.datatrove_baseline import run_timed, spm_to_tokenizers
+    from tests.support.datatrove_baseline import run_timed, spm_to_tokenizers
 
     tok_json = spm_to_tokenizers(model, wd / "tokenizer.json")
     sp, fast = spm.SentencePieceProcessor(model_file=model), Tokenizer.from_file(str(tok_json))

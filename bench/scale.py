@@ -1,22 +1,22 @@
 """`bloomline prepare` at corpus scale: time and memory of every process as the corpus grows
 (run by hand; prints figures).
 
-    python bench/scale.py [--base-mb 256] [--sizes 1,4,16] [--workdir /tmp/bloomline-scale]
+    python -m bench.scale [--base-mb 256] [--sizes 1,4,16] [--workdir /tmp/bloomline-scale]
                           [--repo PATH] [--skip-speedup] [--skip-datatrove] [--skip-manifest]
 
 1. Corpora of ``--base-mb`` × each size, grown from ../shared/corpus by per-language Markov walks
-   with 4% duplicates put back (bench/grow.py): unique, realistic documents.
+   with 4% duplicates put back (tests/support/grow.py): unique, realistic documents.
 2. Per size, the whole ``bloomline prepare`` (the CLI with its temporary Prefect server, a Dask
    LocalCluster of 2 workers, the full pipeline as configs/data/demo.yaml has it, with
    ``tokenizer.sample_bytes`` 20 MB and ``read.chunk_bytes`` 4 MiB, see OVERRIDES): wall time, documents/s, MB/s, and the peak RSS of the
    driver (the CLI process) and of the largest Dask worker, each process sampled every 0.1 s
-   (bench/proctree.py); the dedup stage's seconds from ``run_stats.json``.
-3. Per size, the dedup stage alone, on that run's chunk files, with a LocalCluster of 1 worker and
+   (tests/support/proctree.py); the dedup pass's seconds from ``run_stats.json``.
+3. Per size, the dedup pass alone, on that run's chunk files, with a LocalCluster of 1 worker and
    of 2 workers: seconds and the speed-up (target ≥ 1.6).
 4. Flatness: each process's peak at the largest size over its peak at the smallest (target ≤ 1.25).
 5. At 4×: bloomline against datatrove doing the same steps (quality filter, MinHash dedup,
    tokenization with the same tokenizer; langid and PII off, which datatrove's run lacks) with 2
-   workers, whole runs timed from outside (bench/datatrove_baseline.py; target: ≥ 3× faster).
+   workers, whole runs timed from outside (tests/support/datatrove_baseline.py; target: ≥ 3× faster).
 6. ``manifest.json`` with 100,000 shards: the seconds to write it and to load and check it, and
    its size.
 7. ``--many-files-only``: the same 40 MB of documents as 1,000 and as 10,000 small files of mixed
@@ -32,19 +32,16 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench.grow import grow  # noqa: E402
-from bench.proctree import run_sampled  # noqa: E402
+from bench.repo import REPO, cli_command, repo_env
+from tests.support.grow import grow
+from tests.support.proctree import run_sampled
 
 WORKERS = 2
 # read.chunk_bytes 4 MiB: the 1× corpus holds about 4 MB per language file, so with the default
-# 32 MiB a chunk would grow with the corpus up to 32 MiB, and with it the chunk stage's memory
+# 32 MiB a chunk would grow with the corpus up to 32 MiB, and with it the chunks pass's memory
 # (bounded by read.chunk_bytes, checked against memory_gib): full chunks at every size measure
 # what grows with the corpus itself.
 OVERRIDES = [
@@ -57,11 +54,8 @@ OVERRIDES = [
 
 def prepare(repo: Path, inputs: Path, out: Path, overrides: list[str]):
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "flows.cli", "prepare", "--out", str(out), str(inputs)]
-    for o in overrides:
-        cmd += ["-o", o]
-    env = {**os.environ, "PYTHONPATH": str(repo), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    res = run_sampled(cmd, repo, env)
+    cmd = cli_command("prepare", "--out", out, inputs, *[x for o in overrides for x in ("-o", o)])
+    res = run_sampled(cmd, repo, repo_env(repo))
     if res.returncode:
         raise SystemExit(f"prepare failed ({res.returncode}):\n{res.stderr[-3000:]}")
     return res, json.loads((out / "run_stats.json").read_text()), json.loads((out / "manifest.json").read_text())
@@ -76,7 +70,7 @@ def run_config() -> dict:
 
 
 def dedup_alone(out: Path, workers: int, config: dict) -> float:
-    """Seconds of the dedup stage alone over the chunk files of a finished run (kept with
+    """Seconds of the dedup pass alone over the chunk files of a finished run (kept with
     keep_work; the run's manifest goes), on a fresh LocalCluster of ``workers`` single-threaded
     processes."""
     from distributed import Client, LocalCluster
@@ -97,7 +91,7 @@ def dedup_alone(out: Path, workers: int, config: dict) -> float:
         LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
         Client(cluster) as client,
     ):
-        # warm, as a run's workers are when its dedup stage starts: the modules imported, the band shape known
+        # warm, as a run's workers are when its dedup pass starts: the modules imported, the band shape known
         client.run(
             lambda: __import__("data_prep.dedup.driver", fromlist=["x"]).band_params(
                 cfg.dedup.threshold, cfg.dedup.num_perm
@@ -111,7 +105,7 @@ def dedup_alone(out: Path, workers: int, config: dict) -> float:
 def datatrove_vs_bloomline(corpus: Path, mb: float, wd: Path) -> None:
     from importlib.metadata import version
 
-    from bench.datatrove_baseline import check_xxhash, run_timed, spm_to_tokenizers
+    from tests.support.datatrove_baseline import check_xxhash, run_timed, spm_to_tokenizers
 
     check_xxhash()
     model = wd / "like-for-like-tokenizer" / "tokenizer.model"
@@ -282,7 +276,7 @@ def main() -> None:
         for k in sizes:
             t1, t2 = dedup_alone(wd / f"out-x{k}", 1, run_config()), dedup_alone(wd / f"out-x{k}", 2, run_config())
             print(
-                f"dedup stage alone ×{k}: 1 worker {t1:.1f} s, 2 workers {t2:.1f} s, speed-up {t1 / t2:.2f} (target ≥ 1.6)"
+                f"dedup pass alone ×{k}: 1 worker {t1:.1f} s, 2 workers {t2:.1f} s, speed-up {t1 / t2:.2f} (target ≥ 1.6)"
             )
         return
     for k in sizes:
@@ -310,18 +304,18 @@ def main() -> None:
         print(
             f"  prepare ×{k}: {res.seconds:.1f} s, {row['docs'] / res.seconds:,.0f} docs/s, {row['mb'] / res.seconds:.2f} MB/s; "
             f"peak RSS driver {row['driver']:,.0f} MiB, largest of {row['workers']} workers {row['worker']:,.0f} MiB, "
-            f"prefect server {row['server']:,.0f} MiB; dedup stage {dd:.1f} s, {row['dups']:,} duplicates",
+            f"prefect server {row['server']:,.0f} MiB; dedup pass {dd:.1f} s, {row['dups']:,} duplicates",
             flush=True,
         )
         if "dedup1" in row:
             print(
-                f"  dedup stage alone: 1 worker {row['dedup1']:.1f} s, 2 workers {row['dedup2']:.1f} s, "
+                f"  dedup pass alone: 1 worker {row['dedup1']:.1f} s, 2 workers {row['dedup2']:.1f} s, "
                 f"speed-up {row['dedup1'] / row['dedup2']:.2f} (target ≥ 1.6)",
                 flush=True,
             )
     print(
         "\n| size | documents | MB | wall s | docs/s | MB/s | peak RSS driver MiB | peak RSS largest worker MiB | "
-        "dedup stage s | dedup 1 → 2 workers |"
+        "dedup pass s | dedup 1 → 2 workers |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:

@@ -1,6 +1,6 @@
 """Benchmark of the trainer on this machine (run by hand; prints figures).
 
-    python bench/train_throughput.py [--steps 30] [--workdir /tmp/bloomline-train-bench]
+    python -m bench.train_throughput [--steps 30] [--workdir /tmp/bloomline-train-bench]
 
 Side by side, on shards prepared from ../shared/corpus (vocab 8000, buckets 64…512) and the
 bloom-tiny architecture:
@@ -10,7 +10,7 @@ bloom-tiny architecture:
    clipping) on the same batches — target ≥ 0.9×: like for like with bf16 weights and an fp32
    master copy (what DeepSpeed's BF16_Optimizer holds), and beside it the fp32-weights + bf16
    autocast loop. Activation checkpointing is off in all (it trades compute for memory).
-   Beside them, the same plain bf16 loop on Megatron-LM's batches (bench/fixed_sampler.py: the
+   Beside them, the same plain bf16 loop on Megatron-LM's batches (tests/support/fixed_sampler.py: the
    documents concatenated and cut into full ``seq_len`` samples, a constant number per step,
    causal attention across documents), the fixed-batch alternative as Megatron runs it.
 2. Batching over 200 steps at DP=2, dynamic vs Megatron-style: padding, the DP balance of the
@@ -31,43 +31,23 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "corpus"
-sys.path.insert(0, str(REPO))
-
-from bench.fixed_sampler import MegatronBatches  # noqa: E402
-from bloomline.config import load_config, to_dict  # noqa: E402
-from training.config import TrainRecipe  # noqa: E402
+from bench.repo import REPO, SHARED, cli
+from bloomline.config import load_config, to_dict
+from tests.support.fixed_sampler import MegatronBatches
+from training.config import TrainRecipe
 
 
 def prepare(wd: Path, name: str = "data", extra: list[str] = ()) -> Path:
     out = wd / name
     if not (out / "manifest.json").exists():
-        cmd = [
-            sys.executable,
-            "-m",
-            "flows.cli",
-            "prepare",
-            "--out",
-            str(out),
-            str(SHARED),
-            "-o",
-            "tokenizer.vocab_size=8000",
-            "-o",
-            "pack.buckets=[64,128,256,512]",
-            "-o",
-            "pack.valid_fraction=0.02",
-        ]
-        for o in extra:
-            cmd += ["-o", o]
-        subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        settings = ["tokenizer.vocab_size=8000", "pack.buckets=[64,128,256,512]", "pack.valid_fraction=0.02", *extra]
+        cli("prepare", "--out", out, SHARED, *[x for o in settings for x in ("-o", o)])
     return out
 
 

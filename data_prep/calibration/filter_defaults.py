@@ -1,13 +1,15 @@
-"""What the per-language filter thresholds drop of clean text from sources they were not derived
-from, and whether they still drop junk (run by hand; prints figures;
-tests/data_prep/calibration/test_filter_defaults.py pins both sides).
+"""Where the shipped per-language filter thresholds (configs/data/demo.yaml ``filters.languages``)
+come from: what they drop of clean text from sources they were not derived from, and whether they
+still drop junk (run by hand; prints figures; tests/data_prep/calibration/test_filter_defaults.py
+pins both sides).
 
-    python bench/filter_defaults.py [--config configs/data/demo.yaml] [--set en.max_char_rep=0.106 ...]
-    python bench/filter_defaults.py --derive        # print the shipped thresholds for the recipe
+    python -m data_prep.calibration.filter_defaults [--config configs/data/demo.yaml] [--set en.max_char_rep=0.106]
+    python -m data_prep.calibration.filter_defaults --derive    # the thresholds to ship, as the recipe lists them
 
-Clean text: ../shared/corpus (news, legal news, declarations, classification sentences in BLOOM's
-46 natural languages; code in its 13 programming languages), normalised as ``prepare`` does,
-through the language-ID and quality steps. Every document names its source (``owner/repo``).
+Clean text: ``--corpus``, by default ../shared/corpus (news, legal news, declarations,
+classification sentences in BLOOM's 46 natural languages; code in its 13 programming languages),
+normalised as ``prepare`` does, through the language-ID and quality steps. Every document names
+its source (``owner/repo``).
 
 * **Held-out sources** (the figure that matters: our acceptance text is other sources of the same
   languages): for every natural language with two or more sources, each source in turn is held
@@ -33,9 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from bloomline.errors import BloomlineError, DataError
+
+REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared" / "corpus"
-sys.path.insert(0, str(REPO))
+"""The clean corpus of the shipped thresholds (the default ``--corpus``)."""
 
 
 @dataclass
@@ -235,23 +239,38 @@ def report(name: str, res: dict[str, Verdict | None]) -> list[str]:
     return over + [lang for lang, _, _ in kept]
 
 
-def main() -> None:
-    from bloomline.config import load_config
-    from data_prep.config import PrepareConfig
-    from data_prep.reports.filter_report import parse_set
-
+def main(argv: list[str] | None = None) -> int:
+    """The command: ``--derive`` prints the thresholds to ship, as the recipe's ``filters.languages``
+    lists them; otherwise the held-out and in-sample reports. A user's error (a missing corpus or
+    config, a bad ``--set``) ends it in one ``error:`` line with exit status 2."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", type=Path, default=REPO / "configs/data/demo.yaml")
     ap.add_argument("--set", action="append", default=[], dest="sets", help="change the recipe's defaults")
     ap.add_argument("--derive", action="store_true", help="print the thresholds derived from every source")
-    args = ap.parse_args()
-    if not SHARED.is_dir():
-        raise SystemExit(f"{SHARED} not found")
-    cfg = load_config(PrepareConfig, args.config)
-    if args.sets:
-        cfg.filters = parse_set(args.sets, cfg.filters)
-    docs = corpus(SHARED)
-    if args.derive:
+    ap.add_argument("--corpus", type=Path, default=SHARED, help="the clean corpus (default: ../shared/corpus)")
+    args = ap.parse_args(argv)
+    try:
+        run(args.config, args.sets, args.corpus, args.derive)
+    except BloomlineError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def run(config: Path, sets: list[str], root: Path, derive: bool) -> None:
+    """The recipe ``config`` with ``sets`` applied, on the clean corpus ``root``: its reports, or
+    with ``derive`` the thresholds to ship."""
+    from bloomline.config import load_config
+    from data_prep.config import PrepareConfig
+    from data_prep.reports.filter_report import parse_set
+
+    if not root.is_dir():
+        raise DataError(f"{root}: no such folder (the clean corpus: ../shared/corpus, or --corpus)")
+    cfg = load_config(PrepareConfig, config)
+    if sets:
+        cfg.filters = parse_set(sets, cfg.filters)
+    docs = corpus(root)
+    if derive:
         from data_prep.calibration.thresholds import as_overrides
 
         for lang, values in as_overrides(derive_all(cfg, docs)).items():
@@ -259,11 +278,11 @@ def main() -> None:
         return
     lid = langid_drops(cfg, docs)
     report(
-        f"held-out sources of {SHARED} (thresholds derived from each language's other sources)",
+        f"held-out sources of {root} (thresholds derived from each language's other sources)",
         held_out_sources(cfg, docs, lid),
     )
-    report(f"the recipe {args.config.name} on all of {SHARED} (in sample)", in_sample(cfg, docs, lid))
+    report(f"the recipe {config.name} on all of {root} (in sample)", in_sample(cfg, docs, lid))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

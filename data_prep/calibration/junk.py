@@ -1,5 +1,5 @@
 """Synthetic junk that the shipped filter thresholds must drop in every language (the other side
-of "defaults that keep clean text": tests/data_prep/calibration/test_filter_defaults.py, bench/filter_defaults.py).
+of "defaults that keep clean text": tests/data_prep/calibration/test_filter_defaults.py, data_prep/calibration/filter_defaults.py).
 
 Each generator takes a clean text of the language (so the junk is in the language's own script
 and words, and passes language ID) and returns a document of one kind:

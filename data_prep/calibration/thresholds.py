@@ -18,7 +18,7 @@ that same sample (data_prep/calibration/junk.py):
   lax, as Chinese's word repetition at 0.96, the junk would pass.) Lengths (``min_words``) and
   flagged-word limits are the recipe's.
 
-``bench/filter_defaults.py --derive`` applies this to every source of ../shared/corpus and
+``python -m data_prep.calibration.filter_defaults --derive`` applies this to every source of ../shared/corpus and
 prints the result for ``configs/data/demo.yaml``. The same bench checks the rule on text from
 other sources: per language, each source in turn is held out, the thresholds derived from the
 others, and the held-out source's drop rate reported.

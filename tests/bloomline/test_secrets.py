@@ -48,7 +48,7 @@ def test_masking_is_linear_on_hostile_text():
     megabyte of each shape that made a search backtrack is masked in well under a second each."""
     import time
 
-    from bench.fuzz_inputs import hostile_runs
+    from tests.support.fuzz_inputs import hostile_runs
 
     for name, text in hostile_runs(1 << 20).items():
         t0 = time.perf_counter()

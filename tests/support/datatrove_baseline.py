@@ -2,7 +2,7 @@
 (JSONL reader, Gopher-style quality filter, MinHash dedup, tokenization with the same tokenizer)
 as a datatrove pipeline (PyPI ``datatrove``; ``pip install -e ".[bench]"``).
 
-    python bench/datatrove_baseline.py INPUT_DIR OUT_DIR TOKENIZER_JSON WORKERS
+    python -m tests.support.datatrove_baseline INPUT_DIR OUT_DIR TOKENIZER_JSON WORKERS
 
 prints one JSON line: seconds, documents read and kept, tokens written. Run as its own process
 (datatrove's executors fork workers) and timed from outside by the caller.

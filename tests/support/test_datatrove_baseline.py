@@ -1,18 +1,14 @@
-"""The datatrove baseline's tokenizer (bench/datatrove_baseline.py): the SentencePiece model in its
+"""The datatrove baseline's tokenizer (tests/support/datatrove_baseline.py): the SentencePiece model in its
 Hugging Face ``tokenizers`` form gives the same ids on every document of the sample corpus, so
 the baseline tokenizes exactly what bloomline does. The pipeline itself needs the optional
 ``bench`` extra (datatrove) and runs when it is installed."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-
-from bench.datatrove_baseline import spm_to_tokenizers  # noqa: E402
+from tests.support import REPO
+from tests.support.datatrove_baseline import spm_to_tokenizers
 
 
 def texts():
@@ -41,7 +37,7 @@ def test_tokenizers_form_gives_sentencepiece_ids(demo_data, tmp_path):
 def test_datatrove_pipeline_runs_the_same_steps(demo_data, tmp_path):
     pytest.importorskip("datatrove")
     pytest.importorskip("spacy")
-    from bench.datatrove_baseline import run
+    from tests.support.datatrove_baseline import run
 
     src = tmp_path / "in"
     src.mkdir()

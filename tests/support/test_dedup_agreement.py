@@ -1,10 +1,10 @@
 """bloomline's dedup against datatrove's MinHash on the dup corpus (tests/conftest.py): the two
-agree on most removals, and every difference has one of the reasons bench/dedup_agreement.py
+agree on most removals, and every difference has one of the reasons tests/support/dedup_agreement.py
 names (the kept member of a cluster, an unconfirmed collision, a pair near the threshold)."""
 
 import pytest
 
-from bench.dedup_agreement import compare
+from tests.support.dedup_agreement import compare
 
 
 def test_every_difference_with_datatrove_has_a_reason(dup_inputs, tmp_path):

@@ -1,21 +1,14 @@
-"""The benchmarks' Megatron-style baseline (bench/fixed_sampler.py) on the sampler tests' data."""
+"""The benchmarks' Megatron-style baseline (tests/support/fixed_sampler.py) on the sampler tests' data."""
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-
-from bench.fixed_sampler import MegatronBatches  # noqa: E402
-from training.data.shard_reader import ShardIndex  # noqa: E402
-
-sys.path.insert(0, str(REPO / "tests" / "training" / "data"))
-from test_sampler import write_prepared  # noqa: E402
+from tests.support.fixed_sampler import MegatronBatches
+from tests.training.data.test_sampler import write_prepared
+from training.data.shard_reader import ShardIndex
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
-"""The skewed benchmark corpus's proportions (bench/skewed.py): ROOTS' table as written down."""
+"""The skewed benchmark corpus's proportions (tests/support/skewed.py): ROOTS' table as written down."""
 
-from bench.grow import SHARED
-from bench.skewed import roots_shares, skewed_targets
+from tests.support.grow import SHARED
+from tests.support.skewed import roots_shares, skewed_targets
 
 
 def test_every_language_of_the_corpus_has_its_roots_share():
@@ -24,8 +24,8 @@ def test_targets_keep_the_proportions_above_the_floor():
 def test_the_test_corpus_holds_every_language_and_no_training_text(tmp_path):
     import json
 
-    from bench.grow import grow
-    from bench.skewed import grow_test
+    from tests.support.grow import grow
+    from tests.support.skewed import grow_test
 
     train, test = tmp_path / "train", tmp_path / "test"
     grow(train, 0, dup_rate=0.0, seed=0, targets={k: 1500 for k in roots_shares()})

@@ -1,22 +1,19 @@
 """The shipped filter thresholds (configs/data/demo.yaml) on both sides: synthetic junk of four
 kinds (data_prep/calibration/junk.py), built from every language's own text, is dropped; clean text is kept
 — the sample corpus here, and with ../shared/corpus present, at most 1% of any language of a
-source held out of the derivation (bench/filter_defaults.py prints the same figures).
+source held out of the derivation (``python -m data_prep.calibration.filter_defaults`` prints the same figures).
 The shipped values are what the derivation (data_prep/calibration/thresholds.py) gives, not hand edits."""
 
-import sys
 from pathlib import Path
 
 import pytest
 
 from bloomline.config import load_config
+from data_prep.calibration.filter_defaults import corpus, derive_all, held_out_sources, in_sample
 from data_prep.calibration.thresholds import as_overrides, derive
 from data_prep.config import PrepareConfig, QualityThresholds
 
 REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO))
-
-from bench.filter_defaults import corpus, derive_all, held_out_sources, in_sample  # noqa: E402
 
 SAMPLE = REPO / "data_prep" / "sample_corpus"
 

@@ -11,7 +11,13 @@ import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.fuzz_inputs import (
+from bloomline.config import load_config
+from bloomline.errors import BloomlineError
+from data_prep.config import PrepareConfig, SourceConfig
+from data_prep.passes.chunks import chunk_table, process_chunk
+from data_prep.storage.droplog import drop_counts
+from data_prep.storage.workdir import Paths
+from tests.support.fuzz_inputs import (
     MAX_DOC_BYTES,
     STREAM_COMPRESSIONS,
     cut_gzip,
@@ -24,12 +30,6 @@ from bench.fuzz_inputs import (
     tables,
     write_saved_dataset,
 )
-from bloomline.config import load_config
-from bloomline.errors import BloomlineError
-from data_prep.config import PrepareConfig, SourceConfig
-from data_prep.passes.chunks import chunk_table, process_chunk
-from data_prep.storage.droplog import drop_counts
-from data_prep.storage.workdir import Paths
 
 REPO = Path(__file__).resolve().parents[3]
 CLEAN = REPO / "data_prep/sample_corpus/text/en.jsonl"
@@ -53,7 +53,7 @@ def config(*sources: Path) -> PrepareConfig:
 
 
 def chunk_stage(cfg: PrepareConfig, out: Path) -> tuple[list[dict], dict]:
-    """The chunk stage over every input of ``cfg`` (in process): each chunk's summary; the chunks' ledger."""
+    """The chunks pass over every input of ``cfg`` (in process): each chunk's summary; the chunks' ledger."""
     from data_prep.pipeline import plan
     from data_prep.steps.document import Ledger
 
@@ -75,7 +75,7 @@ def booked_as_dropped(ledger) -> dict:
 
 
 def kept_texts(out: Path, summaries: list[dict], path: Path) -> list[tuple[str, str]]:
-    """The documents the chunk stage kept of input file ``path`` (whichever chunk read it)."""
+    """The documents the chunks pass kept of input file ``path`` (whichever chunk read it)."""
     rows = []
     for s in summaries:
         t = chunk_table(Paths(out), s["id"], ["id", "loc", "text"])
@@ -169,7 +169,7 @@ def test_hostile_overrides_are_refused_in_one_error_or_taken(items):
 @given(st.lists(lines(), min_size=20, max_size=60))
 def test_the_whole_prepare_never_raises_and_books_every_line(ls):
     """Read to shards (dedup, tokenizer, PII, tokenize, pack too): the manifest's ledger counts
-    every line, and its drop log equals its ledger (the manifest stage refuses to finish otherwise)."""
+    every line, and its drop log equals its ledger (the manifest pass refuses to finish otherwise)."""
     from data_prep.pipeline import run_all
 
     data = jsonl_bytes(ls)

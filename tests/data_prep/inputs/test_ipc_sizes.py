@@ -8,8 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from bench.fuzz_inputs import STREAM_COMPRESSIONS, write_saved_dataset
 from data_prep.inputs.ipc_sizes import decoded_bytes, scan
+from tests.support.fuzz_inputs import STREAM_COMPRESSIONS, write_saved_dataset
 
 TABLE = pa.table(
     {

@@ -13,7 +13,6 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from bench.fuzz_inputs import STREAM_COMPRESSIONS, dictionary_bomb, write_saved_dataset
 from data_prep.config import PrepareConfig, ReadConfig, SourceConfig
 from data_prep.inputs.chunk_plan import chunk_bytes, plan_chunks
 from data_prep.inputs.readers import ChunkReader
@@ -21,6 +20,7 @@ from data_prep.inputs.table_reader import batch_bound
 from data_prep.passes.budget import BudgetError, check_inputs
 from data_prep.steps.document import UNKNOWN_LANG, Ledger
 from data_prep.storage.droplog import DropLog
+from tests.support.fuzz_inputs import STREAM_COMPRESSIONS, dictionary_bomb, write_saved_dataset
 
 REPO = Path(__file__).resolve().parents[3]
 ORDINARY = [json.loads(line) for line in (REPO / "data_prep/sample_corpus/text/en.jsonl").read_text().splitlines()]
@@ -192,7 +192,7 @@ def test_a_stream_batch_that_does_not_hold_together_ends_the_file_not_the_proces
 def test_prepare_on_a_dictionary_bomb_keeps_every_process_under_2_gib(tmp_path):
     """The full-size bomb: one 8 MiB value (one byte over read.max_doc_bytes) that 1,024 rows point
     at, as Parquet and as a saved dataset, through the real CLI (Prefect flow, two Dask workers)."""
-    from bench.proctree import run_sampled
+    from tests.support.proctree import run_sampled
 
     refs = 1024
     inputs = bombs(tmp_path, (8 << 20) + 1, refs)

@@ -1,4 +1,4 @@
-"""The chunk stage's contract (data_prep/passes/chunks.py), on one real chunk of JSONL: the recipe's steps
+"""The chunks pass's contract (data_prep/passes/chunks.py), on one real chunk of JSONL: the recipe's steps
 run in order, the kept documents land sorted by (language, position) in an Arrow file with their
 dedup keys and sizes, the drop log and the scores are written before the marker, and a chunk with
 a marker is not processed again."""

@@ -1,4 +1,4 @@
-"""The pack stage's failures on one document are that document's (data_prep/passes/pack.py): the
+"""The pack pass's failures on one document are that document's (data_prep/passes/pack.py): the
 stage's dependencies are made to fail on marked documents, the stage itself runs for real."""
 
 import json

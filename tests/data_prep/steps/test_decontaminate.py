@@ -151,7 +151,7 @@ def test_prepare_drops_planted_items_books_them_and_is_byte_identical_after_a_ki
     booked = sum(e["filtered"].get("contaminated", 0) for e in m["languages"].values())
     assert booked == 2 and m["stages"]["decontaminate"]["dropped"] == {"contaminated": 2}
 
-    # killed while the chunk stage (and so the step) runs, then run again: the same bytes
+    # killed while the chunks pass (and so the step) runs, then run again: the same bytes
     out = tmp_path / "out"
     proc = run_prepare(cfg_json, out)
     deadline = time.time() + 300
