@@ -5,7 +5,7 @@ perplexity, bits per byte of the data's validation split) and every task of ``ta
 The model is the checkpoint's whole single-device ``Bloom`` (``training.checkpoint.load.load_model``,
 any layout) in this process, on the CPU or the accelerator (``device``), or the checkpoint spread
 over ``parallel``'s tp·pp ranks (eval/parallel/); the tasks see either through one interface
-(eval/model.py). Results are rows of contract 3, version 4 (``eval/results.py``,
+(eval/model.py). Results are rows of contract 3 (``eval/results.py``,
 ``eval/RESULTS.md``): one per (task, scope, language, weighting, metric), with the checkpoint's
 identity and the training tokens of the language it had seen.
 """
@@ -41,7 +41,7 @@ from training.parallel.layout import layout_label
 @dataclass
 class Evaluation:
     rows: list[dict[str, Any]]
-    """Result rows (contract 3, version 4) with the checkpoint's identity added."""
+    """Result rows (contract 3) with the checkpoint's identity added."""
     generations: list[dict[str, Any]]
     seconds: float
     tokens: int

@@ -8,7 +8,7 @@ per metric (``value``, ``stderr`` where it has one, ``n`` the items or tokens it
 a ``skipped`` row, with the reason in ``note``, for a language it cannot run. Rows of the group
 and overall means are added by :func:`with_means` (each language counts once). The evaluation
 process (eval/evaluate.py) runs every task of ``tasks`` after the validation task, writes their
-rows into the checkpoint's results file (contract 3, version 4) and nothing else changes:
+rows into the checkpoint's results file (contract 3) and nothing else changes:
 adding a task is a new file here and a line in the registry (eval/tasks/__init__.py).
 
 A task never runs in the training loop: evaluation runs in its own process beside training

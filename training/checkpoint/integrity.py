@@ -1,7 +1,7 @@
 """Whether a checkpoint's files are the ones its ranks wrote, checked before any rank reads them.
 
 Each checkpoint's ``bloomline.json`` records every file of its folder with its size and sha256
-(``files``, contract version 4): the ranks hash them when they save, each a share of the files
+(``files``, training/CHECKPOINT.md): the ranks hash them when they save, each a share of the files
 (:func:`file_records`). Before ranks resume from a checkpoint, :func:`damage` compares the folder
 with that record and loads every file safely (training/checkpoint/safe_load.py: no file may name
 code, and DeepSpeed's own loader would run it). A damaged file — cut short by a full disk, a
