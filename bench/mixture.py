@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 
 from bench.repo import REPO, SHARED, cli
+from bloomline import languages
 
 ARMS = {
     "alpha": [],
@@ -51,7 +52,7 @@ ARMS = {
 }
 EVALUATED = ("evaluation", "excess", "reference", "continuation")  # evaluated at every checkpoint while training
 REFERENCE_SEED = 0
-FAMILIES = ("niger-congo", "indic", "code", "other")
+FAMILIES = languages.GROUPS
 
 
 def prepare(wd: Path) -> tuple[Path, Path]:

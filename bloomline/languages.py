@@ -149,6 +149,8 @@ LANGUAGES: tuple[Language, ...] = (
 )
 
 BY_CODE: dict[str, Language] = {lang.code: lang for lang in LANGUAGES}
+GROUPS: tuple[str, ...] = tuple(dict.fromkeys(lang.group for lang in LANGUAGES))
+"""BLOOM's groups of languages (``Language.group``), in the table's order: niger-congo, indic, other, code."""
 _ALIASES: dict[str, str] = {}
 for _lang in LANGUAGES:
     _ALIASES[_lang.code.lower()] = _lang.code

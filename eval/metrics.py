@@ -20,7 +20,7 @@ from bloomline import languages
 from eval.result_rows import is_language
 
 LN2 = math.log(2.0)
-GROUPS = ("niger-congo", "indic", "other", "code")
+GROUPS = languages.GROUPS
 
 
 @dataclass

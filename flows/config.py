@@ -41,6 +41,10 @@ DEFAULT_RECIPES = {
 :data:`SCHEMAS`); ``bloomline serve``'s deployments start from them too."""
 
 
+EXPORT_DTYPES = ("fp32", "bf16")
+"""What an export's weights may be: ``export.dtype`` of a pipeline recipe, ``bloomline export --dtype``."""
+
+
 @dataclass
 class ExportStageConfig:
     enabled: bool = True
@@ -49,7 +53,7 @@ class ExportStageConfig:
     """fp32 or bf16 weights in the export."""
 
     def validate(self) -> None:
-        check(self.dtype in ("fp32", "bf16"), "dtype", f"'{self.dtype}': use fp32 or bf16")
+        check(self.dtype in EXPORT_DTYPES, "dtype", f"'{self.dtype}': use {' or '.join(EXPORT_DTYPES)}")
 
 
 @dataclass

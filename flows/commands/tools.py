@@ -30,8 +30,10 @@ def export(
     """Export a checkpoint of any layout as a Hugging Face BloomForCausalLM with its tokenizer."""
 
     def body() -> None:
-        if dtype not in ("fp32", "bf16"):
-            raise BloomlineError(f"--dtype {dtype}: use fp32 or bf16")
+        from flows.config import EXPORT_DTYPES
+
+        if dtype not in EXPORT_DTYPES:
+            raise BloomlineError(f"--dtype {dtype}: use {' or '.join(EXPORT_DTYPES)}")
         from eval.export import export as run_export
 
         path = run_export(checkpoint, out, data, dtype)

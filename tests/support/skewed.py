@@ -30,6 +30,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from bloomline import languages
 from tests.support.grow import grow
 
 ROOTS_TEXT_BYTES = {  # arXiv 2211.05100 Table 1 (module docstring), by this corpus's file stems
@@ -81,21 +82,8 @@ ROOTS_TEXT_BYTES = {  # arXiv 2211.05100 Table 1 (module docstring), by this cor
     "yo": 89_695_835,
 }
 ROOTS_CODE_BYTES = 174_700_245_772
-CODE_FILES = {  # the BLOOM model card's "Distribution of programming languages", extensions merged
-    "java": 5_407_724,
-    "php": 4_942_186 + 9_702 + 540 + 270 + 166 + 29,
-    "cpp": 2_503_930 + 443_054 + 391_048 + 67_161 + 55_899 + 1_342 + 791,
-    "python": 2_435_072,
-    "javascript": 1_905_518,
-    "csharp": 1_577_347,
-    "ruby": 678_413,
-    "lua": 352_317,
-    "go": 227_763,
-    "typescript": 195_254 + 33_107,
-    "c": 134_537,
-    "scala": 92_052,
-    "rust": 29_693,
-}
+CODE_FILES = {lang.code.removeprefix("code-"): lang.bloom_code_files for lang in languages.code()}
+"""Files per programming language in BLOOM's code data (bloomline/languages.py, from the model card)."""
 
 
 def roots_shares() -> dict[str, float]:
