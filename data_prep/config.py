@@ -335,6 +335,9 @@ class PrepareConfig:
     """Seed of every random choice (validation hold-out, tokenizer sample)."""
     keep_work: bool = False
     """Keep ``DIR/.work`` (intermediate files) after a successful run."""
+    strict: bool = False
+    """Stop at the first bad record, with its ``file:line``, instead of booking it as an error
+    (``bloomline prepare --strict``). In the run's fingerprint, not in the manifest's config."""
     dropped_text_chars: int = 500
     """Characters of each dropped document's text kept in the drop log (``DIR/dropped/``); 0
     keeps none (ids, sources, reasons and scores are always kept)."""
@@ -358,7 +361,7 @@ class PrepareConfig:
         from bloomline.task_spec import folder_digest
 
         c = to_dict(self)
-        for where in ("dask", "keep_work", "memory_gib"):
+        for where in ("dask", "keep_work", "memory_gib", "strict"):  # strict: beside it, in the fingerprint
             c.pop(where, None)
         if c["tokenizer"].get("model"):
             if not Path(c["tokenizer"]["model"]).is_file():

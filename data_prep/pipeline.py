@@ -45,16 +45,16 @@ def serial_map(func: Callable[[Any], Any], items: list[Any]) -> Iterator[Any]:
     return (func(x) for x in items)
 
 
-def fingerprint(cfg: PrepareConfig, strict: bool) -> str:
+def fingerprint(cfg: PrepareConfig) -> str:
     """What the output depends on: :meth:`PrepareConfig.identity`, ``strict`` and the output format."""
-    return sha256_tree({**cfg.identity(), "strict": strict, "format": FORMAT_VERSION})
+    return sha256_tree({**cfg.identity(), "strict": cfg.strict, "format": FORMAT_VERSION})
 
 
-def plan(cfg: PrepareConfig, paths: Paths, strict: bool = False) -> dict[str, Any]:
+def plan(cfg: PrepareConfig, paths: Paths) -> dict[str, Any]:
     """Cut the inputs into chunks and pin the run to its config; refuses a mismatched folder."""
     check_inputs(cfg)
     chunks = plan_chunks(cfg.sources, cfg.read, bundle_bytes(cfg))
-    fp = fingerprint(cfg, strict)
+    fp = fingerprint(cfg)
     if paths.manifest.exists():
         m = read_json(paths.manifest)
         if m.get("fingerprint") != fp:
@@ -116,7 +116,6 @@ def _direct(name: str, fn: Callable[[], Any]) -> Any:
 def run_all(
     cfg: PrepareConfig,
     out: str | Path,
-    strict: bool = False,
     map_fn: MapFn = serial_map,
     as_task: Callable[[str, Callable[[], Any]], Any] = _direct,
     progress: Progress | None = None,
@@ -129,7 +128,7 @@ def run_all(
     """
     paths = Paths(Path(out).resolve())
     prepare_start(paths)
-    run = Run(cfg, paths, strict, map_fn, progress or Progress())
+    run = Run(cfg, paths, map_fn, progress or Progress())
     t0 = time.perf_counter()
     for one in PASSES:
         run.results[one.name] = as_task(one.name, run.runner(one))
@@ -152,8 +151,8 @@ class Run:
     """What every pass of one run shares: the settings, the folder, where parallel work runs, the
     progress display, the timings (``run_stats.json``) and the passes' results so far, by name."""
 
-    def __init__(self, cfg: PrepareConfig, paths: Paths, strict: bool, map_fn: MapFn, progress: Progress):
-        self.cfg, self.paths, self.strict, self.progress = cfg, paths, strict, progress
+    def __init__(self, cfg: PrepareConfig, paths: Paths, map_fn: MapFn, progress: Progress):
+        self.cfg, self.paths, self.progress = cfg, paths, progress
         self.timings: dict[str, Any] = {"tasks": {}}
         self.results: dict[str, Any] = {}
         self.current: Pass | None = None
@@ -194,7 +193,7 @@ class Run:
 def plan_pass(run: Run) -> dict[str, Any]:
     """Pass plan: the chunks, and the run pinned to its config (:func:`plan`)."""
     t = time.perf_counter()
-    p = plan(run.cfg, run.paths, run.strict)
+    p = plan(run.cfg, run.paths)
     run.timings["plan"] = {"seconds": time.perf_counter() - t, "chunks": len(p["chunks"])}
     return p
 
@@ -207,7 +206,7 @@ def chunks_pass(run: Run) -> list[dict[str, Any]]:
     run.start(sum(c["size"] for c in chunks))
     sizes = {c["id"]: c["size"] for c in chunks}
     res = []
-    for r in run.map(partial(process_chunk, cfg=run.cfg, out=str(run.paths.out), strict=run.strict), chunks):
+    for r in run.map(partial(process_chunk, cfg=run.cfg, out=str(run.paths.out)), chunks):
         res.append(r)
         run.advance(sizes[r["id"]])
     res.sort(key=lambda r: r["id"])
@@ -255,7 +254,7 @@ def pack_pass(run: Run) -> list[dict[str, Any]]:
     run.start(sum(x["bytes"] for x in parts))
     sizes = {(x["lang"], x["k"]): x["bytes"] for x in parts}
     tok_sha = run.results["tokenizer"]["sha256"]
-    pack = partial(pack_part, cfg=run.cfg, out=str(run.paths.out), tok_sha=tok_sha, strict=run.strict)
+    pack = partial(pack_part, cfg=run.cfg, out=str(run.paths.out), tok_sha=tok_sha)
     res = []
     for r in run.map(pack, parts):
         res.append(r)

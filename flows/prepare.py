@@ -37,8 +37,8 @@ def _as_task(name: str, fn: Callable[[], Any]) -> Any:
 
 @flow(name="prepare", log_prints=False, persist_result=False)
 @masks_exceptions
-@owns(lambda config, out, strict, local: out, "flow prepare")
-def prepare(config: dict[str, Any], out: str, strict: bool = False, local: InProcess | None = None) -> dict[str, Any]:
+@owns(lambda config, out, local: out, "flow prepare")
+def prepare(config: dict[str, Any], out: str, local: InProcess | None = None) -> dict[str, Any]:
     """Raw corpora → length-bucketed Arrow shards + manifest.json in ``out`` (``local``:
     flows/params.py, the real config and a progress display from a caller in this process)."""
     cfg = from_dict(PrepareConfig, unmasked(config, local))
@@ -47,7 +47,7 @@ def prepare(config: dict[str, Any], out: str, strict: bool = False, local: InPro
     log.info("preparing %d source(s) into %s", len(cfg.sources), out)
     given = local.dask if local is not None else None
     with nullcontext(given) if given is not None else dask_client(cfg) as client:
-        manifest = run_all(cfg, out, strict=strict, map_fn=dask_map(client), as_task=_as_task, progress=progress)
+        manifest = run_all(cfg, out, map_fn=dask_map(client), as_task=_as_task, progress=progress)
     rows = summary_rows(manifest)
     create_table_artifact(
         key="prepare-summary",
@@ -66,7 +66,7 @@ def prepare(config: dict[str, Any], out: str, strict: bool = False, local: InPro
     return manifest
 
 
-def run_prepare(cfg: PrepareConfig, out: str, strict: bool = False, progress: Progress | None = None) -> dict[str, Any]:
+def run_prepare(cfg: PrepareConfig, out: str, progress: Progress | None = None) -> dict[str, Any]:
     """The flow, from a caller in this process: its Dask cluster starts, and its workers load what
     the chunks pass needs, while Prefect's server starts (flows/api_server.py ``start_early``)."""
     with dask_client(cfg) as client:
@@ -74,6 +74,6 @@ def run_prepare(cfg: PrepareConfig, out: str, strict: bool = False, progress: Pr
         warming = [client.submit(warm_worker, cfg.langid.enabled, workers=[w], pure=False) for w in workers]
         wait_ready()
         config, local = flow_args(to_dict(cfg), progress, dask=client)
-        manifest = prepare(config, str(out), strict, local=local)
+        manifest = prepare(config, str(out), local=local)
         del warming  # held until here: a released future's task may be cancelled before it ran
         return manifest

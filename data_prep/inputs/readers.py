@@ -29,12 +29,11 @@ class ChunkReader(TableReader):
 
     name = "read"
 
-    def __init__(self, chunk: Chunk, cfg: ReadConfig, ledger: Ledger, strict: bool = False):
+    def __init__(self, chunk: Chunk, cfg: ReadConfig, ledger: Ledger):
         self.chunk = chunk
         self.part = chunk  # the file being read (a bundle's member, or the chunk)
         self.cfg = cfg
         self.ledger = ledger
-        self.strict = strict
         self.stats = {"records": 0, "docs_out": 0, "bytes": 0}
         self.dropped: dict[str, int] = {}
         self.seconds = 0.0
@@ -50,7 +49,7 @@ class ChunkReader(TableReader):
     def _error(self, lang: str, reason: str, loc: str, raw: bytes | str | None = None) -> None:
         """Book one record (or one break in a file) as an error: the ledger, and a row of the drop
         log with the first characters of its raw text (there is no id or document to log)."""
-        if self.strict:
+        if self.ledger.strict:
             raise StrictModeError(f"{loc}: {reason} (--strict stops at the first bad record)")
         self.ledger.record_in(lang)
         self.ledger.drop(lang, "errors", reason, loc)

@@ -42,42 +42,40 @@ CHUNK_SCHEMA = pa.schema(
 (data_prep/passes/split.py), ``nbytes`` its UTF-8 size."""
 
 
-StepBuilder = Callable[[Ledger, bool], PipelineStep]
-"""``(ledger, strict) -> step``: one per-document step of a chunk, built in the worker."""
+StepBuilder = Callable[[Ledger], PipelineStep]
+"""``ledger -> step``: one per-document step of a chunk, built in the worker."""
 
 
 def chunk_steps(cfg: PrepareConfig, paths: Paths) -> list[tuple[str, StepBuilder]]:
     """The recipe's per-document steps of a chunk, in order, after ``read``: (name, builder).
     datatrove-style, a chunk is this list run over its documents; the names are what the
-    ``read+filter`` progress line and the chunk summaries (``steps``, ``seconds``) show."""
-    steps: list[tuple[str, StepBuilder]] = [(Normalizer.name, lambda ledger, strict: Normalizer(ledger, strict))]
+    chunks pass's progress line and the chunk summaries (``steps``, ``seconds``) show."""
+    steps: list[tuple[str, StepBuilder]] = [(Normalizer.name, lambda ledger: Normalizer(ledger))]
     if cfg.langid.enabled:
-        steps.append((LanguageIdFilter.name, lambda ledger, strict: LanguageIdFilter(cfg.langid, ledger, strict)))
+        steps.append((LanguageIdFilter.name, lambda ledger: LanguageIdFilter(cfg.langid, ledger)))
     if cfg.filters.enabled:
-        steps.append((QualityFilter.name, lambda ledger, strict: QualityFilter(cfg.filters, ledger, strict)))
+        steps.append((QualityFilter.name, lambda ledger: QualityFilter(cfg.filters, ledger)))
     if cfg.decontaminate.tasks:  # the planner's index, loaded once per worker process
         steps.append(
             (
                 Decontaminator.name,
-                lambda ledger, strict: Decontaminator(
-                    cfg.decontaminate, load_index(paths.decontaminate), ledger, strict
-                ),
+                lambda ledger: Decontaminator(cfg.decontaminate, load_index(paths.decontaminate), ledger),
             )
         )
-    steps.append((DedupSigner.name, lambda ledger, strict: DedupSigner(cfg.dedup, ledger)))
+    steps.append((DedupSigner.name, lambda ledger: DedupSigner(cfg.dedup, ledger)))
     return steps
 
 
-def process_chunk(chunk: dict[str, Any], cfg: PrepareConfig, out: str, strict: bool = False) -> dict[str, Any]:
+def process_chunk(chunk: dict[str, Any], cfg: PrepareConfig, out: str) -> dict[str, Any]:
     """Run the per-document steps over one chunk; write kept docs (sorted by language)."""
     paths = Paths(Path(out))
     done = paths.chunk_done(chunk["id"])
     if done.exists():
         return read_json(done)
     t0 = time.perf_counter()
-    ledger = Ledger(DropLog(cfg.dropped_text_chars))
-    reader = ChunkReader(Chunk(**chunk), cfg.read, ledger, strict)
-    steps = [build(ledger, strict) for _, build in chunk_steps(cfg, paths)]
+    ledger = Ledger(DropLog(cfg.dropped_text_chars), cfg.strict)
+    reader = ChunkReader(Chunk(**chunk), cfg.read, ledger)
+    steps = [build(ledger) for _, build in chunk_steps(cfg, paths)]
     docs: Iterable[Document] = reader.run()
     for step in steps:
         docs = step.run(docs)

@@ -81,6 +81,7 @@ def write_manifest(
     if plan_.get("decontaminate"):  # what the data was cleaned against: each task file's sha256, items, n-grams
         manifest["decontaminated_against"] = plan_["decontaminate"]
     manifest["config"].pop("dask", None)
+    manifest["config"].pop("strict", None)  # in the fingerprint: a finished run had no bad record to stop at
     write_json_atomic(paths.manifest, manifest)
     return manifest
 

@@ -25,16 +25,16 @@ from data_prep.storage.shards import ShardWriter
 from data_prep.storage.workdir import Paths, shard_path
 
 
-def pack_part(part: dict[str, Any], cfg: PrepareConfig, out: str, tok_sha: str, strict: bool = False) -> dict[str, Any]:
+def pack_part(part: dict[str, Any], cfg: PrepareConfig, out: str, tok_sha: str) -> dict[str, Any]:
     """Pack one part (``DIR/.work/parts/<lang>-pNNNNN.json`` marks it done). A document PII
     redaction or the tokenizer fails on is booked as an error (``pii.<exception>``,
     ``tokenize.<exception>``) in the ledger and ``dropped/pack-<lang>-pNNNNN.parquet``; the part
-    goes on (``strict``: it stops there)."""
+    goes on (the recipe's ``strict``: it stops there)."""
     paths = Paths(Path(out))
     done = paths.part_done(part["lang"], part["k"])
     if done.exists():
         return read_json(done)
-    packing = PartPacking(part, cfg, paths, tok_sha, strict)
+    packing = PartPacking(part, cfg, paths, tok_sha)
     try:
         batches: dict[str, list[Document]] = {"train": [], "valid": []}
         for split, doc in packing.documents(part["slices"], part["split_rule"]):
@@ -70,21 +70,21 @@ class PartPacking:
     packed per split into length buckets, written per (split, bucket); with its ledger, counts
     and seconds per step."""
 
-    def __init__(self, part: dict[str, Any], cfg: PrepareConfig, paths: Paths, tok_sha: str, strict: bool):
+    def __init__(self, part: dict[str, Any], cfg: PrepareConfig, paths: Paths, tok_sha: str):
         self.lang, self.k = part["lang"], part["k"]
-        self.cfg, self.paths, self.strict = cfg, paths, strict
+        self.cfg, self.paths = cfg, paths
         self.sp = processor(str(paths.tokenizer), tok_sha)
-        self.ledger = Ledger(DropLog(cfg.dropped_text_chars))
+        self.ledger = Ledger(DropLog(cfg.dropped_text_chars), cfg.strict)
         self.packers = {s: BucketPacker(cfg.pack.buckets, cfg.pack.max_open_samples) for s in ("train", "valid")}
         self.writers: dict[tuple[str, int], ShardWriter] = {}
         self.secs = {"tokenize": 0.0, "pack": 0.0, "write": 0.0}
-        self.pii = PIIRedactor(cfg.pii, self.ledger, strict)
+        self.pii = PIIRedactor(cfg.pii, self.ledger)
         self.steps = [self.pii] if cfg.pii.enabled else []
         """The per-document steps before tokenizing (datatrove-style: a list run over documents)."""
         self.docs = {"train": 0, "valid": 0}
 
     def failed(self, step: str, e: Exception, doc: Document) -> None:
-        drop_document(self.ledger, step, doc, "errors", failure(step, e), self.strict)
+        drop_document(self.ledger, step, doc, "errors", failure(step, e))
 
     def documents(self, slices: list[list[int]], split_rule: Any) -> Iterator[tuple[str, Document]]:
         """(split, document) of the part's slices of chunks, in order: the ones dedup dropped left

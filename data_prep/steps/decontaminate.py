@@ -214,8 +214,8 @@ class Decontaminator(PipelineStep):
 
     name = "decontaminate"
 
-    def __init__(self, cfg: Any, index: Index, ledger: Ledger, strict: bool = False):
-        super().__init__(ledger, strict)
+    def __init__(self, cfg: Any, index: Index, ledger: Ledger):
+        super().__init__(ledger)
         self.cfg, self.index = cfg, index
 
     def process(self, doc: Document) -> Document | None:

@@ -56,10 +56,12 @@ class Ledger:
     so examples are the first in input order and the result is deterministic.
     """
 
-    def __init__(self, log: Any = None) -> None:
+    def __init__(self, log: Any = None, strict: bool = False) -> None:
         self.langs: dict[str, dict[str, Any]] = {}
         self.log = log
         """The unit of work's ``data_prep.storage.droplog.DropLog`` (rows of dropped documents), or None."""
+        self.strict = strict
+        """An error stops the run instead of being booked (the recipe's ``strict``, ``--strict``)."""
 
     def _entry(self, lang: str) -> dict[str, Any]:
         e = self.langs.get(lang)

@@ -179,8 +179,8 @@ class QualityFilter(BatchStep):
 
     name = "quality"
 
-    def __init__(self, cfg: FilterConfig, ledger: Ledger, strict: bool = False):
-        super().__init__(ledger, strict)
+    def __init__(self, cfg: FilterConfig, ledger: Ledger):
+        super().__init__(ledger)
         self.cfg = cfg
         self._thresholds: dict[str, QualityThresholds] = {}
         self.scores: list[dict[str, Any]] = []  # one row per document checked, in input order

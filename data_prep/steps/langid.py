@@ -41,8 +41,8 @@ def predict(text: str) -> tuple[str, float]:
 class LanguageIdFilter(PipelineStep):
     name = "langid"
 
-    def __init__(self, cfg: LangIdConfig, ledger: Ledger, strict: bool = False):
-        super().__init__(ledger, strict)
+    def __init__(self, cfg: LangIdConfig, ledger: Ledger):
+        super().__init__(ledger)
         self.cfg = cfg
         self.trusted: set[str] = set()
 

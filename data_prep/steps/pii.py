@@ -189,8 +189,8 @@ class PIIRedactor(PipelineStep):
 
     name = "pii"
 
-    def __init__(self, cfg: PIIConfig, ledger: Ledger, strict: bool = False):
-        super().__init__(ledger, strict)
+    def __init__(self, cfg: PIIConfig, ledger: Ledger):
+        super().__init__(ledger)
         self.kinds = tuple(cfg.kinds)
         self.counts: dict[str, int] = {}
 

@@ -19,9 +19,8 @@ from data_prep.steps.document import Document, Ledger, StrictModeError
 class PipelineStep:
     name: str = "step"
 
-    def __init__(self, ledger: Ledger, strict: bool = False):
+    def __init__(self, ledger: Ledger):
         self.ledger = ledger
-        self.strict = strict
         self.stats: Counter = Counter()
         self.dropped: Counter = Counter()
         self.seconds = 0.0
@@ -65,7 +64,7 @@ class PipelineStep:
     ) -> None:
         """Book ``doc`` as dropped: the ledger's count, and a row of the drop log with the score
         that decided and its threshold (when the rule has them), and what it copies (when known)."""
-        drop_document(self.ledger, self.name, doc, outcome, reason, self.strict, score, threshold, duplicate_of)
+        drop_document(self.ledger, self.name, doc, outcome, reason, score, threshold, duplicate_of)
         self.dropped[reason] += 1
 
     def report(self) -> dict[str, Any]:
@@ -128,14 +127,13 @@ def drop_document(
     doc: Document,
     outcome: str,
     reason: str,
-    strict: bool = False,
     score: float | None = None,
     threshold: float | None = None,
     duplicate_of: str | None = None,
 ) -> None:
     """Book ``doc`` as dropped by ``stage``: the ledger's count and a row of its drop log; an
-    error under ``strict`` stops the run instead, with one line naming the record."""
-    if outcome == "errors" and strict:
+    error under the ledger's ``strict`` stops the run instead, with one line naming the record."""
+    if outcome == "errors" and ledger.strict:
         raise StrictModeError(f"{doc.loc}: {reason} (--strict stops at the first bad record)")
     ledger.drop(doc.lang, outcome, reason, doc.loc)
     if ledger.log is not None:

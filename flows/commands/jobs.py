@@ -44,13 +44,14 @@ def prepare(
             cfg.sources = [SourceConfig(path=str(p.resolve())) for p in inputs]
         if dask_address:
             cfg.dask.address = dask_address
+        cfg.strict = cfg.strict or strict
         preflight(cfg)
         start_early()
         from flows.prepare import run_prepare
         from flows.summary import print_summary
 
         with owned(out, "bloomline prepare", bars=True) as bars:
-            manifest = run_prepare(cfg, str(out), strict=strict, progress=bars)
+            manifest = run_prepare(cfg, str(out), progress=bars)
         if manifest.get("run_stats", {}).get("already_complete"):
             console.print(f"[green]{rich_escape(out)} is already complete[/] (same config and inputs); nothing to do.")
         print_summary(manifest, console)

@@ -199,8 +199,8 @@ def test_secrets_seen_in_a_config_are_masked_in_any_form():
     with pytest.raises(ValueError):
         unmasked({"other": 1}, local)  # an InProcess of other parameters
     # what Prefect records of a flow run's parameters: the masked form, and the InProcess as a placeholder
-    recorded = prepare.serialize_parameters({"config": m, "out": "o", "strict": False, "local": local})
-    assert recorded == {"config": m, "out": "o", "strict": False, "local": "<InProcess>"}
+    recorded = prepare.serialize_parameters({"config": m, "out": "o", "local": local})
+    assert recorded == {"config": m, "out": "o", "local": "<InProcess>"}
     rec = logging.LogRecord(
         "prefect", logging.ERROR, "", 0, "invalid address 'u:%s@10.0.0.1:8786', token %s", (SECRET, RECIPE_SECRET), None
     )

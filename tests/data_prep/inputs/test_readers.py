@@ -14,10 +14,10 @@ from data_prep.steps.document import UNKNOWN_LANG, Ledger, StrictModeError
 
 def read_all(path, cfg=None, strict=False, **src):
     cfg = cfg or ReadConfig()
-    ledger = Ledger()
+    ledger = Ledger(strict=strict)
     docs = []
     for chunk in plan_chunks([SourceConfig(path=str(path), **src)], cfg):
-        docs.extend(ChunkReader(chunk, cfg, ledger, strict).run())
+        docs.extend(ChunkReader(chunk, cfg, ledger).run())
     return docs, ledger
 
 

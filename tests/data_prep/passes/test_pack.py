@@ -71,5 +71,6 @@ def test_strict_stops_at_the_first_with_one_line(marked, tmp_path):
     from data_prep.pipeline import run_all
 
     cfg, _ = marked
+    cfg.strict = True
     with pytest.raises(StrictModeError, match=r"en.jsonl:3: pii.ValueError \(--strict stops at the first bad record\)"):
-        run_all(cfg, tmp_path / "out", strict=True)
+        run_all(cfg, tmp_path / "out")

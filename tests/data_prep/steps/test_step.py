@@ -51,7 +51,7 @@ def test_strict_stops_at_the_document_with_one_line():
     with pytest.raises(
         StrictModeError, match=r"^f.jsonl:2: langid.ValueError \(--strict stops at the first bad record\)$"
     ):
-        list(Fussy(Ledger(), strict=True).run(docs()))
+        list(Fussy(Ledger(strict=True)).run(docs()))
 
 
 def test_a_batch_step_books_the_one_document_its_batch_failed_on():
