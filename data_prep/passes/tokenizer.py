@@ -114,20 +114,7 @@ def train(
             minloglevel=2,
         )
     except RuntimeError as e:
-        msg = str(e)
-        m = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", msg)
-        if m:
-            raise TokenizerError(
-                f"tokenizer.vocab_size={m.group(1)} is too large for this corpus: SentencePiece can build at most "
-                f"{m.group(2)} pieces from the sample. Set -o tokenizer.vocab_size={m.group(2)} (or less), or add data."
-            ) from None
-        m = re.search(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)", msg)
-        if m:
-            raise TokenizerError(
-                f"tokenizer.vocab_size={m.group(1)} is too small: it needs at least {m.group(2)} pieces (256 byte pieces, special "
-                f"vocabulary at character_coverage. Raise tokenizer.vocab_size or lower tokenizer.character_coverage."
-            ) from None
-        raise TokenizerError(f"SentencePiece training failed: {msg.splitlines()[0] if msg else e}") from None
+        raise _training_error(e) from None
     model = model_prefix.with_suffix(".model")
     model.write_bytes(buf.getvalue())
     sp = spm.SentencePieceProcessor(model_proto=buf.getvalue())
@@ -135,6 +122,24 @@ def train(
         "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i)}\n" for i in range(sp.get_piece_size())), encoding="utf-8"
     )
     return model
+
+
+def _training_error(e: RuntimeError) -> TokenizerError:
+    """SentencePiece's refusal as one line naming the setting to change."""
+    msg = str(e)
+    m = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", msg)
+    if m:
+        return TokenizerError(
+            f"tokenizer.vocab_size={m.group(1)} is too large for this corpus: SentencePiece can build at most "
+            f"{m.group(2)} pieces from the sample. Set -o tokenizer.vocab_size={m.group(2)} (or less), or add data."
+        )
+    m = re.search(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)", msg)
+    if m:
+        return TokenizerError(
+            f"tokenizer.vocab_size={m.group(1)} is too small: it needs at least {m.group(2)} pieces (256 byte pieces, special "
+            f"vocabulary at character_coverage. Raise tokenizer.vocab_size or lower tokenizer.character_coverage."
+        )
+    return TokenizerError(f"SentencePiece training failed: {msg.splitlines()[0] if msg else e}")
 
 
 def check_model(path: Path) -> int:
