@@ -162,27 +162,10 @@ def _type_name(tp: Any) -> str:
 
 
 def _convert(tp: Any, value: Any, path: str) -> Any:
+    """``value`` as type ``tp`` (a config field's annotation); ConfigError naming ``path`` otherwise."""
     origin = get_origin(tp)
     if origin in (Union, types.UnionType):
-        args = get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        if isinstance(value, dict):
-            # a mapping can only be meant as the dataclass: report that branch's own error
-            for arg in args:
-                if dataclasses.is_dataclass(arg):
-                    return _convert(arg, value, path)
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _convert(arg, value, path)
-            except ConfigError as e:
-                errors.append(e)
-        if len(errors) == 1:
-            raise errors[0]
-        raise ConfigError(path, f"expected {_type_name(tp)}, got {value!r}")
+        return _convert_union(tp, value, path)
     if origin is typing.Literal:
         if value not in get_args(tp):
             raise ConfigError(path, f"expected {_type_name(tp)}, got {value!r}")
@@ -201,6 +184,35 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         return from_dict(tp, value if value is not None else {}, path)
     if tp is Any:
         return value
+    return _convert_scalar(tp, value, path)
+
+
+def _convert_union(tp: Any, value: Any, path: str) -> Any:
+    """``value`` as the first member of union ``tp`` that takes it (None where the union allows
+    null); a member's own error when only one member is not null."""
+    args = get_args(tp)
+    if value is None and type(None) in args:
+        return None
+    if isinstance(value, dict):
+        # a mapping can only be meant as the dataclass: report that branch's own error
+        for arg in args:
+            if dataclasses.is_dataclass(arg):
+                return _convert(arg, value, path)
+    errors = []
+    for arg in args:
+        if arg is type(None):
+            continue
+        try:
+            return _convert(arg, value, path)
+        except ConfigError as e:
+            errors.append(e)
+    if len(errors) == 1:
+        raise errors[0]
+    raise ConfigError(path, f"expected {_type_name(tp)}, got {value!r}")
+
+
+def _convert_scalar(tp: Any, value: Any, path: str) -> Any:
+    """``value`` as a bool, int, float (an int is taken), str or Path; never a bool for a number."""
     if tp is bool:
         if not isinstance(value, bool):
             raise ConfigError(path, f"expected true or false, got {value!r}")

@@ -100,6 +100,15 @@ def read_meta(step_dir: str | Path) -> dict[str, Any]:
     meta = read_contract_json(
         path, CheckpointError, f"is {step_dir} a complete bloomline checkpoint (RUN_DIR/checkpoints/step_N)?"
     )
+    _check_version(path, meta)
+    _check_later_fields(path, meta)
+    _check_fields(path, step_dir, meta)
+    _check_model(path, meta)
+    return meta
+
+
+def _check_version(path: Path, meta: Any) -> None:
+    """``meta`` is a dict of a format version this bloomline reads."""
     if not isinstance(meta, dict) or "format_version" not in meta:
         raise CheckpointError(f"{path}: no field 'format_version' (written by a bloomline before checkpoint format 1?)")
     if meta["format_version"] not in READS_VERSIONS:
@@ -107,6 +116,10 @@ def read_meta(step_dir: str | Path) -> dict[str, Any]:
             f"{path}: field 'format_version' is {meta['format_version']!r}, this bloomline reads "
             f"{' and '.join(map(str, READS_VERSIONS))}"
         )
+
+
+def _check_later_fields(path: Path, meta: dict[str, Any]) -> None:
+    """The fields later versions added, filled in as older versions mean them, then checked."""
     meta.setdefault("mixture", None)  # version 1: a fixed mixture
     meta.setdefault("blend", dict(MANIFEST_BLEND))  # versions 1 and 2: the manifest's blend
     meta.setdefault("files", None)  # versions 1-3: no record of the files
@@ -124,6 +137,11 @@ def read_meta(step_dir: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: field 'files' should be null or {{name: {{bytes, sha256}}}}")
     if meta["mixture"] is not None and not isinstance(meta["mixture"], dict):
         raise CheckpointError(f"{path}: field 'mixture' should be null or a dict, got {meta['mixture']!r}")
+
+
+def _check_fields(path: Path, step_dir: Path, meta: dict[str, Any]) -> None:
+    """Every field of :data:`_FIELDS` present with its type; the step a ``step_N`` folder's name
+    says; the layout's sizes; the trainer's and the sampler's keys; a known precision."""
     for key, tp in _FIELDS.items():
         if key not in meta:
             raise CheckpointError(f"{path}: field '{key}' is missing")
@@ -144,6 +162,11 @@ def read_meta(step_dir: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: field 'sampler' lacks {missing}")
     if meta["precision"] not in PRECISIONS:
         raise CheckpointError(f"{path}: field 'precision' is {meta['precision']!r}, not one of {sorted(PRECISIONS)}")
+
+
+def _check_model(path: Path, meta: dict[str, Any]) -> None:
+    """A valid model config, a sha256 of the data manifest, and TP rules for exactly the model's
+    parameters, each cut along dim 0, 1 or not at all."""
     try:
         cfg = from_dict(ModelConfig, meta["model"], "model")
     except ConfigError as e:
@@ -159,7 +182,6 @@ def read_meta(step_dir: str | Path) -> dict[str, Any]:
     bad = {k: v for k, v in meta["tp_rules"].items() if v not in (None, 0, 1)}
     if bad:
         raise CheckpointError(f"{path}: field 'tp_rules' has cut dims other than null, 0, 1: {bad}")
-    return meta
 
 
 def model_config(meta: dict[str, Any]) -> ModelConfig:

@@ -1,4 +1,4 @@
-"""Resuming a run: which checkpoint, in which form, and the RNG states saved with it.
+"""Resuming a run: which checkpoint, in which form, loading it, and the RNG states saved with it.
 
 A checkpoint of the run's own layout is loaded as DeepSpeed wrote it; one of another TP/PP/DP/ZeRO
 layout from its ``step_N/universal`` form, which ``bloomline train`` writes before starting the
@@ -16,10 +16,12 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from bloomline.errors import BloomlineError
+from bloomline.errors import BloomlineError, CheckpointError
+from training.checkpoint.integrity import damage
 from training.checkpoint.meta import read_meta, trained_on
 from training.checkpoint.reshard import has_universal, reshard_command
-from training.checkpoint.run_dir import RunDir
+from training.checkpoint.run_dir import RunDir, step_dir_name
+from training.checkpoint.safe_load import enforced
 from training.config import ParallelConfig
 from training.parallel.layout import layout_label, layout_of
 
@@ -46,6 +48,39 @@ def plan_resume(run: RunDir, data_dir: Path, parallel: ParallelConfig) -> tuple[
             + " ".join(reshard_command(step_dir, now)[3:])
         )
     return step, True
+
+
+def load_engine(engine: Any, run: RunDir, step: int, meta: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """Load checkpoint ``step`` of ``run`` (``meta``: its bloomline.json) into the DeepSpeed
+    ``engine``, optimizer states included, LR scheduler's not; in its universal form where the
+    engine was configured to load that (:func:`plan_resume`). Returns the client state saved with
+    it (None if none). CheckpointError if a file was damaged since the driver checked it
+    (training/checkpoint/integrity.py): that fails the same way on every restart, a user error
+    (exit 2). Anything else (a peer that died, a collective's timeout, memory) is raised as it
+    came, a crash, which a restart may get past."""
+    step_dir = run.step_dir(step)
+    try:
+        with enforced():  # DeepSpeed's loader asks for weights_only=False (training/checkpoint/safe_load.py)
+            if engine.load_universal_checkpoint():
+                # ranks of this layout each cut their slice of the whole tensors in step_N/universal
+                _, client = engine.load_checkpoint(
+                    str(step_dir), tag="universal", load_optimizer_states=True, load_lr_scheduler_states=False
+                )
+            else:
+                _, client = engine.load_checkpoint(
+                    str(run.checkpoints),
+                    tag=step_dir_name(step),
+                    load_optimizer_states=True,
+                    load_lr_scheduler_states=False,
+                )
+    except Exception as e:
+        if isinstance(e, CheckpointError):
+            raise
+        problem = damage(step_dir, meta)
+        if problem is not None:
+            raise CheckpointError(f"{step_dir} could not be loaded: {problem}") from None
+        raise
+    return client
 
 
 def rng_state() -> dict[str, Any]:

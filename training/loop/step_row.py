@@ -3,15 +3,19 @@
 Every rank sends one float64 row (training/loop/trainer.py ``_step_totals``); :class:`StepRow` is its
 layout: the scalars of :data:`SCALARS`, then each language's Σ token loss, each language's
 labelled tokens, then the online mixture's feedback. Packing and reading through the layout, a new
-number is one more name, not a shift of every index read after it.
+number is one more name, not a shift of every index read after it; :meth:`StepRow.totals` reads
+the step's totals off the gathered rows.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
+
+from bloomline.errors import BloomlineError
+from training.planning.flops import balance_over_dp
 
 SCALARS = ("dp_rank", "tp_rank", "pp_rank", "flops", "forward_s", "weights")
 """One number each: the rank's place in the mesh, the FLOPs it computed this step, its measured
@@ -61,3 +65,26 @@ class StepRow:
     def by_rank(self, rows: np.ndarray, name: str) -> np.ndarray:
         """[ranks, 4]: (dp, tp, pp, ``name``) per rank, as training/flops.balance_over_dp takes them."""
         return np.stack([self.get(rows, f) for f in ("dp_rank", "tp_rank", "pp_rank", name)], axis=1)
+
+    def totals(self, rows: np.ndarray, pp: int, step: int) -> dict[str, Any]:
+        """Step ``step``'s totals from the gathered ``rows`` [ranks, width] of a mesh with ``pp``
+        pipeline stages: the FLOPs of all replicas, the DP balance of computed FLOPs and of
+        measured forward time, each language's Σ token loss and labelled tokens (from the last
+        pipeline stage), and rank 0's feedback. BloomlineError if the ranks drew from different
+        mixture weights."""
+        tp, pp_rank = self.get(rows, "tp_rank"), self.get(rows, "pp_rank")
+        first = rows[(tp == 0) & (pp_rank == 0)]  # one rank per replica: each counts its replica's whole work
+        last = rows[(tp == 0) & (pp_rank == pp - 1)]  # one loss-computing rank per replica
+        weights = sorted(set(self.get(rows, "weights").tolist()))
+        if len(weights) > 1:  # a guard, not a sync: the weights are derived alike on every rank
+            raise BloomlineError(
+                f"step {step}: the ranks drew from different mixture weights (fingerprints {[int(w) for w in weights]})"
+            )
+        return {
+            "flops": float(self.get(first, "flops").sum()),
+            "dp_balance": balance_over_dp(self.by_rank(rows, "flops")),
+            "dp_time_balance": balance_over_dp(self.by_rank(rows, "forward_s")),
+            "lang_loss": self.get(last, "lang_loss").sum(axis=0),
+            "lang_tokens": self.get(last, "lang_tokens").sum(axis=0),
+            "feedback": self.get(rows, "feedback")[0],
+        }  # rank 0's

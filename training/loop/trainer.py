@@ -12,20 +12,18 @@ what training/loop/ds_config.py tells DeepSpeed; the run folder and checkpoints 
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
 import torch
 
-from bloomline.errors import BloomlineError, CheckpointError
+from bloomline.errors import BloomlineError
 from data_prep.storage.shards import check_model_fits, manifest_sha256
-from training.checkpoint.integrity import checkpoint_files, damage, file_records
+from training.checkpoint.integrity import checkpoint_files, file_records
 from training.checkpoint.meta import PRECISIONS, make_meta, read_meta, saved_recipe
-from training.checkpoint.resume import plan_resume, restore_rng, rng_state
+from training.checkpoint.resume import load_engine, plan_resume, restore_rng, rng_state
 from training.checkpoint.run_dir import RunDir, step_dir_name
-from training.checkpoint.safe_load import enforced
 from training.config import ModelConfig, TrainRecipe
 from training.data.mixture.blend import check_resume, run_blend
 from training.data.mixture.fixed import FixedMixture
@@ -33,15 +31,17 @@ from training.data.mixture.online import OnlineMixture
 from training.data.sampler import DynamicBatchSampler
 from training.data.shard_reader import ShardIndex, collate, torch_collectives, verify_once
 from training.loop.ds_config import allow_cpu_fp16, deepspeed_config, param_groups
+from training.loop.guard import SkipGuard
 from training.loop.kernel_choice import resolve_attention
 from training.loop.loss import StepLoss, lang_means
 from training.loop.metrics_log import MetricsLog, finite
 from training.loop.schedule import lr_at, schedule_change
 from training.loop.step_row import StepRow
+from training.loop.stop import stop_voted
 from training.model.bloom import IGNORE_INDEX, Bloom
 from training.parallel.distributed import Mesh, init_distributed
 from training.parallel.parallelize import parallelize
-from training.planning.flops import ForwardTimer, balance_over_dp, model_pair_weight, model_params, step_flops
+from training.planning.flops import ForwardTimer, model_pair_weight, model_params, step_flops
 
 
 class Trainer:
@@ -52,12 +52,32 @@ class Trainer:
         self.run.root.mkdir(parents=True, exist_ok=True)
         cfg = recipe.model
         assert isinstance(cfg, ModelConfig)
-        seed = recipe.train.seed
-        self.mesh: Mesh = init_distributed(recipe.parallel, seed)
+        self.mesh: Mesh = init_distributed(recipe.parallel, recipe.train.seed)
         self.dtype = PRECISIONS[recipe.train.precision]
         self.num_params = model_params(cfg)
         self.device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+        self._setup_data(cfg)
+        if recipe.train.precision == "fp16" and self.device.type == "cpu" and recipe.train.cpu_fp16:
+            allow_cpu_fp16()
+        self._setup_languages()
+        self._setup_mixture()
+        self._resume_step, universal = plan_resume(self.run, self.data_dir, recipe.parallel)
+        self._setup_engine(cfg, universal)
+        self._flops = 0.0  # FLOPs this rank's replica computed in the current step (training/planning/flops.py)
+        self.step = 0
+        self.saved_step = -1
+        self.guard = SkipGuard(recipe.train, self.mesh.rank, self.device)
+        self.log = MetricsLog(self.run.metrics, self.run.tensorboard, recipe) if self.mesh.rank == 0 else None
+        self._resume()
+        if self._resume_step is None:
+            self.mixture.cut_log(-1)  # a fresh run: what a failed first attempt logged goes
+            self._changes = [self.mixture.start(0)]
 
+    # ----------------------------------------------------------------------------- set-up
+    def _setup_data(self, cfg: ModelConfig) -> None:
+        """The training split, checked against the model and verified once per run folder, its
+        blend and the dynamic-batch sampler that draws from it."""
+        recipe = self.recipe
         self.index = ShardIndex(self.data_dir, "train")
         check_model_fits(self.index.manifest, self.data_dir, cfg.vocab_size, cfg.seq_len)
         verify_once(self.index, self.run.data_stamp, self.mesh.rank, self.mesh.world, *torch_collectives())
@@ -68,34 +88,42 @@ class Trainer:
             recipe.batch,
             recipe.parallel.dp,
             cfg.seq_len,
-            seed,
+            recipe.train.seed,
             blend=self.blend.weights_for(1),
             pair_weight=model_pair_weight(cfg),
         )
 
-        if recipe.train.precision == "fp16" and self.device.type == "cpu" and recipe.train.cpu_fp16:
-            allow_cpu_fp16()
-        # every sample's language, as an index into the blend's sorted languages (per-language loss)
+    def _setup_languages(self) -> None:
+        """Every sample's language, as an index into the blend's sorted languages, and the loss
+        that sums them (per-language loss)."""
         self.languages = sorted(self.sampler.weights)
         at = {lang: i for i, lang in enumerate(self.languages)}
         self._shard_lang = [
             at.get(s["lang"], 0) for s in self.index.shards
         ]  # (0 for an unblended language: never drawn)
         self.loss = StepLoss(len(self.languages))
+
+    def _setup_mixture(self) -> None:
+        """The mixture rule the recipe names (``batch.mixture``), steering the sampler's weights."""
+        recipe = self.recipe
         self.mixture = (
             OnlineMixture(recipe.batch.online, self.run, self.sampler, self.mesh.rank)
             if recipe.batch.mixture == "online"
             else FixedMixture(self.blend, self.run, self.sampler, self.mesh.rank)
         )
         self._changes: list[Any] = []  # the mixture's decisions to report with the next step's metrics
-        self._resume_step, universal = plan_resume(self.run, self.data_dir, recipe.parallel)
-        o = recipe.optim
+
+    def _setup_engine(self, cfg: ModelConfig, universal: bool) -> None:
+        """The model built on the meta device, parallelised into a DeepSpeed engine with its
+        optimizer (``universal``: the resumed checkpoint is loaded in universal form), the
+        attention kernel, and the forward timer."""
+        recipe, o = self.recipe, self.recipe.optim
         with torch.device("meta"):
             model = Bloom(cfg)  # the whole model, holding no memory: each rank materialises its part
         self.engine = parallelize(
             model,
             recipe.parallel,
-            seed=seed,
+            seed=recipe.train.seed,
             dtype=self.dtype,
             activation_checkpointing=recipe.train.activation_checkpointing,
             loss_fn=self.loss,
@@ -111,100 +139,78 @@ class Trainer:
             recipe, self.index, self.sampler, self.dtype, self.device, self.mesh, self.engine.module
         )
         self.forward_timer = ForwardTimer(self.engine.module)
-        self._flops = 0.0  # FLOPs this rank's replica computed in the current step (training/planning/flops.py)
-        self.step = 0
-        self.skipped = 0
-        self.saved_step = -1
-        self.skipped_in_a_row = 0
-        self.overflows = 0  # fp16 steps skipped by the loss scaler
-        self.loss_ema: float | None = None
-        self.log = MetricsLog(self.run.metrics, self.run.tensorboard, recipe) if self.mesh.rank == 0 else None
-        self._resume()
-        if self._resume_step is None:
-            self.mixture.cut_log(-1)  # a fresh run: what a failed first attempt logged goes
-            self._changes = [self.mixture.start(0)]
 
     # ----------------------------------------------------------------------------- the loop
     def train(self) -> None:
-        r = self.recipe
-        while self.step < r.train.steps:
-            # Every rank must agree on stopping, or some would wait forever in a collective.
-            stop = torch.tensor([int(self.run.stop.exists())], device=self.device)
-            torch.distributed.all_reduce(stop, op=torch.distributed.ReduceOp.MAX)
-            if stop.item():
+        """Train to ``train.steps``, saving every ``checkpoint.interval`` steps and at the end; on
+        the kill switch (training/loop/stop.py), save the current step and return."""
+        while self.step < self.recipe.train.steps:
+            if stop_voted(self.run.stop, self.device):
                 if self.saved_step != self.step:
                     self.save()
                 if self.mesh.rank == 0:
                     print(f"kill switch {self.run.stop}: saved step {self.step}, exiting", flush=True)
                 return
-            t0 = time.perf_counter()
-            plan = self.sampler.next_step()
-            self.step += 1
-            lr = lr_at(self.step, r) * plan.lr_scale
-            for g in self.optimizer.param_groups:
-                g["lr"] = lr
-            batches = [collate(self.index, mb, plan.bucket, self.index.pad_id) for mb in plan.ranks[self.mesh.dp_rank]]
-            labelled = torch.tensor(
-                [sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in batches)], dtype=torch.long, device=self.device
-            )
-            torch.distributed.all_reduce(labelled)  # over all ranks = dp · tp · pp copies of each replica
-            step_tokens = int(labelled.item()) // (self.mesh.tp * self.mesh.pp)
-            f = r.train.skip_spike_factor
-            spike = f * self.loss_ema if (f and self.loss_ema is not None) else math.inf
-            self.loss.set_step(
-                plan.gas,
-                self.mesh.dp,
-                step_tokens,
-                spike,
-                poison=self.step in r.train.inject_nan_at,
-                langs=[torch.tensor([self._shard_lang[sid] for sid, _ in mb]) for mb in plan.ranks[self.mesh.dp_rank]],
-            )
-            skipped_before = self.engine.skipped_steps
-            try:
-                loss = self._run(batches, plan.gas)
-            except Exception as e:
-                if "loss scale already at minimum" in str(e):  # DeepSpeed's fp16 scaler gives up
-                    raise BloomlineError(
-                        f"step {self.step}: fp16 gradients overflow even at the minimum loss scale "
-                        f"{r.train.fp16_min_loss_scale}; a restart would hit it again: use bf16 or "
-                        f"lower the learning rate"
-                    ) from e
-                raise
-            grad_norm = self.engine.get_global_grad_norm()
-            skip = None
-            if self.engine.skipped_steps > skipped_before:  # DeepSpeed's overflow check is global: all ranks agree
-                # Only the last pipeline stage computed the loss: ask every rank whether it was bad.
-                bad = torch.tensor([int(self.loss.bad)], device=self.device)
-                torch.distributed.all_reduce(bad, op=torch.distributed.ReduceOp.MAX)
-                # With fp16 a clean loss can still overflow the scaled gradients: that is the loss
-                # scaler calibrating itself (it halves the scale), not a bad batch.
-                skip = "bad_loss" if bad.item() or r.train.precision != "fp16" else "fp16_overflow"
-            if skip == "bad_loss":
-                self.skipped += 1
-                self.skipped_in_a_row += 1
-                if self.mesh.rank == 0:
-                    print(
-                        f"step {self.step}: batch skipped (loss {loss}, NaN/inf or above the spike limit {spike:.3f})",
-                        flush=True,
-                    )
-                if self.skipped_in_a_row > r.train.max_skipped_in_a_row:
-                    raise BloomlineError(
-                        f"{self.skipped_in_a_row} batches in a row skipped for NaN/inf or spiking "
-                        f"loss (train.max_skipped_in_a_row={r.train.max_skipped_in_a_row})"
-                    )
-            else:
-                self.skipped_in_a_row = 0
-                if skip is None:
-                    self.loss_ema = loss if self.loss_ema is None else 0.9 * self.loss_ema + 0.1 * loss
-                else:
-                    self.overflows += 1
-            work = self._step_totals()  # a collective of the step: inside its time
-            self._changes += self.mixture.after_step(  # weights for the next step, decided by every rank alike
-                self.step, work["lang_loss"], work["lang_tokens"], work["feedback"], measured=skip != "bad_loss"
-            )
-            self._log(plan, loss, lr, grad_norm, time.perf_counter() - t0, skip, work)
-            if (self.step % r.checkpoint.interval == 0 or self.step == r.train.steps) and self.saved_step != self.step:
-                self.save()
+            self._train_step()
+
+    def _train_step(self) -> None:
+        """One optimizer step: plan, LR, forward/backward/step, the skip rules (training/loop/guard.py),
+        the mixture's next weights, the metrics line, and the checkpoint when one is due."""
+        r = self.recipe
+        t0 = time.perf_counter()
+        plan = self.sampler.next_step()
+        self.step += 1
+        lr = lr_at(self.step, r) * plan.lr_scale
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+        batches = self._prepare(plan)
+        skipped_before = self.engine.skipped_steps
+        loss = self._run_checked(batches, plan.gas)
+        grad_norm = self.engine.get_global_grad_norm()
+        skip = self.guard.verdict(self.engine.skipped_steps > skipped_before, self.loss)
+        self.guard.record(self.step, loss, skip)
+        work = self._step_totals()  # a collective of the step: inside its time
+        self._changes += self.mixture.after_step(  # weights for the next step, decided by every rank alike
+            self.step, work["lang_loss"], work["lang_tokens"], work["feedback"], measured=skip != "bad_loss"
+        )
+        self._log(plan, loss, lr, grad_norm, time.perf_counter() - t0, skip, work)
+        if (self.step % r.checkpoint.interval == 0 or self.step == r.train.steps) and self.saved_step != self.step:
+            self.save()
+
+    def _prepare(self, plan: Any) -> list[dict[str, torch.Tensor]]:
+        """This rank's micro-batches of ``plan``, collated; sets the loss up for the step (its
+        labelled tokens over all ranks, the spike limit, the fault drill, the samples' languages).
+        A collective: every rank calls it once per step."""
+        r = self.recipe
+        mine = plan.ranks[self.mesh.dp_rank]
+        batches = [collate(self.index, mb, plan.bucket, self.index.pad_id) for mb in mine]
+        labelled = torch.tensor(
+            [sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in batches)], dtype=torch.long, device=self.device
+        )
+        torch.distributed.all_reduce(labelled)  # over all ranks = dp · tp · pp copies of each replica
+        step_tokens = int(labelled.item()) // (self.mesh.tp * self.mesh.pp)
+        self.loss.set_step(
+            plan.gas,
+            self.mesh.dp,
+            step_tokens,
+            self.guard.spike_limit(),
+            poison=self.step in r.train.inject_nan_at,
+            langs=[torch.tensor([self._shard_lang[sid] for sid, _ in mb]) for mb in mine],
+        )
+        return batches
+
+    def _run_checked(self, batches: list[dict[str, torch.Tensor]], gas: int) -> float:
+        """:meth:`_run`, with DeepSpeed's fp16 scaler giving up turned into a user error."""
+        try:
+            return self._run(batches, gas)
+        except Exception as e:
+            if "loss scale already at minimum" in str(e):  # DeepSpeed's fp16 scaler gives up
+                raise BloomlineError(
+                    f"step {self.step}: fp16 gradients overflow even at the minimum loss scale "
+                    f"{self.recipe.train.fp16_min_loss_scale}; a restart would hit it again: use bf16 or "
+                    f"lower the learning rate"
+                ) from e
+            raise
 
     def _feed(self, b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Micro-batch ``b`` on this rank's device, its FLOPs added to the step's count. Counted on
@@ -239,24 +245,7 @@ class Trainer:
         self._flops = 0.0
         rows = [torch.zeros_like(me) for _ in range(self.mesh.world)]
         torch.distributed.all_gather(rows, me)
-        a = torch.stack(rows).cpu().numpy()
-        tp, pp = layout.get(a, "tp_rank"), layout.get(a, "pp_rank")
-        first = a[(tp == 0) & (pp == 0)]  # one rank per replica: each counts its replica's whole work
-        last = a[(tp == 0) & (pp == self.mesh.pp - 1)]  # one loss-computing rank per replica
-        weights = sorted(set(layout.get(a, "weights").tolist()))
-        if len(weights) > 1:  # a guard, not a sync: the weights are derived alike on every rank
-            raise BloomlineError(
-                f"step {self.step}: the ranks drew from different mixture weights "
-                f"(fingerprints {[int(w) for w in weights]})"
-            )
-        return {
-            "flops": float(layout.get(first, "flops").sum()),
-            "dp_balance": balance_over_dp(layout.by_rank(a, "flops")),
-            "dp_time_balance": balance_over_dp(layout.by_rank(a, "forward_s")),
-            "lang_loss": layout.get(last, "lang_loss").sum(axis=0),
-            "lang_tokens": layout.get(last, "lang_tokens").sum(axis=0),
-            "feedback": layout.get(a, "feedback")[0],
-        }  # rank 0's
+        return layout.totals(torch.stack(rows).cpu().numpy(), self.mesh.pp, self.step)
 
     def _run(self, batches: list[dict[str, torch.Tensor]], gas: int) -> float:
         dp = self.mesh.dp
@@ -312,8 +301,8 @@ class Trainer:
                 "micro_batch_size": int(plan.micro_batch_size),
                 "skipped": skip is not None,
                 "skip_reason": skip,
-                "skipped_batches": self.skipped,
-                "fp16_overflows": self.overflows,
+                "skipped_batches": self.guard.skipped,
+                "fp16_overflows": self.guard.overflows,
                 "loss_scale": self._loss_scale(),
                 "step_seconds": dt,
                 "optimizer_steps": int(self.engine.global_steps),
@@ -342,14 +331,6 @@ class Trainer:
         return float(cfg.cur_scale if cfg is not None else opt.cur_scale)  # ZeRO optimizers
 
     # ------------------------------------------------------------------------- checkpoints
-    def _trainer_state(self) -> dict[str, Any]:
-        return {
-            "skipped": self.skipped,
-            "fp16_overflows": self.overflows,
-            "skipped_in_a_row": self.skipped_in_a_row,
-            "loss_ema": self.loss_ema,
-        }
-
     def save(self) -> None:
         """Every rank writes its DeepSpeed files (with its RNG states, training/checkpoint/resume.py); then
         rank 0 publishes bloomline.json and ``latest``."""
@@ -374,7 +355,7 @@ class Trainer:
                 self.data_dir,
                 self.manifest_sha,
                 self.sampler.state_dict(),
-                self._trainer_state(),
+                self.guard.state_dict(),
                 self.mixture.state_dict(),
                 self.blend.identity(),
                 files={k: v for share in shares for k, v in share.items()},
@@ -389,41 +370,14 @@ class Trainer:
             return
         step_dir = self.run.step_dir(self._resume_step)
         meta = read_meta(step_dir)
-        try:
-            with enforced():  # DeepSpeed's loader asks for weights_only=False (training/checkpoint/safe_load.py)
-                if self.engine.load_universal_checkpoint():
-                    # ranks of this layout each cut their slice of the whole tensors in step_N/universal
-                    _, client = self.engine.load_checkpoint(
-                        str(step_dir), tag="universal", load_optimizer_states=True, load_lr_scheduler_states=False
-                    )
-                else:
-                    _, client = self.engine.load_checkpoint(
-                        str(self.run.checkpoints),
-                        tag=step_dir_name(self._resume_step),
-                        load_optimizer_states=True,
-                        load_lr_scheduler_states=False,
-                    )
-        except Exception as e:
-            # A file damaged since the driver checked it (training/checkpoint/integrity.py) fails the
-            # same way on every restart: a user error (exit 2). Anything else (a peer that died, a
-            # collective's timeout, memory) is a crash, which a restart may get past.
-            if isinstance(e, CheckpointError):
-                raise
-            problem = damage(step_dir, meta)
-            if problem is not None:
-                raise CheckpointError(f"{step_dir} could not be loaded: {problem}") from None
-            raise
+        client = load_engine(self.engine, self.run, self._resume_step, meta)
         # DeepSpeed restores the checkpoint's clipping threshold with the optimizer; the recipe rules.
         if hasattr(self.engine.optimizer, "clip_grad"):
             self.engine.optimizer.clip_grad = self.recipe.optim.clip_grad
         restore_rng((client or {}).get("rng"))
-        state = meta["trainer"]
         self.step = meta["step"]
         self.saved_step = self.step
-        self.skipped = state["skipped"]
-        self.skipped_in_a_row = state["skipped_in_a_row"]
-        self.overflows = state["fp16_overflows"]
-        self.loss_ema = state["loss_ema"]
+        self.guard.load_state_dict(meta["trainer"])
         self.sampler.load_state_dict(meta["sampler"])
         check_resume(meta["blend"], self.blend, self.step)
         self.mixture.resume(meta["mixture"], self.step)

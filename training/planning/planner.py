@@ -207,8 +207,7 @@ def plan(
             )
         dp = gpus // (tp * pp)
     world = tp * pp * dp
-    s, h, a, L = m.seq_len, m.hidden_size, m.num_heads, m.num_layers
-    V = m.padded_vocab(tp)
+    s = m.seq_len
     mbs = max(recipe.batch.micro_batch_tokens // s, 1)
     gbs = max(recipe.batch.tokens_per_step // s, 1)
     micro = max(gbs // (mbs * dp), 1)  # micro-batches per pipeline per iteration
@@ -216,32 +215,10 @@ def plan(
     state = model_state_bytes(r.precision, zero, dp)
     stages = stage_plans(m, r, (tp, pp, zero), micro, mbs, state, device, offload)
 
-    worst = max(stages, key=lambda x: x.memory_gib)
-    fits = worst.memory_gib <= device.memory_gib
-    reason = (
-        f"fits: the fullest stage ({worst.stage}) needs {worst.memory_gib:.1f} of {device.memory_gib:.1f} GiB"
-        if fits
-        else _too_big(worst, device)
-    )
-    flops = flops_per_iteration(gbs, s, L, h, V, ckpt)
+    fits, reason = _fit(stages, device)
+    flops = flops_per_iteration(gbs, s, m.num_layers, m.hidden_size, m.padded_vocab(tp), ckpt)
     out: dict[str, Any] = {
-        "model": {
-            "params": sum(math.prod(x) for x in _shapes(m)),
-            "layers": L,
-            "hidden": h,
-            "heads": a,
-            "vocab_padded": V,
-            "seq_len": s,
-        },
-        "layout": {
-            "tp": tp,
-            "pp": pp,
-            "dp": dp,
-            "zero_stage": zero,
-            "world": world,
-            "nodes": math.ceil(world / device.per_node),
-            "per_node": device.per_node,
-        },
+        **_model_and_layout(m, tp, pp, dp, zero, device),
         "device": asdict(device),
         "precision": r.precision,
         "activation_checkpointing": ckpt,
@@ -324,15 +301,40 @@ def largest_layer(m: Any, tp: int) -> int:
     return m.ffn_mult * m.hidden_size * m.hidden_size // tp
 
 
-def _shapes(m: Any) -> list[tuple[int, ...]]:
+def _model_and_layout(m: Any, tp: int, pp: int, dp: int, zero: int, device: Device) -> dict[str, Any]:
+    """The plan's ``model`` (its size and shape, the vocabulary padded for TP) and ``layout``
+    (the parallel sizes, the devices and nodes they take) parts."""
     from training.model.bloom import full_shapes
 
-    return [tuple(v) for k, v in full_shapes(m).items()]
+    world = tp * pp * dp
+    return {
+        "model": {
+            "params": sum(math.prod(x) for x in full_shapes(m).values()),
+            "layers": m.num_layers,
+            "hidden": m.hidden_size,
+            "heads": m.num_heads,
+            "vocab_padded": m.padded_vocab(tp),
+            "seq_len": m.seq_len,
+        },
+        "layout": {
+            "tp": tp,
+            "pp": pp,
+            "dp": dp,
+            "zero_stage": zero,
+            "world": world,
+            "nodes": math.ceil(world / device.per_node),
+            "per_node": device.per_node,
+        },
+    }
 
 
-def _too_big(st: StagePlan, device: Device) -> str:
+def _fit(stages: list[StagePlan], device: Device) -> tuple[bool, str]:
+    """Whether the fullest stage fits ``device``, and why: what it needs, or its three largest parts."""
+    st = max(stages, key=lambda x: x.memory_gib)
+    if st.memory_gib <= device.memory_gib:
+        return True, f"fits: the fullest stage ({st.stage}) needs {st.memory_gib:.1f} of {device.memory_gib:.1f} GiB"
     top = sorted(st.parts_gib.items(), key=lambda kv: -kv[1])[:3]
-    return (
+    return False, (
         f"does not fit: stage {st.stage} needs {st.memory_gib:.1f} GiB per device, more than the "
         f"{device.memory_gib:.1f} GiB of a {device.name} (" + ", ".join(f"{k} {v:.1f}" for k, v in top) + " GiB)"
     )

@@ -1,5 +1,5 @@
 """The dynamic-batch sampler and the trainer's data access, on small synthetic prepared data
-(shards written by ShardWriter under the pack stage's names, a manifest as FORMAT.md says)."""
+(shards written by ShardWriter under the pack pass's names, a manifest as FORMAT.md says)."""
 
 import json
 import math

@@ -231,26 +231,9 @@ class MixtureController:
             return None
         if self.last_eval is not None and checkpoint <= self.last_eval["checkpoint"]:
             return None
-        missing = [l for l in self.languages if l not in bpb]
-        if missing and self.cfg.signal == "bpb":
-            raise ConfigError(
-                "batch.online.rule", f"the evaluation of checkpoint {checkpoint} has no bpb for {missing}"
-            )
-        now = np.array([bpb.get(l, math.nan) for l in self.languages], dtype=np.float64)
-        tokens = np.array([seen.get(l, 0) for l in self.languages], dtype=np.float64)
-        previous, self.last_eval = (
-            self.last_eval,
-            {
-                "checkpoint": checkpoint,
-                "bpb": [None if math.isnan(v) else v for v in now.tolist()],
-                "seen": tokens.tolist(),
-            },
-        )
-        if self.reference is not None:
-            ref = np.array([self.reference.at(l, int(t)) for l, t in zip(self.languages, tokens)])
-            signal = np.maximum(now - ref, 0.0)
-            cause = {"signal": f"excess bpb over {self.reference.run}"}
-        elif previous is None:  # progress needs two evaluations: taken in, no change yet
+        previous = self.last_eval
+        now, tokens = self._take_eval(checkpoint, bpb, seen)
+        if self.reference is None and previous is None:  # progress needs two evaluations: taken in, no change yet
             return Change(
                 step,
                 None,
@@ -261,18 +244,7 @@ class MixtureController:
                     "held": "the first evaluation: progress needs a second",
                 },
             )
-        else:
-            before = np.array([math.nan if v is None else v for v in previous["bpb"]], dtype=np.float64)
-            signal = progress(before, now, np.array(previous["seen"]), tokens)
-            cause = {
-                "signal": f"{self._measure()} progress per doubling of tokens seen",
-                "since": previous["checkpoint"],
-            }
-        unmeasured = np.isnan(signal)
-        if unmeasured.any():  # no measure, no push: the measured languages' mean (a softmax step
-            # moves a language by its signal's distance from the others', so 0 would starve it)
-            cause["unmeasured"] = [l for l, u in zip(self.languages, unmeasured) if u]
-            signal = np.where(unmeasured, signal[~unmeasured].mean() if (~unmeasured).any() else 0.0, signal)
+        signal, cause = self._eval_signal(previous, now, tokens)
         target = excess_target(self.weights, signal, self.cfg.eta)
         return self._move(
             step,
@@ -284,6 +256,48 @@ class MixtureController:
                 "value": {l: round(float(v), 6) for l, v in zip(self.languages, signal)},
             },
         )
+
+    def _take_eval(self, checkpoint: int, bpb: dict[str, float], seen: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+        """The evaluation's measures and tokens seen in ``languages`` order (NaN: not measured),
+        kept as ``last_eval``. ConfigError if bpb lacks a language."""
+        missing = [l for l in self.languages if l not in bpb]
+        if missing and self.cfg.signal == "bpb":
+            raise ConfigError(
+                "batch.online.rule", f"the evaluation of checkpoint {checkpoint} has no bpb for {missing}"
+            )
+        now = np.array([bpb.get(l, math.nan) for l in self.languages], dtype=np.float64)
+        tokens = np.array([seen.get(l, 0) for l in self.languages], dtype=np.float64)
+        self.last_eval = {
+            "checkpoint": checkpoint,
+            "bpb": [None if math.isnan(v) else v for v in now.tolist()],
+            "seen": tokens.tolist(),
+        }
+        return now, tokens
+
+    def _eval_signal(
+        self, previous: Optional[dict[str, Any]], now: np.ndarray, tokens: np.ndarray
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Each language's push (higher: drawn more) and its cause: the excess over the reference
+        run's measure at the same tokens seen, or else the progress since ``previous`` (the last
+        evaluation, not None then). An unmeasured language gets the measured ones' mean."""
+        if self.reference is not None:
+            ref = np.array([self.reference.at(l, int(t)) for l, t in zip(self.languages, tokens)])
+            signal = np.maximum(now - ref, 0.0)
+            cause: dict[str, Any] = {"signal": f"excess bpb over {self.reference.run}"}
+        else:
+            assert previous is not None
+            before = np.array([math.nan if v is None else v for v in previous["bpb"]], dtype=np.float64)
+            signal = progress(before, now, np.array(previous["seen"]), tokens)
+            cause = {
+                "signal": f"{self._measure()} progress per doubling of tokens seen",
+                "since": previous["checkpoint"],
+            }
+        unmeasured = np.isnan(signal)
+        if unmeasured.any():  # no measure, no push: the measured languages' mean (a softmax step
+            # moves a language by its signal's distance from the others', so 0 would starve it)
+            cause["unmeasured"] = [l for l, u in zip(self.languages, unmeasured) if u]
+            signal = np.where(unmeasured, signal[~unmeasured].mean() if (~unmeasured).any() else 0.0, signal)
+        return signal, cause
 
     def _measure(self) -> str:
         return "bpb" if self.cfg.signal == "bpb" else "continuation error"
