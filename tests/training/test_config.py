@@ -149,7 +149,7 @@ def test_a_resume_that_changes_the_lr_schedule_says_so():
     )
 
 
-def test_recipe_rules_and_what_they_need_of_the_machine():
+def test_recipe_rules_and_what_they_need_of_the_machine(monkeypatch):
     """The recipe's own rules are checked where it loads; what it needs of the machine, by check_device."""
     tiny = REPO / "configs/train/bloom-tiny.yaml"
     with pytest.raises(ConfigError, match="parallel.zero_stage.*fp32 with zero_stage 0 cannot skip a NaN"):
@@ -159,7 +159,9 @@ def test_recipe_rules_and_what_they_need_of_the_machine():
     with pytest.raises(ConfigError, match="train.precision.*fp16 needs GPUs"):
         fp16.check_device(gpu=False)
     fp16.check_device(gpu=True)
-    load_config(TrainRecipe, tiny, ["train.precision=fp16", "train.cpu_fp16=true"]).check_device(gpu=False)
+    monkeypatch.setenv("BLOOMLINE_CPU_FP16", "1")  # the tests' switch (training/config/drills.py)
+    fp16.check_device(gpu=False)
+    monkeypatch.delenv("BLOOMLINE_CPU_FP16")
     flex = load_config(TrainRecipe, tiny, ["model.attention=flex"])
     with pytest.raises(ConfigError, match="model.attention.*flex cannot train on CPU"):
         flex.check_device(gpu=False)
@@ -172,3 +174,23 @@ def test_recipe_rules_and_what_they_need_of_the_machine():
         ConfigError, match="evaluation.settings.heldout"
     ):  # training's evaluations steer: never on test data
         load_config(TrainRecipe, tiny, ["evaluation.settings.heldout=/data/test"])
+
+
+def test_the_drill_switches_live_outside_the_recipe(monkeypatch):
+    """BLOOMLINE_NAN_AT and BLOOMLINE_CPU_FP16 (training/config/drills.py) are read from the
+    environment; a recipe saved while they were recipe keys still loads."""
+    from bloomline.config import to_dict
+    from training.checkpoint.meta import saved_recipe
+    from training.config import drills
+
+    assert drills.nan_at() == frozenset() and not drills.cpu_fp16()
+    monkeypatch.setenv("BLOOMLINE_NAN_AT", "2, 5")
+    assert drills.nan_at() == {2, 5}
+    monkeypatch.setenv("BLOOMLINE_NAN_AT", "two")
+    with pytest.raises(ConfigError, match="BLOOMLINE_NAN_AT.*expected step numbers"):
+        drills.nan_at()
+    old = to_dict(load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml"))
+    old["train"].update(cpu_fp16=True, inject_nan_at=[3])
+    assert to_dict(saved_recipe({"recipe": old}).train) == {
+        k: v for k, v in old["train"].items() if k not in ("cpu_fp16", "inject_nan_at")
+    }

@@ -122,12 +122,14 @@ class TrainRecipe:
 
     def check_device(self, gpu: bool, torch_version: str = "") -> None:
         """What this recipe needs of the machine it trains on: fp16 and FlexAttention train on GPUs only."""
-        if self.train.precision == "fp16" and not self.train.cpu_fp16 and not gpu:
+        from training.config import drills
+
+        if self.train.precision == "fp16" and not drills.cpu_fp16() and not gpu:
             raise ConfigError(
                 "train.precision",
                 "fp16 needs GPUs: DeepSpeed's CPU accelerator has no fp16 support on "
                 "this CPU; use bf16 (BLOOM's choice) or fp32 here, or "
-                "-o train.cpu_fp16=true to run fp16 slowly with torch's reference kernels",
+                f"set {drills.CPU_FP16}=1 to run fp16 slowly with torch's reference kernels",
             )
         if isinstance(self.model, ModelConfig) and self.model.attention == "flex" and not gpu:
             raise ConfigError(

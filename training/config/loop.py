@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, Optional
 
 from bloomline.config import check
@@ -52,9 +52,6 @@ class TrainLoopConfig:
     """Optimizer steps to train for."""
     precision: Literal["bf16", "fp16", "fp32"] = "bf16"
     """bf16 (BLOOM), fp16 with dynamic loss scaling, or fp32."""
-    cpu_fp16: bool = False
-    """Allow fp16 on a CPU without fp16 kernels (DeepSpeed refuses it there): torch's reference
-    half-precision kernels run it, slowly. For testing the fp16 path on CPU machines only."""
     fp16_initial_scale_power: int = 16
     """fp16 dynamic loss scaling starts at 2**this (DeepSpeed's and Megatron's default 16)."""
     fp16_loss_scale_window: int = 1000
@@ -78,9 +75,6 @@ class TrainLoopConfig:
     log_interval: int = 1
     """Print a progress line (step, loss, LR, tokens/s) every this many steps; metrics.jsonl and
     TensorBoard get every step regardless."""
-    inject_nan_at: list[int] = field(default_factory=list)
-    """Fault drill: the loss of these steps is made NaN, to check end to end that bad batches are
-    skipped and reported (``skip_reason: bad_loss``). Empty in real runs."""
 
     def validate(self) -> None:
         check(self.steps >= 1, "steps", "must be >= 1")

@@ -53,7 +53,7 @@ def deepspeed_config(recipe: TrainRecipe, load_universal: bool = False) -> dict[
 
 
 def allow_cpu_fp16() -> None:
-    """Lift DeepSpeed's CPU fp16 gate (train.cpu_fp16). The gate asks whether oneDNN has fp16
+    """Lift DeepSpeed's CPU fp16 gate (BLOOMLINE_CPU_FP16, training/config/drills.py). The gate asks whether oneDNN has fp16
     kernels on this CPU; without them torch falls back to its reference half kernels, which are
     slow but compute the same fp16 arithmetic, so DeepSpeed's fp16 optimizer and loss scaler run."""
     from deepspeed.accelerator import get_accelerator

@@ -1,7 +1,7 @@
 """The skip and spike rules of the training loop (training/loop/trainer.py).
 
 A bad batch (NaN/inf loss, a loss above ``train.skip_spike_factor`` × the running mean, or the
-``train.inject_nan_at`` drill) is skipped on every rank alike: training/loop/loss.py makes its loss
+``BLOOMLINE_NAN_AT`` drill) is skipped on every rank alike: training/loop/loss.py makes its loss
 NaN and DeepSpeed skips the optimizer step. :class:`SkipGuard` tells such a skip apart from an fp16
 loss-scaler overflow, counts both, keeps the running mean loss the spike limit is taken from, and
 stops the run after ``train.max_skipped_in_a_row`` bad batches in a row. Its counters are the

@@ -50,7 +50,7 @@ class StepLoss:
     ``spike_limit``, its loss is made NaN on purpose. The NaN reaches every rank's gradients
     through the all-reduces, DeepSpeed finds the global gradient norm invalid and skips the
     optimizer step on all ranks alike (counted in ``engine.skipped_steps``). ``poison`` does the
-    same to a good batch (the ``train.inject_nan_at`` fault drill).
+    same to a good batch (the ``BLOOMLINE_NAN_AT`` fault drill, training/config/drills.py).
 
     Per language: given each micro-batch's sample languages (``set_step(langs=...)``, in the
     order the micro-batches run; with PP only the last stage computes losses, in that order),

@@ -24,7 +24,7 @@ from training.checkpoint.integrity import checkpoint_files, file_records
 from training.checkpoint.meta import PRECISIONS, make_meta, read_meta, saved_recipe
 from training.checkpoint.resume import load_engine, plan_resume, restore_rng, rng_state
 from training.checkpoint.run_dir import RunDir, step_dir_name
-from training.config import ModelConfig, TrainRecipe
+from training.config import ModelConfig, TrainRecipe, drills
 from training.data.mixture.blend import check_resume, run_blend
 from training.data.mixture.fixed import FixedMixture
 from training.data.mixture.online import OnlineMixture
@@ -54,10 +54,11 @@ class Trainer:
         assert isinstance(cfg, ModelConfig)
         self.mesh: Mesh = init_distributed(recipe.parallel, recipe.train.seed)
         self.dtype = PRECISIONS[recipe.train.precision]
+        self.nan_at = drills.nan_at()  # the fault drill's steps, none in real runs
         self.num_params = model_params(cfg)
         self.device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
         self._setup_data(cfg)
-        if recipe.train.precision == "fp16" and self.device.type == "cpu" and recipe.train.cpu_fp16:
+        if recipe.train.precision == "fp16" and self.device.type == "cpu" and drills.cpu_fp16():
             allow_cpu_fp16()
         self._setup_languages()
         self._setup_mixture()
@@ -181,7 +182,6 @@ class Trainer:
         """This rank's micro-batches of ``plan``, collated; sets the loss up for the step (its
         labelled tokens over all ranks, the spike limit, the fault drill, the samples' languages).
         A collective: every rank calls it once per step."""
-        r = self.recipe
         mine = plan.ranks[self.mesh.dp_rank]
         batches = [collate(self.index, mb, plan.bucket, self.index.pad_id) for mb in mine]
         labelled = torch.tensor(
@@ -194,7 +194,7 @@ class Trainer:
             self.mesh.dp,
             step_tokens,
             self.guard.spike_limit(),
-            poison=self.step in r.train.inject_nan_at,
+            poison=self.step in self.nan_at,
             langs=[torch.tensor([self._shard_lang[sid] for sid, _ in mb]) for mb in mine],
         )
         return batches

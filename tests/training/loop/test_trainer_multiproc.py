@@ -50,10 +50,11 @@ def command(data: Path, out: Path, overrides: list[str]) -> list[str]:
 ENV = {**os.environ, "DS_ACCELERATOR": "cpu"}
 
 
-def launch(data: Path, out: Path, overrides: list[str]) -> subprocess.CompletedProcess:
+def launch(data: Path, out: Path, overrides: list[str], **env: str) -> subprocess.CompletedProcess:
+    """The ranks of one run; ``env``: switches of training/config/drills.py."""
     cmd = command(data, out, overrides)
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO, env=ENV)
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO, env={**ENV, **env})
     finally:
         release_job_shm(cmd)
 
@@ -298,7 +299,7 @@ def test_zero_data_parallel_without_pp(data, reference, tmp_path, stage):
 
 
 def test_nan_fault_drill_skips_the_batch(data, tmp_path):
-    ok(launch(data, tmp_path, ["train.steps=3", "train.inject_nan_at=[2]"]))
+    ok(launch(data, tmp_path, ["train.steps=3"], BLOOMLINE_NAN_AT="2"))
     got = metrics(tmp_path)
     assert [m["skipped"] for m in got] == [False, True, False]
     assert got[1]["loss"] is None and got[1]["skip_reason"] == "bad_loss" and got[-1]["skipped_batches"] == 1
@@ -368,12 +369,12 @@ def test_one_optimizer_step_per_step_when_micro_batch_count_varies(data, tmp_pat
     assert [m["optimizer_steps"] for m in got] == [m["step"] for m in got]
 
 
-# fp16 on this CPU runs on torch's reference half kernels (train.cpu_fp16): DeepSpeed's real fp16
+# fp16 on this CPU runs on torch's reference half kernels (BLOOMLINE_CPU_FP16): DeepSpeed's real fp16
 # optimizer and dynamic loss scaler. 2**22 is too large a scale for bloom-tiny's first gradients
 # (measured: they overflow up to 2**21), so the scaler has to calibrate itself.
+CPU_FP16 = {"BLOOMLINE_CPU_FP16": "1"}
 FP16 = [
     "train.precision=fp16",
-    "train.cpu_fp16=true",
     "train.fp16_initial_scale_power=22",
     "train.fp16_hysteresis=1",
     "batch.tokens_per_step=2048",
@@ -381,7 +382,7 @@ FP16 = [
 
 
 def test_fp16_dynamic_loss_scaling_calibrates_resumes_and_runs_in_3d(data, tmp_path):
-    ok(launch(data, tmp_path / "full", FP16))
+    ok(launch(data, tmp_path / "full", FP16, **CPU_FP16))
     full = metrics(tmp_path / "full")
     assert full[0]["skip_reason"] == "fp16_overflow" and full[0]["grad_norm"] is None
     scale = 2.0**22
@@ -394,14 +395,14 @@ def test_fp16_dynamic_loss_scaling_calibrates_resumes_and_runs_in_3d(data, tmp_p
     # Stop after step 2 and resume: the loss scaler's state travels in the checkpoint, so
     # steps 3-4 match (a scaler reset to 2**22 would overflow again).
     part = tmp_path / "part"
-    ok(launch(data, part, [*FP16, "train.steps=2"]))
-    ok(launch(data, part, FP16))
+    ok(launch(data, part, [*FP16, "train.steps=2"], **CPU_FP16))
+    ok(launch(data, part, FP16, **CPU_FP16))
     keys = ("loss", "grad_norm", "loss_scale", "skip_reason")
     assert [[m[k] for k in keys] for m in metrics(part)] == [[m[k] for k in keys] for m in full]
 
     # TP=2 x PP=2: DeepSpeed's pipeline engine with the ZeRO-1 fp16 optimizer. Same initial
     # weights and first batch, so step 1's loss agrees within fp16 rounding.
-    ok(launch(data, tmp_path / "3d", [*FP16, "parallel.tp=2", "parallel.pp=2"]))
+    ok(launch(data, tmp_path / "3d", [*FP16, "parallel.tp=2", "parallel.pp=2"], **CPU_FP16))
     m3 = metrics(tmp_path / "3d")
     assert abs(m3[0]["loss"] - full[0]["loss"]) < 1e-3 * full[0]["loss"]
     assert len(m3) == 4 and any(m["grad_norm"] is not None for m in m3) and m3[-1]["loss_scale"] < 2.0**22
