@@ -37,8 +37,7 @@ import torch
 
 from bench.repo import REPO
 from bloomline.config import from_dict, load_config
-from bloomline.io import sha256_file
-from training.checkpoint.meta import make_meta
+from tests.support.checkpoints import one_rank_checkpoint
 from training.config import EvalConfig, TrainRecipe
 from training.model.bloom import Bloom
 
@@ -55,14 +54,7 @@ def write_checkpoint(data: Path, folder: Path, smoke: bool) -> Path:
     manifest = json.loads((data / "manifest.json").read_text())
     r.model.vocab_size = int(manifest["tokenizer"]["vocab_size"])
     r.model.seq_len = min(r.model.seq_len, max(int(b) for b in manifest["buckets"]))
-    step = folder / "run" / "checkpoints" / "step_1"
-    step.mkdir(parents=True)
-    torch.save({"module": Bloom(r.model, seed=1).state_dict()}, step / "mp_rank_00_model_states.pt")
-    sampler = {"version": 2, "seed": 1, "step": 1, "consumed_tokens": 0, "tokens_by_lang": {}, "streams": {}}
-    counters = {"skipped": 0, "fp16_overflows": 0, "skipped_in_a_row": 0, "loss_ema": None}
-    meta = make_meta(1, r, data, sha256_file(data / "manifest.json"), sampler, counters)
-    (step / "bloomline.json").write_text(json.dumps(meta))
-    return step
+    return one_rank_checkpoint(folder / "run" / "checkpoints" / "step_1", Bloom(r.model, seed=1).state_dict(), r, data)
 
 
 def sync(device: torch.device) -> None:

@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from bloomline.config import load_config
-from bloomline.io import sha256_file
-from training.checkpoint.meta import make_meta
+from tests.support.checkpoints import one_rank_checkpoint
 from training.config import TrainRecipe
 from training.model.bloom import Bloom
 
@@ -52,7 +51,6 @@ def test_lm_eval_bits_per_byte_on_an_export(demo, tmp_path):
     """lm-eval conditions a document's first token on </s>, as the README says and training saw:
     its figure equals that rule reimplemented and differs, by more than the tolerance, from the
     same rule conditioned on <s> — on a trained model and several languages, where the two differ."""
-    import json
 
     import sentencepiece as spm
 
@@ -64,19 +62,7 @@ def test_lm_eval_bits_per_byte_on_an_export(demo, tmp_path):
     # a 1-rank checkpoint of a trained bloom-tiny (the files DeepSpeed writes at ZeRO 0)
     r = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", ["parallel.zero_stage=0"])
     model = trained_tiny(demo, r)
-    step = tmp_path / "run" / "checkpoints" / "step_1"
-    step.mkdir(parents=True)
-    torch.save({"module": model.state_dict()}, step / "mp_rank_00_model_states.pt")
-    sampler = {"version": 2, "seed": 1, "step": 1, "consumed_tokens": 0, "tokens_by_lang": {}, "streams": {}}
-    meta = make_meta(
-        1,
-        r,
-        demo,
-        sha256_file(demo / "manifest.json"),
-        sampler,
-        {"skipped": 0, "fp16_overflows": 0, "skipped_in_a_row": 0, "loss_ema": None},
-    )
-    (step / "bloomline.json").write_text(json.dumps(meta))
+    step = one_rank_checkpoint(tmp_path / "run" / "checkpoints" / "step_1", model.state_dict(), r, demo)
     hf = export(step, tmp_path / "hf")
     sp = spm.SentencePieceProcessor(model_file=str(demo / "tokenizer" / "tokenizer.model"))
 

@@ -2,17 +2,14 @@
 its timeout is stopped, every rank killed, and fails in one line; the ranks' error lines reach
 the user."""
 
-import json
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-import torch
 
 from bloomline.config import from_dict, load_config
-from bloomline.io import sha256_file
-from training.checkpoint.meta import make_meta
+from tests.support.checkpoints import one_rank_checkpoint
 from training.config import EvalConfig, TrainRecipe
 from training.model.bloom import Bloom
 
@@ -22,14 +19,7 @@ REPO = Path(__file__).resolve().parents[3]
 def checkpoint(demo: Path, folder: Path) -> Path:
     """A 1-rank checkpoint of an untrained bloom-tiny, as DeepSpeed writes it at ZeRO 0."""
     r = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", ["parallel.zero_stage=0"])
-    step = folder / "run" / "checkpoints" / "step_1"
-    step.mkdir(parents=True)
-    torch.save({"module": Bloom(r.model, seed=3).state_dict()}, step / "mp_rank_00_model_states.pt")
-    sampler = {"version": 2, "seed": 1, "step": 1, "consumed_tokens": 0, "tokens_by_lang": {}, "streams": {}}
-    counters = {"skipped": 0, "fp16_overflows": 0, "skipped_in_a_row": 0, "loss_ema": None}
-    meta = make_meta(1, r, demo, sha256_file(demo / "manifest.json"), sampler, counters)
-    (step / "bloomline.json").write_text(json.dumps(meta))
-    return step
+    return one_rank_checkpoint(folder / "run" / "checkpoints" / "step_1", Bloom(r.model, seed=3).state_dict(), r, demo)
 
 
 def ranks_of_this_test() -> list[psutil.Process]:

@@ -10,9 +10,8 @@ import pytest
 import torch
 
 from bloomline.config import load_config
-from bloomline.io import sha256_file
 from bloomline.task_spec import TaskSpec
-from training.checkpoint.meta import make_meta
+from tests.support.checkpoints import one_rank_checkpoint
 from training.config import EvalConfig, TrainRecipe
 from training.model.bloom import Bloom
 
@@ -84,19 +83,9 @@ def exported(demo_data, tmp_path_factory):
 
     r = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", ["parallel.zero_stage=0"])
     model = Bloom(r.model, seed=7).eval()
-    step = tmp_path_factory.mktemp("run") / "checkpoints" / "step_1"
-    step.mkdir(parents=True)
-    torch.save({"module": model.state_dict()}, step / "mp_rank_00_model_states.pt")
-    sampler = {"version": 2, "seed": 1, "step": 1, "consumed_tokens": 0, "tokens_by_lang": {}, "streams": {}}
-    meta = make_meta(
-        1,
-        r,
-        demo_data,
-        sha256_file(demo_data / "manifest.json"),
-        sampler,
-        {"skipped": 0, "fp16_overflows": 0, "skipped_in_a_row": 0, "loss_ema": None},
+    step = one_rank_checkpoint(
+        tmp_path_factory.mktemp("run") / "checkpoints" / "step_1", model.state_dict(), r, demo_data
     )
-    (step / "bloomline.json").write_text(json.dumps(meta))
     return model, export(step, step.parent.parent / "hf")
 
 
