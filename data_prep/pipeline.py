@@ -175,6 +175,10 @@ class Run:
 
         return run_pass
 
+    def time(self, figures: dict[str, Any]) -> None:
+        """The current pass's figures in ``run_stats.json``, under its name."""
+        self.timings[self.current.name] = figures
+
     def start(self, total: int) -> None:
         """The current pass's progress bar, counting ``total`` of its unit."""
         self.progress.start(self.current.name, total, self.current.unit)
@@ -194,7 +198,7 @@ def plan_pass(run: Run) -> dict[str, Any]:
     """Pass plan: the chunks, and the run pinned to its config (:func:`plan`)."""
     t = time.perf_counter()
     p = plan(run.cfg, run.paths)
-    run.timings["plan"] = {"seconds": time.perf_counter() - t, "chunks": len(p["chunks"])}
+    run.time({"seconds": time.perf_counter() - t, "chunks": len(p["chunks"])})
     return p
 
 
@@ -212,7 +216,7 @@ def chunks_pass(run: Run) -> list[dict[str, Any]]:
     res.sort(key=lambda r: r["id"])
     dt = time.perf_counter() - t
     recs = sum(r["steps"]["read"]["records"] for r in res)
-    run.timings["chunks"] = {"seconds": dt, "records": recs, "docs_per_s": recs / dt if dt else None}
+    run.time({"seconds": dt, "records": recs, "docs_per_s": recs / dt if dt else None})
     steps = " → ".join(["read", *(name for name, _ in chunk_steps(run.cfg, run.paths))])
     run.finish(f"{recs} records through {steps} in {dt:.1f} s ({recs / max(dt, 1e-9):,.0f} docs/s)")
     return res
@@ -229,7 +233,7 @@ def dedup_pass(run: Run) -> dict[str, Any]:
         return d
     dt = time.perf_counter() - t
     n = sum(sum(v.values()) for v in d["duplicates"].values())
-    run.timings["dedup"] = {"seconds": dt, "duplicates": n, **stats}
+    run.time({"seconds": dt, "duplicates": n, **stats})
     run.finish(
         f"{n} duplicates removed in {dt:.1f} s ({stats['partitions']} partitions, "
         f"{stats['confirmed']:,} near pairs confirmed of {stats['candidates']:,} candidates)"
@@ -241,7 +245,7 @@ def tokenizer_pass(run: Run) -> dict[str, Any]:
     """Pass tokenizer (data_prep/passes/tokenizer.py ``build_tokenizer``)."""
     run.start(1)
     tok = build_tokenizer(run.cfg, run.paths, run.results["dedup"], run.chunk_ids, run.map)
-    run.timings["tokenizer"] = {"seconds": tok.get("seconds")}
+    run.time({"seconds": tok.get("seconds")})
     run.finish(f"{'trained' if tok['trained'] else 'reused'} tokenizer, vocab {tok['vocab_size']}")
     return tok
 
@@ -262,7 +266,7 @@ def pack_pass(run: Run) -> list[dict[str, Any]]:
     res.sort(key=lambda r: (r["lang"], r["k"]))
     dt = time.perf_counter() - t
     tokens = sum(s["tokens"] for r in res for s in r["shards"])
-    run.timings["pack"] = {"seconds": dt, "tokens": tokens, "tokens_per_s": tokens / dt if dt else None}
+    run.time({"seconds": dt, "tokens": tokens, "tokens_per_s": tokens / dt if dt else None})
     run.finish(f"{tokens:,} tokens in {dt:.1f} s ({tokens / max(dt, 1e-9):,.0f} tokens/s)")
     return res
 
