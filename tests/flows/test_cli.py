@@ -69,17 +69,36 @@ print("not reached")
     assert res.stderr.startswith("partial line") and "torn down" not in res.stderr, res.stderr
 
 
+def prepare_refusal(inputs=(), config=None, overrides=()) -> str:
+    """What ``bloomline prepare`` says before any server or cluster starts, checked in-process as the
+    command checks it (the recipe loaded, its inputs replaced, data_prep/pipeline.py ``preflight``):
+    the error's one line."""
+    from bloomline.config import load_config
+    from bloomline.errors import BloomlineError
+    from data_prep.config import PrepareConfig, SourceConfig
+    from data_prep.pipeline import preflight
+    from flows.config import DEFAULT_RECIPES
+
+    with pytest.raises(BloomlineError) as e:
+        cfg = load_config(PrepareConfig, config or DEFAULT_RECIPES["data"], list(overrides))
+        if inputs:
+            cfg.sources = [SourceConfig(path=str(p)) for p in inputs]
+        preflight(cfg)
+    assert "\n" not in str(e.value), str(e.value)
+    return str(e.value)
+
+
 def test_misuse_gives_one_line_errors(tmp_path):
+    """The command once (one line, exit status 2), the other refusals in-process."""
     one_line_error(cli("prepare", "--out", tmp_path / "o", tmp_path / "missing.jsonl"), "input not found")
     bad_cfg = tmp_path / "c.yaml"
     bad_cfg.write_text("dedup:\n  treshold: 0.5\n")
-    one_line_error(cli("prepare", "--config", bad_cfg, "--out", tmp_path / "o"), "did you mean 'threshold'")
-    one_line_error(cli("prepare", "--out", tmp_path / "o", "-o", "pack.buckets=[512,64]"), "pack.buckets")
-    one_line_error(cli("prepare", "--config", tmp_path / "nope.yaml", "--out", tmp_path / "o"), "config file not found")
+    assert "did you mean 'threshold'" in prepare_refusal(config=bad_cfg)
+    assert "pack.buckets" in prepare_refusal(overrides=["pack.buckets=[512,64]"])
+    assert "config file not found" in prepare_refusal(config=tmp_path / "nope.yaml")
     unreadable = tmp_path / "x.parquet"
     unreadable.write_text("not parquet")
-    res = cli("prepare", "--out", tmp_path / "o", unreadable)
-    assert res.returncode == 2 and "error:" in res.stderr and "x.parquet" in res.stderr
+    assert "x.parquet" in prepare_refusal(inputs=[unreadable])
 
 
 def test_a_budget_too_small_for_the_data_is_a_one_line_error(tmp_path):
@@ -99,9 +118,11 @@ def test_a_budget_too_small_for_the_data_is_a_one_line_error(tmp_path):
         f"more than memory_gib=0.75 leaves a task",
     )
     assert "split the file, or raise memory_gib" in res.stderr
-    res = cli("prepare", "--out", tmp_path / "o", "-o", "memory_gib=0.75", "-o", "tokenizer.sample_bytes=200000000")
-    one_line_error(res, "training the tokenizer on tokenizer.sample_bytes=200,000,000 needs about 0.84 GiB")
-    one_line_error(cli("prepare", "--out", tmp_path / "o", "-o", "memory_gib=0.5"), "memory_gib")
+    over = ["memory_gib=0.75", "tokenizer.sample_bytes=200000000"]
+    assert "training the tokenizer on tokenizer.sample_bytes=200,000,000 needs about 0.84 GiB" in prepare_refusal(
+        overrides=over
+    )
+    assert "memory_gib" in prepare_refusal(overrides=["memory_gib=0.5"])
     assert not (tmp_path / "o" / ".work").exists()
 
 
