@@ -14,6 +14,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from bloomline.config import from_dict
 from bloomline.errors import BloomlineError
@@ -21,7 +22,8 @@ from training.config import TrainRecipe
 from training.loop.launch import EXIT_OK, EXIT_USER_ERROR
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> NoReturn:
+    """One rank's run; the process ends here with EXIT_OK, EXIT_USER_ERROR, or a crash's status."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--recipe", required=True, help="resolved recipe (JSON) written by the train flow")
     ap.add_argument("--data", required=True)
@@ -53,8 +55,14 @@ def main(argv: list[str] | None = None) -> int:
         # ("terminate called without an active exception", SIGABRT seen in CI), turning a user
         # error into what looks like a crash. Nothing is left to flush or save at this point.
         os._exit(EXIT_USER_ERROR)
-    return EXIT_OK
+    # Finished: leave the same way, for the same reason. A rank that trained to the end aborted
+    # in the interpreter's teardown in CI (SIGABRT after its last step, the job reported failed);
+    # every file it writes is complete by now (checkpoints saved, metrics and TensorBoard flushed
+    # each step, training/loop/metrics_log.py).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(EXIT_OK)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
