@@ -172,7 +172,7 @@ def child(spec_file: Path) -> None:
 
         from bloomline.config import from_dict
         from bloomline.task_spec import TaskSpec
-        from data_prep.passes.tokenizer import token_bytes
+        from bloomline.tokenizer import token_bytes
         from eval.model import LocalModel
         from eval.tasks import make
         from eval.tasks.base import Context

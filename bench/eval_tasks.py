@@ -189,7 +189,7 @@ def per_task_seconds(run: Path, data: Path, specs: list[TaskSpec]) -> Path:
 def against_lm_eval(ckpt: Path, data: Path, specs: list[TaskSpec]) -> None:
     import sentencepiece as spm
 
-    from data_prep.passes.tokenizer import token_bytes
+    from bloomline.tokenizer import token_bytes
     from eval.export import export
     from eval.tasks import make
     from eval.tasks.base import Context

@@ -41,7 +41,7 @@ def overrides(data: Path) -> list[str]:
 
 
 def eval_vs_forward(data: Path, dtype: torch.dtype) -> tuple[float, float]:
-    from data_prep.passes.tokenizer import token_bytes
+    from bloomline.tokenizer import token_bytes
     from eval.tasks.validation import evaluate_model, language_samples
     from training.config import EvalConfig
     from training.data.shard_reader import ShardIndex, collate

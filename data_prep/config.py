@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from bloomline import languages
 from bloomline.config import check, from_dict
@@ -198,7 +198,16 @@ class PIIConfig:
 @dataclass
 class TokenizerConfig:
     model: Optional[str] = None
-    """An existing SentencePiece ``.model`` to reuse; None: train one on the corpus."""
+    """An existing tokenizer to reuse: a SentencePiece ``.model``, a Hugging Face ``tokenizer.json``
+    (byte-level BPE, as BLOOM's), or a model folder holding one; its ids are the shards' ids.
+    None: train one of ``kind`` on the corpus."""
+    kind: Literal["sentencepiece", "byte_bpe"] = "sentencepiece"
+    """What to train when no ``model`` is given: SentencePiece BPE with byte fallback (the default),
+    or ``byte_bpe``, BLOOM's own byte-level BPE made with the ``tokenizers`` library
+    (data_prep/passes/byte_bpe.py)."""
+    extend_with: int = 0
+    """Grow ``model`` (a byte-level ``tokenizer.json``) by this many tokens learned on this corpus's
+    sample; existing ids stay (data_prep/passes/byte_bpe.py). 0: use ``model`` as it is."""
     vocab_size: int = 32_000
     """Vocabulary size of the trained tokenizer (BLOOM: 250680 before padding)."""
     alpha: float = 0.3
@@ -216,6 +225,12 @@ class TokenizerConfig:
         check(0.0 < self.alpha <= 1.0, "alpha", "must be in (0, 1]")
         check(self.sample_bytes >= 1024, "sample_bytes", "must be at least 1024")
         check(0.9 <= self.character_coverage <= 1.0, "character_coverage", "must be in [0.9, 1]")
+        check(self.extend_with >= 0, "extend_with", "must be >= 0")
+        check(
+            not self.extend_with or (self.model is not None and not self.model.endswith(".model")),
+            "extend_with",
+            "grows a Hugging Face tokenizer.json (byte-level BPE): set tokenizer.model to one, or a folder holding one",
+        )
 
 
 @dataclass
@@ -359,14 +374,17 @@ class PrepareConfig:
         from bloomline.config import to_dict
         from bloomline.io import content_digest, sha256_file, sha256_tree
         from bloomline.task_spec import folder_digest
+        from bloomline.tokenizer import tokenizer_files
 
         c = to_dict(self)
         for where in ("dask", "keep_work", "memory_gib", "strict"):  # strict: beside it, in the fingerprint
             c.pop(where, None)
         if c["tokenizer"].get("model"):
-            if not Path(c["tokenizer"]["model"]).is_file():
+            if not Path(c["tokenizer"]["model"]).exists():
                 raise DataError(f"tokenizer.model {c['tokenizer']['model']} not found")
-            c["tokenizer"]["model"] = {"sha256": sha256_file(c["tokenizer"]["model"])}
+            files = tokenizer_files(c["tokenizer"]["model"])
+            digests = [sha256_file(f) for f in files]  # one file: its sha256, as before folders were read
+            c["tokenizer"]["model"] = {"sha256": digests[0] if len(files) == 1 else sha256_tree(digests)}
         for t in c["decontaminate"]["tasks"]:
             if not Path(t["data"]).is_dir():
                 raise ConfigError("decontaminate.tasks", f"task '{t['name']}': data folder {t['data']} does not exist")

@@ -22,7 +22,7 @@ import torch
 
 from bloomline.errors import CheckpointError, ConfigError
 from bloomline.task_spec import TaskSpec
-from data_prep.passes.tokenizer import token_bytes
+from bloomline.tokenizer import open_tokenizer
 from data_prep.storage.shards import load_manifest, manifest_path
 from eval.generate import generate
 from eval.metrics import GROUPS, group_of
@@ -177,8 +177,6 @@ def evaluate_with(
 ) -> Evaluation:
     """Every task, then the generations, on ``model`` (whatever runs it); rows with the
     checkpoint's identity and the layout they were evaluated in."""
-    import sentencepiece as spm
-
     t0 = time.perf_counter()
     tasks = [(spec, make(spec)) for spec in [validation_spec(), *cfg.tasks]]
     index = ShardIndex(heldout_data(data_dir, cfg), "valid")
@@ -187,13 +185,13 @@ def evaluate_with(
     tok = index.manifest["tokenizer"]
     model_file = data_dir / tok["path"]
     eos = int(tok["eos_id"])
-    sp = spm.SentencePieceProcessor(model_file=str(model_file))
+    tokenizer = open_tokenizer(model_file, tok["sha256"])
     tokens_seen = meta["sampler"]["tokens_by_lang"]
     base = dict(
         model=model,
-        tokenizer=sp,
+        tokenizer=tokenizer,
         index=index,
-        token_bytes=token_bytes(model_file),
+        token_bytes=tokenizer.token_bytes(),
         tokenizer_file=model_file,
         eos_id=eos,
         settings=cfg,
@@ -201,7 +199,7 @@ def evaluate_with(
         progress=progress,
     )
     rows, seconds, tokens = _run_tasks(tasks, base)
-    gens = generations(model, index, cfg, sp.decode, eos) if cfg.prompts_per_lang and cfg.new_tokens else []
+    gens = generations(model, index, cfg, tokenizer.decode, eos) if cfg.prompts_per_lang and cfg.new_tokens else []
     ident = _identity(model, meta, ckpt_dir, cfg, run)
     train = _train_tokens(data_dir)
 

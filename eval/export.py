@@ -1,11 +1,13 @@
 """Export a checkpoint of any layout as a Hugging Face ``BloomForCausalLM`` (``bloomline export``).
 
 Written: ``model.safetensors`` (safetensors: the format transformers loads without pickle),
-``config.json`` (only the fields HF Bloom reads), and the tokenizer (``spiece.model`` +
-``tokenizer_config.json``). The tokenizer is transformers' plain SentencePiece wrapper
-(``BertGenerationTokenizer``): it encodes with the very SentencePiece model the data was
-tokenized with, so ids are the same (tested on every document of the sample corpus), where a
-converted "fast" tokenizer may normalise differently.
+``config.json`` (only the fields HF Bloom reads), and the tokenizer the data was tokenized with.
+A Hugging Face ``tokenizer.json`` ships unchanged, with the ``tokenizer_config.json`` it came with
+(the data folder keeps both): ``AutoTokenizer`` loads the export as it loads the source folder. A
+SentencePiece model ships as ``spiece.model`` + ``tokenizer_config.json`` of transformers' plain
+SentencePiece wrapper (``BertGenerationTokenizer``): it encodes with the very SentencePiece model
+the data was tokenized with, so ids are the same (tested on every document of the sample corpus),
+where a converted "fast" tokenizer may normalise differently.
 
 Names: HF Bloom is the same architecture with other names (``transformer.h.3.self_attention.
 query_key_value`` for ``blocks.3.attn.qkv``); its fused qkv is laid out per head ([heads, 3,
@@ -20,7 +22,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from bloomline.errors import CheckpointError
-from bloomline.io import write_json_atomic
+from bloomline.io import copy_atomic, write_json_atomic
+from bloomline.tokenizer import kind_of, tokenizer_files
 from data_prep.storage.shards import manifest_path
 from training.checkpoint.load import load_model
 from training.checkpoint.meta import PRECISIONS, trained_on
@@ -73,7 +76,11 @@ def hf_config(cfg: Any, tok: dict[str, Any], dtype: str) -> dict[str, Any]:
 
 
 def hf_tokenizer(model_file: str | Path) -> Any:
-    """The SentencePiece model as transformers' tokenizer (see the module docstring)."""
+    """The data's tokenizer file as transformers' tokenizer (see the module docstring)."""
+    if kind_of(model_file) == "byte_bpe":
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(Path(model_file).parent), local_files_only=True)
     from transformers import BertGenerationTokenizer
 
     return BertGenerationTokenizer(
@@ -87,7 +94,12 @@ def hf_tokenizer(model_file: str | Path) -> Any:
 
 
 def save_tokenizer(model_file: str | Path, out: str | Path) -> None:
-    """The tokenizer as ``AutoTokenizer`` loads it from ``out``."""
+    """The tokenizer as ``AutoTokenizer`` loads it from ``out``: a tokenizer.json and its
+    companions copied as they are, a SentencePiece model through its wrapper."""
+    if kind_of(model_file) == "byte_bpe":
+        for f in tokenizer_files(model_file):
+            copy_atomic(f, Path(out) / f.name)
+        return
     hf_tokenizer(model_file).save_pretrained(str(out))
 
 

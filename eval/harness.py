@@ -26,20 +26,19 @@ def validation_documents(data_dir: str | Path, lang: str) -> list[str]:
     """The language's validation text as bloomline evaluates it: one entry per document segment of
     the validation samples (a document longer than the largest bucket was cut into pieces by the
     packer, and the shards keep no link between them), decoded without its </s>."""
-    import sentencepiece as spm
-
+    from bloomline.tokenizer import open_tokenizer
     from eval.evaluate import language_samples
 
     index = ShardIndex(data_dir, "valid")
-    sp = spm.SentencePieceProcessor(model_file=str(Path(data_dir) / index.manifest["tokenizer"]["path"]))
-    eos = sp.eos_id()
+    tok = open_tokenizer(Path(data_dir) / index.manifest["tokenizer"]["path"])
+    eos = tok.eos_id
     docs = []
     for _, refs in language_samples(index, lang, None):
         for sid, row in refs:
             toks, offsets = index.fetch(sid, row)
             bounds = [*offsets.tolist(), len(toks)]
             for a, b in zip(bounds, bounds[1:]):
-                text = sp.decode([int(x) for x in toks[a:b] if x != eos])
+                text = tok.decode([int(x) for x in toks[a:b] if x != eos])
                 if text.strip():
                     docs.append(text)
     return docs

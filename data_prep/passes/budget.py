@@ -76,7 +76,7 @@ def check_inputs(cfg: PrepareConfig) -> None:
                 what = f"input {path}, read as one chunk of about {size / 2**20:,.0f} MiB of records ({how}),"
                 fix = "compressed and Parquet files are not cut into chunks: split the file, or raise memory_gib"
             budget.check(what, size * CHUNK_BYTES_PER_BYTE, fix)
-    if not cfg.tokenizer.model:
+    if not cfg.tokenizer.model or cfg.tokenizer.extend_with:  # a tokenizer is trained on the sample
         sample = cfg.tokenizer.sample_bytes
         budget.check(
             f"training the tokenizer on tokenizer.sample_bytes={sample:,}",

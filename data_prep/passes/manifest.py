@@ -12,9 +12,9 @@ from bloomline.config import to_dict
 from bloomline.errors import DataError
 from bloomline.io import write_json_atomic
 from bloomline.secrets import mask_tree
+from bloomline.tokenizer import open_tokenizer
 from data_prep.config import PrepareConfig
 from data_prep.passes.alpha import alpha_weights
-from data_prep.passes.tokenizer import processor
 from data_prep.reports.kept_scores import kept_stats
 from data_prep.steps.document import OUTCOMES, Ledger
 from data_prep.steps.step import merge_reports
@@ -150,19 +150,19 @@ def stage_reports(
 
 
 def tokenizer_entry(paths: Paths, tok: dict[str, Any]) -> dict[str, Any]:
-    """The manifest's ``tokenizer``: the model file, its size and sha256, and the ids of its
-    special pieces as the model itself gives them."""
-    sp = processor(str(paths.tokenizer), tok["sha256"])
+    """The manifest's ``tokenizer``: the file, its kind, size and sha256, the ids of its special
+    tokens as the tokenizer itself gives them, and what a grown one extends."""
+    t = open_tokenizer(paths.tokenizer, tok["sha256"])
     entry = {
-        "path": "tokenizer/tokenizer.model",
+        "path": paths.tokenizer.relative_to(paths.out).as_posix(),
+        "kind": t.kind,
         "vocab_size": tok["vocab_size"],
         "sha256": tok["sha256"],
         "trained": tok["trained"],
-        "eos_id": int(sp.eos_id()),
-        "pad_id": int(sp.pad_id()),
-        "bos_id": int(sp.bos_id()),
-        "unk_id": int(sp.unk_id()),
+        **{f"{role}_id": int(i) for role, i in t.ids.items()},
     }
     if tok.get("trained"):
         entry["sample_weights"] = tok["sample_weights"]
+    if tok.get("extends"):
+        entry["extends"] = tok["extends"]
     return entry

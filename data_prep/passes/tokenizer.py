@@ -1,4 +1,7 @@
-"""Tokenizer step: train a SentencePiece BPE model on an alpha-smoothed sample, or reuse one.
+"""The tokenizer pass: train a tokenizer on an alpha-smoothed sample, grow a given one, or reuse one
+(bloomline/tokenizer.py reads either kind: a SentencePiece ``.model`` or a Hugging Face
+``tokenizer.json``). This module trains SentencePiece, the default; data_prep/passes/byte_bpe.py
+trains and grows BLOOM's own kind, byte-level BPE.
 
 Special ids follow BLOOM's tokenizer: 0 <unk>, 1 <s>, 2 </s> (appended to every document as its
 separator), 3 <pad>. The PII placeholders are user-defined symbols (one token each).
@@ -26,17 +29,18 @@ from __future__ import annotations
 import re
 import shutil
 import time
-from functools import lru_cache, partial
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
 if TYPE_CHECKING:
     from data_prep.config import PrepareConfig
     from data_prep.storage.workdir import Paths
 
-from bloomline.errors import BloomlineError, DataError
 from bloomline.host import available_cpus
 from bloomline.io import copy_atomic, read_json, sha256_file, tmp_path, write_json_atomic
+from bloomline.tokenizer import HF_COMPANIONS, HF_FILE, TokenizerError, kind_of, open_tokenizer, tokenizer_file
+from data_prep.passes import byte_bpe
 from data_prep.passes.alpha import alpha_weights
 from data_prep.passes.chunks import chunk_table, dropped_positions
 from data_prep.steps.document import uniform_draw
@@ -44,10 +48,6 @@ from data_prep.steps.pii import PLACEHOLDERS, redact
 
 UNK, BOS, EOS, PAD = 0, 1, 2, 3
 MAX_LINE = 16384
-
-
-class TokenizerError(BloomlineError):
-    pass
 
 
 def sample_lines(text: str) -> Iterable[str]:
@@ -142,29 +142,6 @@ def _training_error(e: RuntimeError) -> TokenizerError:
     return TokenizerError(f"SentencePiece training failed: {msg.splitlines()[0] if msg else e}")
 
 
-def check_model(path: Path) -> int:
-    """Load a SentencePiece model, check BLOOM's special ids; return its vocab size."""
-    import sentencepiece as spm
-
-    try:
-        sp = spm.SentencePieceProcessor(model_file=str(path))
-    except (OSError, RuntimeError) as e:
-        raise TokenizerError(f"cannot load tokenizer {path}: {e}") from None
-    if sp.eos_id() < 0:
-        raise TokenizerError(f"tokenizer {path} has no </s> (eos) piece; bloomline separates documents with it")
-    return sp.get_piece_size()
-
-
-@lru_cache(maxsize=2)
-def processor(path: str, sha: str) -> Any:
-    """The SentencePiece model at ``path`` (cached per process; ``sha`` keys the cache to its content)."""
-    import sentencepiece as spm
-
-    # One thread: parallelism comes from one Dask worker process per core. SentencePiece's
-    # default (-1 = every core, per call) oversubscribes the machine N-fold.
-    return spm.SentencePieceProcessor(model_file=path, num_threads=1)
-
-
 def sample_chunk(cid: int, cfg: PrepareConfig, out: str, rate: dict[str, float]) -> dict[str, Any]:
     """Chunk ``cid``'s part of the training sample: its kept documents drawn at their language's
     ``rate``, PII-redacted, as lines of ``.work/tok/sample-cNNNNNN.txt`` (its marker: the ``.json``)."""
@@ -198,63 +175,82 @@ def sample_chunk(cid: int, cfg: PrepareConfig, out: str, rate: dict[str, float])
 def build_tokenizer(
     cfg: PrepareConfig, paths: Paths, dedup: dict[str, Any], chunk_ids: list[int], map_fn: Any = None
 ) -> dict[str, Any]:
-    """The tokenizer pass: train SentencePiece on an alpha-smoothed, PII-redacted sample of the kept
-    documents (or copy the configured model); marked done by ``.work/tokenizer.json``."""
+    """The tokenizer pass: copy the configured tokenizer (``tokenizer.model``), or train one of
+    ``tokenizer.kind`` on an alpha-smoothed, PII-redacted sample of the kept documents, or grow the
+    configured one by ``tokenizer.extend_with`` tokens learned on that sample; into
+    ``DIR/tokenizer/``, marked done by ``.work/tokenizer.json``."""
     done = paths.work / "tokenizer.json"
     if done.exists() and paths.tokenizer.exists():
         return read_json(done)
-    paths.tokenizer.parent.mkdir(parents=True, exist_ok=True)
+    t, folder = cfg.tokenizer, paths.out / "tokenizer"
+    folder.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    info: dict[str, Any] = {}
-    if cfg.tokenizer.model:
-        src = Path(cfg.tokenizer.model)
-        if not src.is_file():
-            raise DataError(f"tokenizer.model not found: {src}")
-        check_model(src)
-        copy_atomic(src, paths.tokenizer)
-        info["trained"] = False
+    info: dict[str, Any] = {"trained": False}
+    if t.model and not t.extend_with:
+        src = tokenizer_file(t.model)
+        open_tokenizer(src)  # refused here, in one line, before it is copied
+        copy_tokenizer(src, folder)
         info["source"] = str(src)
     else:
-        weights = alpha_weights(dedup["kept_bytes"], cfg.tokenizer.alpha)
-        budget = {lang: w * cfg.tokenizer.sample_bytes for lang, w in weights.items()}
-        rate = {lang: min(1.0, budget[lang] / b) for lang, b in dedup["kept_bytes"].items() if b}
-        taken: dict[str, int] = {}
-        for r in (map_fn or (lambda f, xs: map(f, xs)))(
-            partial(sample_chunk, cfg=cfg, out=str(paths.out), rate=rate), chunk_ids
-        ):
-            for lang, n in r["taken"].items():
-                taken[lang] = taken.get(lang, 0) + n
+        weights = alpha_weights(dedup["kept_bytes"], t.alpha)
+        info.update(trained=True, sample_weights={k: round(v, 6) for k, v in weights.items()})
+        info["sample_bytes"] = draw_sample(cfg, paths, weights, dedup["kept_bytes"], chunk_ids, map_fn)
         sample = [paths.work / "tok" / f"sample-c{cid:06d}.txt" for cid in chunk_ids]
-        threads = cfg.tokenizer.num_threads or available_cpus()
-        prefix = paths.work / "tok" / "tokenizer"
-        prefix.parent.mkdir(parents=True, exist_ok=True)
-        model = train(sample, prefix, cfg.tokenizer.vocab_size, cfg.tokenizer.character_coverage, threads, cfg.seed)
-        copy_atomic(model, paths.tokenizer)
-        vocab = prefix.with_suffix(".vocab")
-        if vocab.exists():
-            shutil.copyfile(vocab, paths.tokenizer.with_suffix(".vocab"))
-        info["trained"] = True
-        info["sample_bytes"] = dict(sorted(taken.items()))
-        info["sample_weights"] = {k: round(v, 6) for k, v in weights.items()}
-    info["vocab_size"] = check_model(paths.tokenizer)
-    info["sha256"] = sha256_file(paths.tokenizer)
+        if t.extend_with:
+            base = tokenizer_file(t.model)  # type: ignore[arg-type]
+            if kind_of(base) != "byte_bpe":
+                raise TokenizerError(f"tokenizer.extend_with grows a tokenizer.json (byte-level BPE); {base} is not one")
+            info["extends"] = byte_bpe.extend(base, sample, t.extend_with, paths.work / "tok" / "grown")
+            copy_tokenizer(paths.work / "tok" / "grown" / HF_FILE, folder, companions_of=base)
+            copy_atomic(paths.work / "tok" / "grown" / byte_bpe.EXTENSION_FILE, folder / byte_bpe.EXTENSION_FILE)
+        elif t.kind == "byte_bpe":
+            copy_tokenizer(byte_bpe.train_byte_bpe(sample, paths.work / "tok" / "bpe", t.vocab_size), folder)
+        else:
+            threads = t.num_threads or available_cpus()
+            prefix = paths.work / "tok" / "tokenizer"
+            model = train(sample, prefix, t.vocab_size, t.character_coverage, threads, cfg.seed)
+            copy_tokenizer(model, folder)
+            shutil.copyfile(prefix.with_suffix(".vocab"), folder / "tokenizer.vocab")
+    tok = open_tokenizer(paths.tokenizer)
+    info.update(kind=tok.kind, vocab_size=tok.vocab_size, sha256=sha256_file(paths.tokenizer))
     info["seconds"] = time.perf_counter() - t0
     write_json_atomic(done, info)
     return info
 
 
-def token_bytes(model_path: str | Path) -> "Any":
-    """UTF-8 bytes of text each token id stands for (int64 array [vocab]), as bits per byte counts
-    them (eval/RESULTS.md): a piece's text with SentencePiece's "▁" as one space, a byte-fallback
-    piece ``<0xNN>`` as 1, a placeholder (``<EMAIL>``, a user-defined symbol) as its own text, and
-    control and unknown tokens (``</s>``, ``<unk>``, ``<pad>``) as 0: they stand for no text."""
-    import numpy as np
-    import sentencepiece as spm
+def draw_sample(
+    cfg: PrepareConfig,
+    paths: Paths,
+    weights: dict[str, float],
+    kept_bytes: dict[str, int],
+    chunk_ids: list[int],
+    map_fn: Any = None,
+) -> dict[str, int]:
+    """Write each chunk's part of the training sample (:func:`sample_chunk`, on the workers); the
+    bytes taken per language."""
+    budget = {lang: w * cfg.tokenizer.sample_bytes for lang, w in weights.items()}
+    rate = {lang: min(1.0, budget[lang] / b) for lang, b in kept_bytes.items() if b}
+    taken: dict[str, int] = {}
+    for r in (map_fn or (lambda f, xs: map(f, xs)))(
+        partial(sample_chunk, cfg=cfg, out=str(paths.out), rate=rate), chunk_ids
+    ):
+        for lang, n in r["taken"].items():
+            taken[lang] = taken.get(lang, 0) + n
+    return dict(sorted(taken.items()))
 
-    sp = spm.SentencePieceProcessor(model_file=str(model_path))
-    out = np.zeros(sp.get_piece_size(), dtype=np.int64)
-    for i in range(sp.get_piece_size()):
-        if sp.is_control(i) or sp.is_unknown(i):
-            continue
-        out[i] = 1 if sp.is_byte(i) else len(sp.id_to_piece(i).replace("\u2581", " ").encode("utf-8"))
-    return out
+
+def copy_tokenizer(src: Path, folder: Path, companions_of: Optional[Path] = None) -> None:
+    """``src`` into the run's ``tokenizer/`` folder under its kind's name (``tokenizer.model`` or
+    ``tokenizer.json``), a tokenizer.json with the companion files of its folder (or of
+    ``companions_of``'s), which ``AutoTokenizer`` reads: the export ships them unchanged."""
+    if kind_of(src) == "sentencepiece":
+        copy_atomic(src, folder / "tokenizer.model")
+        return
+    for f in HF_COMPANIONS:
+        if (Path(companions_of or src).parent / f).is_file():
+            copy_atomic(Path(companions_of or src).parent / f, folder / f)
+    if not (folder / "tokenizer_config.json").is_file():  # what AutoTokenizer needs to name the specials
+        tok = open_tokenizer(src)
+        specials = {f"{role}_token": tok.token(i) for role, i in tok.ids.items() if i >= 0}
+        write_json_atomic(folder / "tokenizer_config.json", byte_bpe.hf_config(specials))
+    copy_atomic(src, folder / HF_FILE)

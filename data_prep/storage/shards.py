@@ -21,7 +21,10 @@ import pyarrow as pa
 from bloomline.errors import DataError
 from bloomline.io import read_contract_json, sha256_file, tmp_path
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READS_VERSIONS = (1, 2)
+"""Version 2 added the tokenizer's ``kind`` (a Hugging Face ``tokenizer.json`` besides SentencePiece)
+and ``extends``; a version-1 folder is read as SentencePiece's, its shards being the same columns."""
 
 SCHEMA = pa.schema(
     [
@@ -130,8 +133,9 @@ def load_manifest(data_dir: str | Path) -> dict[str, Any]:
     missing = [k for k in MANIFEST_KEYS if k not in m]
     if missing:
         raise DataError(f"{path}: missing keys {missing}")
-    if m["format_version"] != FORMAT_VERSION:
-        raise DataError(f"{path}: format_version {m['format_version']}, this bloomline reads {FORMAT_VERSION}")
+    if m["format_version"] not in READS_VERSIONS:
+        raise DataError(f"{path}: format_version {m['format_version']}, this bloomline reads {READS_VERSIONS}")
+    m["tokenizer"].setdefault("kind", "sentencepiece")
     for i, s in enumerate(m["shards"]):
         miss = [k for k in SHARD_KEYS if k not in s]
         if miss:
@@ -158,10 +162,10 @@ def read_shard(path: str | Path, rows: int) -> list[pa.RecordBatch]:
         reader = pa.ipc.open_stream(pa.memory_map(str(path), "r"))
         schema = reader.schema
         version = (schema.metadata or {}).get(b"bloomline.format_version", b"").decode()
-        if version != str(FORMAT_VERSION):
+        if version not in {str(v) for v in READS_VERSIONS}:
             raise CorruptShardError(
                 f"shard {path}: written with shard format {version or 'unknown'}, "
-                f"this bloomline reads {FORMAT_VERSION}: prepare the data again"
+                f"this bloomline reads {READS_VERSIONS}: prepare the data again"
             )
         if not schema.remove_metadata().equals(SCHEMA):
             raise CorruptShardError(f"shard {path}: its columns are not contract 1's (data_prep/FORMAT.md): {schema}")

@@ -66,7 +66,10 @@ class Paths:
 
     @property
     def tokenizer(self) -> Path:
-        return self.out / "tokenizer" / "tokenizer.model"
+        """The run's tokenizer file: ``tokenizer/tokenizer.json`` (byte-level BPE) where the
+        tokenizer pass wrote one, else ``tokenizer/tokenizer.model`` (SentencePiece)."""
+        hf = self.out / "tokenizer" / "tokenizer.json"
+        return hf if hf.exists() else self.out / "tokenizer" / "tokenizer.model"
 
 
 def shard_path(split: str, lang: str, bucket: int, k: int) -> str:

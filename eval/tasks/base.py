@@ -30,13 +30,13 @@ class Context:
     """eval.model.EvalModel: the checkpoint in the evaluation's precision, in this process (LocalModel)
     or over tp·pp ranks (lm-eval's families run on either: eval/tasks/lm_eval_local.py ``lm_of``)."""
     tokenizer: Any
-    """The data's SentencePiece processor (ids as the model was trained on them)."""
+    """The data's tokenizer (bloomline/tokenizer.py ``Tokenizer``: ids as the model was trained on them)."""
     index: Any
     """training.data.shard_reader.ShardIndex of the data's validation split."""
     token_bytes: Any
-    """UTF-8 bytes each token id stands for (data_prep.passes.tokenizer.token_bytes)."""
+    """UTF-8 bytes each token id stands for (bloomline/tokenizer.py ``Tokenizer.token_bytes``)."""
     tokenizer_file: Any
-    """Path of the data's SentencePiece model (what an export's tokenizer wraps)."""
+    """Path of the data's tokenizer file (what an export ships, eval/export.py)."""
     eos_id: int
     settings: Any
     """training.config.EvalConfig."""

@@ -54,7 +54,7 @@ def test_bits_per_byte_of_a_uniform_model_is_log2_vocab_over_bytes_per_token(dem
         model.final_ln.bias.zero_()
     index = ShardIndex(demo, "valid")
     sp = spm.SentencePieceProcessor(model_file=str(demo / "tokenizer" / "tokenizer.model"))
-    from data_prep.passes.tokenizer import token_bytes
+    from bloomline.tokenizer import token_bytes
 
     got = evaluate_model(
         LocalModel(model, CPU), index, EvalConfig(), token_bytes(demo / "tokenizer" / "tokenizer.model"), sp.eos_id()

@@ -27,7 +27,7 @@ def marked(tmp_path, monkeypatch):
     docs[2]["text"] += " MARK-PII"
     docs[5]["text"] += " MARK-TOKENIZE"
     (src / "en.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
-    real_redact, real_processor = pii.redact, pack_parts.processor
+    real_redact, real_open = pii.redact, pack_parts.open_tokenizer
 
     def redact(text, kinds):
         if "MARK-PII" in text:
@@ -35,16 +35,16 @@ def marked(tmp_path, monkeypatch):
         return real_redact(text, kinds)
 
     class Tokenizer:
-        def __init__(self, sp):
-            self.sp = sp
+        def __init__(self, tok):
+            self.tok = tok
 
-        def encode(self, x, **kw):
-            if any("MARK-TOKENIZE" in t for t in ([x] if isinstance(x, str) else x)):
+        def encode_batch(self, texts):
+            if any("MARK-TOKENIZE" in t for t in texts):
                 raise RuntimeError("the tokenizer failed")
-            return self.sp.encode(x, **kw)
+            return self.tok.encode_batch(texts)
 
     monkeypatch.setattr(pii, "redact", redact)
-    monkeypatch.setattr(pack_parts, "processor", lambda *a: Tokenizer(real_processor(*a)))
+    monkeypatch.setattr(pack_parts, "open_tokenizer", lambda *a: Tokenizer(real_open(*a)))
     cfg = load_config(
         PrepareConfig, REPO / "configs/data/demo.yaml", ["langid.enabled=false", "tokenizer.vocab_size=1000"]
     )

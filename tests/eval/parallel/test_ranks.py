@@ -12,7 +12,7 @@ import torch
 
 from bloomline.config import from_dict
 from bloomline.errors import ConfigError
-from data_prep.passes.tokenizer import token_bytes
+from bloomline.tokenizer import token_bytes
 from eval.evaluate import evaluate, generations
 from eval.model import LocalModel
 from eval.tasks.continuation import CHOICES, CONTEXT, LENGTH, batch_loglikelihoods, documents, items

@@ -66,7 +66,7 @@ def test_every_language_of_the_data_gets_its_rows(demo_data):
 
     from bloomline.config import load_config
     from bloomline.task_spec import TaskSpec
-    from data_prep.passes.tokenizer import token_bytes
+    from bloomline.tokenizer import token_bytes
     from eval.tasks import make
     from eval.tasks.base import Context
     from training.config import EvalConfig, ModelConfig

@@ -30,7 +30,7 @@ def test_chrf_of_greedy_translations_both_ways_and_a_bad_pair(demo_data, tmp_pat
     import sentencepiece as spm
     from sacrebleu.metrics import CHRF
 
-    from data_prep.passes.tokenizer import token_bytes
+    from bloomline.tokenizer import token_bytes
     from eval.model import LocalModel
     from eval.tasks import make
     from eval.tasks.base import Context

@@ -92,7 +92,7 @@ def exported(demo_data, tmp_path_factory):
 def context(demo: Path, model: Bloom, spec: TaskSpec):
     import sentencepiece as spm
 
-    from data_prep.passes.tokenizer import token_bytes
+    from bloomline.tokenizer import token_bytes
     from eval.model import LocalModel
     from eval.tasks.base import Context
     from training.data.shard_reader import ShardIndex
