@@ -19,6 +19,7 @@ import ast
 import dataclasses
 import difflib
 import inspect
+import re
 import textwrap
 import types
 import typing
@@ -211,6 +212,9 @@ def _convert_union(tp: Any, value: Any, path: str) -> Any:
     raise ConfigError(path, f"expected {_type_name(tp)}, got {value!r}")
 
 
+_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
 def _convert_scalar(tp: Any, value: Any, path: str) -> Any:
     """``value`` as a bool, int, float (an int is taken), str or Path; never a bool for a number."""
     if tp is bool:
@@ -222,6 +226,8 @@ def _convert_scalar(tp: Any, value: Any, path: str) -> Any:
             raise ConfigError(path, f"expected an integer, got {value!r}")
         return value
     if tp is float:
+        if isinstance(value, str) and _EXPONENT.fullmatch(value):
+            value = float(value)  # YAML 1.1 reads 1e-20 (no dot) as a string
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(path, f"expected a number, got {value!r}")
         return float(value)

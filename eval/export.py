@@ -9,9 +9,7 @@ SentencePiece wrapper (``BertGenerationTokenizer``): it encodes with the very Se
 the data was tokenized with, so ids are the same (tested on every document of the sample corpus),
 where a converted "fast" tokenizer may normalise differently.
 
-Names: HF Bloom is the same architecture with other names (``transformer.h.3.self_attention.
-query_key_value`` for ``blocks.3.attn.qkv``); its fused qkv is laid out per head ([heads, 3,
-head_dim]) as ours. bloomline masks the padded vocabulary rows out of the softmax, so the export
+Names: training/checkpoint/hf_names.py. bloomline masks the padded vocabulary rows out of the softmax, so the export
 drops them: ``vocab_size`` is the tokenizer's, and the logits over real tokens equal training's.
 """
 
@@ -25,29 +23,11 @@ from bloomline.errors import CheckpointError
 from bloomline.io import copy_atomic, write_json_atomic
 from bloomline.tokenizer import kind_of, tokenizer_files
 from data_prep.storage.shards import manifest_path
+from training.checkpoint.hf_names import hf_name
 from training.checkpoint.load import load_model
 from training.checkpoint.meta import PRECISIONS, trained_on
 from training.checkpoint.run_dir import META_FILE
 from training.parallel.layout import EMBEDDING
-
-_BLOCK = {
-    "ln1": "input_layernorm",
-    "attn.qkv": "self_attention.query_key_value",
-    "attn.dense": "self_attention.dense",
-    "ln2": "post_attention_layernorm",
-    "mlp.fc1": "mlp.dense_h_to_4h",
-    "mlp.fc2": "mlp.dense_4h_to_h",
-}
-_TOP = {"embedding.word_embeddings": "word_embeddings", "embed_ln": "word_embeddings_layernorm", "final_ln": "ln_f"}
-
-
-def hf_name(name: str) -> str:
-    """A Bloom parameter name as HF ``BloomForCausalLM`` names it."""
-    module, leaf = name.rsplit(".", 1)
-    if module in _TOP:
-        return f"transformer.{_TOP[module]}.{leaf}"
-    _, i, rest = module.split(".", 2)  # blocks.<i>.<rest>
-    return f"transformer.h.{i}.{_BLOCK[rest]}.{leaf}"
 
 
 def hf_config(cfg: Any, tok: dict[str, Any], dtype: str) -> dict[str, Any]:

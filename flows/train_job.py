@@ -24,6 +24,7 @@ from bloomline.io import write_json_atomic
 from bloomline.secrets import mask_tree
 from data_prep.storage.shards import check_model_fits, load_manifest
 from eval.reference import reference_curve
+from training.checkpoint.init_from import check_init_from
 from training.checkpoint.run_dir import RunDir
 from training.config import TrainRecipe
 from training.data.mixture.blend import run_blend
@@ -53,6 +54,8 @@ def validate(recipe: TrainRecipe, data_dir: str | Path) -> Optional[tuple[Refere
     # a layout that cannot cut the model would fail every evaluation too
     check_eval_layout(recipe.evaluation.settings, recipe.model, "evaluation.settings.")
     check_model_fits(m, data_dir, recipe.model.vocab_size, recipe.model.seq_len)
+    if recipe.train.init_from:  # the weights' shape is the recipe's, their embedding fits the data's tokenizer
+        check_init_from(recipe.model, m["tokenizer"], recipe.train.init_from)
     if not any(s["split"] == "train" for s in m["shards"]):
         raise BloomlineError(f"{data_dir} has no training shards")
     weights = run_blend(recipe, ShardIndex(data_dir, "train")).weights_for(1)  # refuses a cap the data cannot meet

@@ -81,13 +81,13 @@ def demo_data(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def hf_bloom(tmp_path_factory) -> Path:
     """An existing Hugging Face BLOOM made here (tests/support/hf_bloom.py): ``tok/`` a byte-level
-    BPE tokenizer folder, ``model/`` a tiny random BloomForCausalLM (sharded safetensors) of its
+    BPE tokenizer folder, ``model/`` a tiny random BloomForCausalLM (sharded safetensors) in bloom-tiny's shape and of its
     vocabulary, once per session."""
     from bloomline.tokenizer import open_tokenizer
     from tests.support.hf_bloom import bloom_tokenizer, tiny_bloom
 
     root = tmp_path_factory.mktemp("hf-bloom")
-    tiny_bloom(root / "model", open_tokenizer(bloom_tokenizer(root / "tok")).vocab_size, shard_size="200KB")
+    tiny_bloom(root / "model", open_tokenizer(bloom_tokenizer(root / "tok", 4000)).vocab_size, shard_size="200KB")
     for f in (root / "tok").iterdir():  # a model folder holds its tokenizer, as on the Hub
         (root / "model" / f.name).write_bytes(f.read_bytes())
     return root

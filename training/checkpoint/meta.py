@@ -25,10 +25,9 @@ from training.parallel.layout import (
     tp_rules,
 )
 
-FORMAT_VERSION = (
-    4  # 4: each file's size and sha256 (``files``); 3: the blend rule (``blend``); 2: the online mixture's state
-)
-READS_VERSIONS = (1, 2, 3, 4)
+FORMAT_VERSION = 5  # 5: the weights it started from (``init_from``); 4: each file's size and sha256 (``files``);
+# 3: the blend rule (``blend``); 2: the online mixture's state
+READS_VERSIONS = (1, 2, 3, 4, 5)
 """Version 1 files read as a fixed mixture, versions 1 and 2 as the manifest's blend, versions
 1-3 with no record of their files (checked for safety only, training/checkpoint/integrity.py)."""
 PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -51,9 +50,12 @@ def make_meta(
     mixture: Optional[dict[str, Any]] = None,
     blend: Optional[dict[str, Any]] = None,
     files: Optional[dict[str, dict[str, Any]]] = None,
+    init_from: Optional[dict[str, Any]] = None,
 ) -> dict[str, Any]:
     """The bloomline.json of a checkpoint (fields in training/CHECKPOINT.md); ``files``: the
-    folder's files as training/checkpoint/integrity.py ``file_records`` gives them."""
+    folder's files as training/checkpoint/integrity.py ``file_records`` gives them; ``init_from``:
+    the weights the run started from (training/checkpoint/init_from.py ``Source.record``), None
+    for the seed's."""
     from training.model.bloom import full_shapes
 
     assert isinstance(recipe.model, ModelConfig)
@@ -73,6 +75,7 @@ def make_meta(
         "blend": blend if blend is not None else dict(MANIFEST_BLEND),
         "recipe": mask_tree(to_dict(recipe)),
         "files": files,
+        "init_from": init_from,
     }
 
 
@@ -124,6 +127,11 @@ def _check_later_fields(path: Path, meta: dict[str, Any]) -> None:
     meta.setdefault("mixture", None)  # version 1: a fixed mixture
     meta.setdefault("blend", dict(MANIFEST_BLEND))  # versions 1 and 2: the manifest's blend
     meta.setdefault("files", None)  # versions 1-3: no record of the files
+    meta.setdefault("init_from", None)  # versions 1-4: the seed's weights
+    if meta["init_from"] is not None and not (
+        isinstance(meta["init_from"], dict) and {"path", "kind", "sha256"} <= set(meta["init_from"])
+    ):
+        raise CheckpointError(f"{path}: field 'init_from' is not {{path, kind, sha256}}")
     if meta["files"] is not None and not (
         isinstance(meta["files"], dict)
         and all(

@@ -79,6 +79,8 @@ class TrainRecipe:
         return raw
 
     def resolve_paths(self, base: Path) -> None:
+        if self.train.init_from and "://" not in self.train.init_from:
+            self.train.init_from = str((base / self.train.init_from).resolve())
         if isinstance(self.model, str):
             from bloomline.config import load_config
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import torch
 
 from bloomline.errors import BloomlineError
 from data_prep.storage.shards import check_model_fits, manifest_sha256
+from training.checkpoint.init_from import init_weights, open_source
 from training.checkpoint.integrity import checkpoint_files, file_records
 from training.checkpoint.meta import PRECISIONS, make_meta, read_meta, saved_recipe
 from training.checkpoint.resume import load_engine, plan_resume, restore_rng, rng_state
@@ -63,7 +64,9 @@ class Trainer:
         self._setup_languages()
         self._setup_mixture()
         self._resume_step, universal = plan_resume(self.run, self.data_dir, recipe.parallel)
-        self._setup_engine(cfg, universal)
+        self.init_from: Optional[dict[str, Any]] = None  # where the weights came from (a resume reads it back)
+        init = self._init_source(cfg) if self._resume_step is None and recipe.train.init_from else None
+        self._setup_engine(cfg, universal, init)
         self._flops = 0.0  # FLOPs this rank's replica computed in the current step (training/planning/flops.py)
         self.step = 0
         self.saved_step = -1
@@ -114,10 +117,18 @@ class Trainer:
         )
         self._changes: list[Any] = []  # the mixture's decisions to report with the next step's metrics
 
-    def _setup_engine(self, cfg: ModelConfig, universal: bool) -> None:
+    def _init_source(self, cfg: ModelConfig) -> Any:
+        """``train.init_from``'s weights, by name, for parallelize (training/checkpoint/init_from.py);
+        rank 0 records where they came from, their sha256 included, for the checkpoints' metadata."""
+        src = open_source(self.recipe.train.init_from)  # type: ignore[arg-type]
+        if self.mesh.rank == 0:
+            self.init_from = src.record()
+        return init_weights(src, cfg, self.index.manifest["tokenizer"], self.data_dir)
+
+    def _setup_engine(self, cfg: ModelConfig, universal: bool, init: Any = None) -> None:
         """The model built on the meta device, parallelised into a DeepSpeed engine with its
-        optimizer (``universal``: the resumed checkpoint is loaded in universal form), the
-        attention kernel, and the forward timer."""
+        optimizer (``universal``: the resumed checkpoint is loaded in universal form; ``init``: the
+        weights to start from, else the seed's), the attention kernel, and the forward timer."""
         recipe, o = self.recipe, self.recipe.optim
         with torch.device("meta"):
             model = Bloom(cfg)  # the whole model, holding no memory: each rank materialises its part
@@ -131,6 +142,7 @@ class Trainer:
             ds_config=deepspeed_config(recipe, universal),
             device=self.device,
             compile=recipe.train.compile,
+            init=init,
             make_optimizer=lambda m: torch.optim.AdamW(
                 param_groups(m, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps
             ),
@@ -359,6 +371,7 @@ class Trainer:
                 self.mixture.state_dict(),
                 self.blend.identity(),
                 files={k: v for share in shares for k, v in share.items()},
+                init_from=self.init_from,
             )
             # `latest` moves once all ranks wrote; what the evaluation watcher holds is kept (RunDir.hold)
             self.run.publish(self.step, meta, self.recipe.checkpoint.keep)
@@ -377,6 +390,7 @@ class Trainer:
         restore_rng((client or {}).get("rng"))
         self.step = meta["step"]
         self.saved_step = self.step
+        self.init_from = meta.get("init_from")
         self.guard.load_state_dict(meta["trainer"])
         self.sampler.load_state_dict(meta["sampler"])
         check_resume(meta["blend"], self.blend, self.step)

@@ -24,7 +24,7 @@ rank of the first and last stage).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
@@ -252,12 +252,15 @@ def parallelize(
     ds_config: dict[str, Any],
     device: torch.device,
     compile: bool = False,
+    init: Optional[Callable[[str], torch.Tensor]] = None,
 ) -> Any:
     """Apply TP, activation checkpointing, PP and ZeRO to ``model`` at this rank's place in the
     (already initialised, ``training.parallel.distributed``) grid; returns the DeepSpeed engine.
 
     ``model`` must be on the meta device (built under ``torch.device("meta")``); its parameters
-    are initialised from ``seed`` (``training.model.bloom.initial_value``) as they are materialised."""
+    are initialised as they are materialised, from ``init`` (the whole tensor of a parameter by
+    name: existing weights, training/checkpoint/init_from.py) or else from ``seed``
+    (``training.model.bloom.initial_value``)."""
     import deepspeed
 
     from training.parallel.layout import universal_info
@@ -265,7 +268,7 @@ def parallelize(
     if model.embed_ln.weight.device.type != "meta":
         raise ValueError("parallelize() takes a Bloom built on the meta device; it materialises each rank's part")
     shapes = full_shapes(model.cfg)
-    source = lambda name: initial_value(name, shapes[name], model.cfg, seed)  # noqa: E731
+    source = init or (lambda name: initial_value(name, shapes[name], model.cfg, seed))
     apply_tp(model, megatron_config(parallel, dtype))  # 1
     if activation_checkpointing:
         apply_ac(model)  # 2

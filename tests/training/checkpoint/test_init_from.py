@@ -1,0 +1,136 @@
+"""Starting from an existing Hugging Face BLOOM (training/checkpoint/init_from.py): its shape and
+tokenizer checked before any rank starts, in one line; in fp32 the first step's loss is
+transformers' loss on the same batch, at TP1 with ZeRO-3 over two ranks and at TP2 x PP2; after
+steps too small to move a weight, the export is the original, tensor for tensor."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from bloomline.config import load_config
+from bloomline.errors import CheckpointError, ConfigError
+from tests.training.loop.test_trainer_multiproc import launch, metrics, ok
+from training.checkpoint.init_from import check_init_from, init_weights, open_source
+from training.config import TrainRecipe
+from training.parallel.layout import EMBEDDING
+
+REPO = Path(__file__).resolve().parents[3]
+TINY = REPO / "configs/train/bloom-tiny.yaml"
+
+
+def tokenizer_of(data: Path) -> dict:
+    return json.loads((data / "manifest.json").read_text())["tokenizer"]
+
+
+def test_the_recipe_and_the_data_must_fit_the_weights_in_one_line(hf_bloom, hf_data, demo_data, tmp_path):
+    model = load_config(TrainRecipe, TINY).model
+    src = check_init_from(model, tokenizer_of(hf_data), hf_bloom / "model")  # bloom-tiny's shape: runs as it is
+    assert src.kind == "hf" and src.rows == 4000 and len(src.files) > 1  # sharded, read through its index
+    wide = load_config(TrainRecipe, TINY, ["model.hidden_size=128", "model.num_heads=4"]).model
+    with pytest.raises(
+        ConfigError, match=r"'model.hidden_size': is 128, the weights in .* have 64: set -o model.hidden_size=64"
+    ):
+        check_init_from(wide, tokenizer_of(hf_data), hf_bloom / "model")
+    with pytest.raises(ConfigError, match="'train.init_from': the data was tokenized with another tokenizer"):
+        check_init_from(model, tokenizer_of(demo_data), hf_bloom / "model")  # SentencePiece data, same size
+    with pytest.raises(ConfigError, match="the data's tokenizer has 5000 tokens, the embedding .* has 4000 rows"):
+        check_init_from(model, {**tokenizer_of(hf_data), "vocab_size": 5000}, hf_bloom / "model")
+    with pytest.raises(CheckpointError, match="neither a Hugging Face BLOOM folder"):
+        open_source(tmp_path)
+
+
+def test_padding_rows_are_dropped_and_grown_rows_are_their_pieces_mean(hf_bloom, hf_data, tmp_path):
+    model = load_config(TrainRecipe, TINY, ["model.vocab_size=3990"]).model
+    src = open_source(hf_bloom / "model")
+    whole = src.tensor(EMBEDDING)
+    emb = init_weights(src, model, {**tokenizer_of(hf_data), "vocab_size": 3990}, hf_data)(EMBEDDING)
+    assert torch.equal(emb, whole[:3990])  # rows past the tokenizer are the source's padding
+    (tmp_path / "tokenizer").mkdir()
+    (tmp_path / "tokenizer" / "extension.json").write_text(
+        json.dumps({"tokens": [{"id": 4001, "base_pieces": [7, 9]}, {"id": 4000, "base_pieces": [300]}]})
+    )
+    grown = {"path": "tokenizer/tokenizer.json", "vocab_size": 4002, "extends": {"base_vocab_size": 4000}}
+    emb = init_weights(src, model, grown, tmp_path)(EMBEDDING)
+    assert emb.shape == (4002, 64) and torch.equal(emb[:4000], whole)
+    assert torch.equal(emb[4000], whole[300]) and torch.allclose(emb[4001], (whole[7] + whole[9]) / 2)
+
+
+def first_step_batches(data: Path, recipe: TrainRecipe) -> list[dict]:
+    """Every micro-batch of step 1, on every data-parallel rank, as the trainer plans and collates them."""
+    from training.data.mixture.blend import run_blend
+    from training.data.sampler import DynamicBatchSampler
+    from training.data.shard_reader import ShardIndex, collate
+    from training.planning.flops import model_pair_weight
+
+    index = ShardIndex(data, "train")
+    b = run_blend(recipe, index).weights_for(1)
+    cfg = recipe.model
+    sampler = DynamicBatchSampler(
+        index,
+        recipe.batch,
+        recipe.parallel.dp,
+        cfg.seq_len,
+        recipe.train.seed,
+        blend=b,
+        pair_weight=model_pair_weight(cfg),
+    )
+    plan = sampler.next_step()
+    return [collate(index, mb, plan.bucket, index.pad_id) for rank in plan.ranks for mb in rank]
+
+
+def transformers_loss(hf, batches: list[dict]) -> float:
+    """The mean token loss of the batches by transformers' BloomForCausalLM, each packed document
+    run alone (bloomline's attention stays inside a document; ALiBi is relative)."""
+    total, n = 0.0, 0
+    with torch.no_grad():
+        for b in batches:
+            for ids, labels, seg, length in zip(b["input_ids"], b["labels"], b["segment_ids"], b["lengths"]):
+                ids, labels, seg = ids[:length], labels[:length], seg[:length]
+                for s in seg.unique():
+                    keep = seg == s
+                    logits = hf(ids[keep][None]).logits[0].double()
+                    total += torch.nn.functional.cross_entropy(
+                        logits, labels[keep], ignore_index=-100, reduction="sum"
+                    ).item()
+                    n += int((labels[keep] != -100).sum())
+    return total / n
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "layout",
+    [["parallel.dp=2", "parallel.zero_stage=3"], ["parallel.tp=2", "parallel.pp=2"]],
+    ids=["tp1-zero3-dp2", "tp2-pp2"],
+)
+def test_imported_bloom_trains_from_transformers_loss_and_exports_unchanged(hf_bloom, hf_data, tmp_path, layout):
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from eval.export import export
+    from training.checkpoint.meta import read_meta
+
+    over = [
+        "train.precision=fp32",
+        "optim.lr=1e-20",
+        "optim.min_lr=0",
+        "train.steps=2",
+        f"train.init_from={hf_bloom / 'model'}",
+        *layout,
+    ]
+    ok(launch(hf_data, tmp_path / "run", over))
+    hf = AutoModelForCausalLM.from_pretrained(hf_bloom / "model", local_files_only=True, dtype=torch.float32).eval()
+    recipe = load_config(TrainRecipe, TINY, ["train.steps=4", "checkpoint.interval=2", "optim.decay_steps=30", *over])
+    want, got = transformers_loss(hf, first_step_batches(hf_data, recipe)), metrics(tmp_path / "run")[0]["loss"]
+    print(f"first-step loss {layout}: bloomline {got!r}, transformers {want!r}")
+    assert got == pytest.approx(want, rel=1e-6)
+    ck = tmp_path / "run" / "checkpoints" / "step_2"
+    meta = read_meta(ck)
+    assert meta["init_from"] == open_source(hf_bloom / "model").record()
+    out = export(ck, tmp_path / "export")
+    original = {k: v for f in sorted((hf_bloom / "model").glob("*.safetensors")) for k, v in load_file(f).items()}
+    exported = load_file(out / "model.safetensors")
+    assert sorted(exported) == sorted(original)
+    for k, v in original.items():
+        assert torch.allclose(exported[k], v, rtol=1e-6, atol=0), k
