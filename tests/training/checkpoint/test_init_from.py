@@ -134,3 +134,40 @@ def test_imported_bloom_trains_from_transformers_loss_and_exports_unchanged(hf_b
     assert sorted(exported) == sorted(original)
     for k, v in original.items():
         assert torch.allclose(exported[k], v, rtol=1e-6, atol=0), k
+    if "parallel.tp=2" in layout:
+        evaluated_as_lm_eval_evaluates_the_original(hf_bloom, hf_data, ck, tmp_path)
+
+
+def evaluated_as_lm_eval_evaluates_the_original(hf_bloom, hf_data, ck, tmp_path):
+    """xstorycloze per language: bloomline's evaluation of the imported checkpoint equals
+    ``lm_eval --model hf`` (fp32) on the original folder, exactly; bits per byte is finite in every
+    language of the data."""
+    import math
+
+    from bloomline.task_spec import TaskSpec
+    from eval.evaluate import evaluate
+    from eval.tasks import make
+    from eval.tasks.lm_eval_local import export_lm_args, run_lm_eval
+    from tests.eval.tasks.test_lm_eval_local import pieces, record, write
+    from training.config import EvalConfig
+
+    langs = ["en", "sw", "zh-Hans"]
+    for lang in langs:
+        write(tmp_path / "xsc", lang, [record("xstorycloze", pieces(hf_data, lang), k) for k in range(6)])
+    spec = TaskSpec(name="xstorycloze", data=str(tmp_path / "xsc"), langs=langs)
+    ev = evaluate(ck, hf_data, EvalConfig(precision="fp32", prompts_per_lang=0, tasks=[spec]), "imported")
+    ours = {
+        r["lang"]: r["value"]
+        for r in ev.rows
+        if r["task"] == "xstorycloze" and r["metric"] == "acc" and r["scope"] == "language"
+    }
+    names = make(spec).write({l: tmp_path / "xsc" / f"{l}.jsonl" for l in langs}, tmp_path / "yaml")
+    theirs = run_lm_eval(
+        "hf", list(names.values()), tmp_path / "yaml", None, model_args=export_lm_args(hf_bloom / "model", 512, 2)
+    )
+    assert ours == {l: theirs["results"][names[l]]["acc,none"] for l in langs}, theirs["results"]
+    valid = {r["lang"]: r["bpb"] for r in ev.validation()}
+    index_langs = {
+        s["lang"] for s in json.loads((hf_data / "manifest.json").read_text())["shards"] if s["split"] == "valid"
+    }
+    assert index_langs <= set(valid) and all(math.isfinite(v) and v > 0 for v in valid.values())  # groups too
