@@ -18,8 +18,12 @@ Runs, each through the DeepSpeed launcher with the NCCL backend, on bloom-560m-s
    (model FLOPs 6N + 12·L·H·T per token, recomputation not counted) against the measured bf16
    matmul peak (8192³) and H200's nominal dense bf16 peak;
 3. fp16 with DeepSpeed's dynamic loss scaling — the loss-scale trajectory, overflows, loss;
+4. bf16 with ZeRO-Offload (``parallel.offload_optimizer=cpu``, a few steps; DeepSpeed's CPU Adam,
+   built first and its build time printed) — what ``bloomline plan --offload`` plans;
 on GPU also bf16 with ``model.attention=flex``, and with ``auto`` + ``train.compile`` (the
-trainer's timing of both kernels is in its log).
+trainer's timing of both kernels is in its log). Every run prints its peak GPU memory (nvidia-smi,
+the ranks' CUDA context and allocator cache included) beside the planner's figure for its recipe
+(training/planning/planner.py: the fullest stage's ``memory_gib``, ``offload_memory_gib`` offloaded).
 
 Writes ``OUT/gpu_summary.json`` and each run's ``metrics.jsonl``.
 """
@@ -30,6 +34,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +49,8 @@ from training.config import TrainRecipe
 from training.loop.launch import launch_command, run_job
 
 H200_BF16_DENSE = 989e12  # NVIDIA's H200 SXM datasheet, dense (no sparsity)
+# what each run prints on its memory line: measured beside planned
+MEMORY_KEYS = ("peak_gpu_gib", "planned_gib", "planned_offload_gib", "planned_on", "cpu_adam_build_s", "cpu_adam_error")
 
 
 def matmul_peak(n: int, device: str) -> float:
@@ -61,9 +68,47 @@ def matmul_peak(n: int, device: str) -> float:
     return 2 * n**3 * reps / (time.perf_counter() - t0)
 
 
-def launch(recipe: TrainRecipe, data: Path, run: Path, timeout: float) -> tuple[int, float]:
+def gpu_used_gib() -> float:
+    """GPU 0's used memory, all processes (nvidia-smi)."""
+    out = subprocess.run(
+        ["nvidia-smi", "-i", "0", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+    ).stdout
+    return float(out.split()[0]) / 1024
+
+
+def planned_gib(recipe: TrainRecipe) -> dict[str, float]:
+    """The planner's memory for ``recipe`` on this GPU (its fullest stage), offloaded or not."""
+    from training.planning.planner import DEVICES, cpu_device, plan
+
+    name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
+    device = next((d for k, d in DEVICES.items() if k.split("-")[0].upper() in name), None) or cpu_device()
+    offload = recipe.parallel.offload_optimizer != "none"
+    worst = max(plan(recipe, device, offload=offload)["stages"], key=lambda st: st["memory_gib"])
+    out = {"planned_gib": worst["memory_gib"], "planned_on": device.name}
+    if offload:
+        out["planned_offload_gib"] = worst["offload_memory_gib"]
+    return out
+
+
+def build_cpu_adam() -> dict[str, object]:
+    """Build (or load from ~/.cache/torch_extensions) DeepSpeed's CPU Adam before the offload run,
+    so its compile time is measured apart from training and a missing compiler is said once."""
+    t0 = time.perf_counter()
+    try:
+        from deepspeed.ops.op_builder import CPUAdamBuilder
+
+        CPUAdamBuilder().load()
+    except Exception as e:  # no compiler, ninja or Python headers on this machine
+        return {"cpu_adam_error": f"{type(e).__name__}: {e}"[:500]}
+    return {"cpu_adam_build_s": round(time.perf_counter() - t0, 1)}
+
+
+def launch(recipe: TrainRecipe, data: Path, run: Path, timeout: float) -> tuple[int, float, float | None]:
     """One training job through the DeepSpeed launcher, in its own process group (killed whole
-    on timeout: the ranks must not keep the GPU after the launcher is gone)."""
+    on timeout: the ranks must not keep the GPU after the launcher is gone); its status, wall time
+    and peak GPU memory in GiB (nvidia-smi every 0.2 s, less what was in use before it; None on CPU)."""
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
     (run / "recipe.json").write_text(json.dumps(to_dict(recipe)))
@@ -72,9 +117,13 @@ def launch(recipe: TrainRecipe, data: Path, run: Path, timeout: float) -> tuple[
     if not torch.cuda.is_available():
         env["DS_ACCELERATOR"] = "cpu"
         env["BLOOMLINE_CPU_FP16"] = "1"  # the smoke run's fp16 on torch's reference kernels (training/config/drills.py)
+    cuda = torch.cuda.is_available()
+    before = gpu_used_gib() if cuda else 0.0
+    seen = [before]
     t0 = time.perf_counter()
-    rc = run_job(cmd, run / "log.txt", env, timeout=timeout, cwd=REPO)
-    return rc, time.perf_counter() - t0
+    poll = (lambda: seen.append(gpu_used_gib())) if cuda else None
+    rc = run_job(cmd, run / "log.txt", env, timeout=timeout, cwd=REPO, poll=poll, poll_s=0.2)
+    return rc, time.perf_counter() - t0, round(max(seen) - before, 3) if cuda else None
 
 
 def summarise(
@@ -160,6 +209,18 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bloomline-gpu-"))
     runs = [
         ("bf16_ckpt", ["train.precision=bf16", "train.activation_checkpointing=true", "model.attention=sdpa"]),
+        # bf16_ckpt with the optimizer offloaded: a few steps (CPU Adam steps the whole model on the host)
+        (
+            "bf16_ckpt_offload",
+            [
+                "train.precision=bf16",
+                "train.activation_checkpointing=true",
+                "model.attention=sdpa",
+                "parallel.offload_optimizer=cpu",
+                f"train.steps={min(steps, 8)}",
+                f"checkpoint.interval={min(steps, 8)}",
+            ],
+        ),
         # FlexAttention (block-sparse over documents) has no CPU backward: GPU only; then the
         # default (auto: the trainer times both kernels and prints its choice) with every block
         # compiled (train.compile)
@@ -202,9 +263,16 @@ def main() -> None:
 
         with torch.device("meta"):
             model = Bloom(r.model)
-        rc, wall = launch(r, data, work / name, timeout=left - 10)
+        built = build_cpu_adam() if r.parallel.offload_optimizer != "none" else {}
+        if "cpu_adam_error" in built:  # the offload run cannot start here: said once, counted as failed
+            results.append({"run": name, "rc": 1, **built})
+            print(json.dumps(results[-1]), flush=True)
+            continue
+        rc, wall, peak = launch(r, data, work / name, timeout=left - 10)
         results.append(summarise(name, work / name, model.flops_per_token, peaks, rc, wall))
-        results[-1]["model_flops_per_token_at_seq_len"] = model.flops_per_token(r.model.seq_len)
+        results[-1].update(model_flops_per_token_at_seq_len=model.flops_per_token(r.model.seq_len), **built)
+        results[-1].update(peak_gpu_gib=peak, **planned_gib(r))
+        print(f"{name}: {json.dumps({k: v for k, v in results[-1].items() if k in MEMORY_KEYS})}", flush=True)
         if (work / name / "metrics.jsonl").exists():
             shutil.copy(work / name / "metrics.jsonl", args.out / f"{name}.metrics.jsonl")
         shutil.rmtree(work / name, ignore_errors=True)  # checkpoints: GBs at 560m

@@ -3,7 +3,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+# /tmp/site/bin: the carried wheels' executables (ninja, if carried: torch's JIT build of DeepSpeed's
+# CPU Adam for the ZeRO-Offload run needs it, with g++ and Python's headers; gpu_validate says which is missing)
+export PATH=/tmp/site/bin:$PATH PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+command -v ninja g++ >/dev/null || echo "no ninja or g++ here: the ZeRO-Offload run cannot build CPU Adam"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 python3 -m bench.gpu_validate --data .gpu/data --out "${OUT:-/tmp/bloomline-gpu}" "$@" 2>&1 | tee "${OUT:-/tmp/bloomline-gpu}/log.txt"
 # FlexAttention against the dense reference, gradients included (skipped on CPU: no CPU backward)

@@ -176,6 +176,24 @@ def test_recipe_rules_and_what_they_need_of_the_machine(monkeypatch):
         load_config(TrainRecipe, tiny, ["evaluation.settings.heldout=/data/test"])
 
 
+def test_optimizer_offload_is_checked_and_told_to_deepspeed():
+    """parallel.offload_optimizer: refused without a ZeRO partition to offload; DeepSpeed 0.19 runs it
+    with PP (ZeRO-1) and every precision (tests/training/loop/test_trainer_multiproc.py trains it)."""
+    from training.loop.ds_config import deepspeed_config
+
+    tiny = REPO / "configs/train/bloom-tiny.yaml"
+    with pytest.raises(ConfigError, match="parallel.offload_optimizer.*zero_stage 0 has none.*set zero_stage >= 1"):
+        load_config(TrainRecipe, tiny, ["parallel.offload_optimizer=cpu", "parallel.zero_stage=0"])
+    for ok in (["parallel.pp=2"], ["train.precision=fp32"], ["parallel.dp=2", "parallel.zero_stage=3"]):
+        load_config(TrainRecipe, tiny, ["parallel.offload_optimizer=cpu", *ok])
+    off = load_config(TrainRecipe, tiny, ["parallel.offload_optimizer=cpu"])
+    assert deepspeed_config(off)["zero_optimization"] == {
+        "stage": 1,
+        "offload_optimizer": {"device": "cpu", "pin_memory": True},
+    }
+    assert deepspeed_config(load_config(TrainRecipe, tiny))["zero_optimization"] == {"stage": 1}  # as before
+
+
 def test_the_drill_switches_live_outside_the_recipe(monkeypatch):
     """BLOOMLINE_NAN_AT and BLOOMLINE_CPU_FP16 (training/config/drills.py) are read from the
     environment; a recipe saved while they were recipe keys still loads."""

@@ -28,6 +28,10 @@ class ParallelConfig:
     """ZeRO stage for data parallelism: 0-3 without PP, 0-1 with PP."""
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     """torch.distributed backend; auto: nccl on GPUs, gloo on CPU."""
+    offload_optimizer: Literal["none", "cpu"] = "none"
+    """ZeRO-Offload (what ``bloomline plan --offload`` plans): ``cpu`` keeps each rank's ZeRO partition of
+    the fp32 master weights, gradients and Adam moments in CPU memory and steps it there with
+    DeepSpeed's CPU Adam (DeepSpeed's ``zero_optimization.offload_optimizer``). Needs zero_stage >= 1."""
 
     def validate(self) -> None:
         for k in ("tp", "pp", "dp"):
@@ -39,6 +43,12 @@ class ParallelConfig:
             f"ZeRO stage {self.zero_stage} cannot be combined with pipeline parallelism (pp={self.pp}): stages 2 and 3 "
             "partition gradients/parameters across data-parallel ranks while the pipeline accumulates gradients over "
             "micro-batches, which DeepSpeed refuses. Use zero_stage 0 or 1 with pp > 1.",
+        )
+        check(
+            not (self.offload_optimizer != "none" and self.zero_stage == 0),
+            "offload_optimizer",
+            "offloads ZeRO's optimizer partitions, and zero_stage 0 has none (DeepSpeed would silently keep the "
+            "optimizer on the device): set zero_stage >= 1, or offload_optimizer none",
         )
 
     @property

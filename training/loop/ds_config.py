@@ -1,5 +1,5 @@
-"""What DeepSpeed is told: its config for a recipe, the optimizer's parameter groups, and the CPU
-fp16 gate. training/parallel/parallelize.py hands them to DeepSpeed with the model."""
+"""What DeepSpeed is told: its config for a recipe, the optimizer and its parameter groups, and the
+CPU fp16 gate. training/parallel/parallelize.py hands them to DeepSpeed with the model."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from training.config import TrainRecipe
+from training.config import OptimConfig, ParallelConfig, TrainRecipe
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -18,6 +18,31 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, 
             continue
         (no_decay if p.ndim < 2 else decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def adamw(groups: list[dict[str, Any]], o: OptimConfig, parallel: ParallelConfig) -> torch.optim.Optimizer:
+    """AdamW with the recipe's hyper-parameters over ``groups`` (:func:`param_groups`). Offloaded
+    (``parallel.offload_optimizer``), it is DeepSpeed's CPU Adam in AdamW mode: the same update
+    (decoupled weight decay, bias correction, fp32 moments) in SIMD, multithreaded C++ on the CPU
+    partitions; DeepSpeed refuses torch's AdamW there, as it is several times slower on the CPU.
+    Building the op compiles C++ once (cached under ~/.cache/torch_extensions). Either resumes the
+    other's checkpoint: the moments and step are the same tensors."""
+    hyper = {"lr": o.lr, "betas": (o.beta1, o.beta2), "eps": o.eps}
+    if parallel.offload_optimizer == "none":
+        return torch.optim.AdamW(groups, **hyper)
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+    opt = DeepSpeedCPUAdam(groups, adamw_mode=True, **hyper)
+    # Loading replaces the groups by the saved ones; torch's AdamW saved none of CPU Adam's own
+    # keys (bias_correction), which its step reads: offload switched on mid-run would fail.
+    opt.register_load_state_dict_post_hook(_default_group_keys)
+    return opt
+
+
+def _default_group_keys(opt: torch.optim.Optimizer) -> None:
+    for g in opt.param_groups:
+        for k, v in opt.defaults.items():
+            g.setdefault(k, v)
 
 
 def deepspeed_config(recipe: TrainRecipe, load_universal: bool = False) -> dict[str, Any]:
@@ -40,7 +65,7 @@ def deepspeed_config(recipe: TrainRecipe, load_universal: bool = False) -> dict[
             "hysteresis": t.fp16_hysteresis,
             "min_loss_scale": t.fp16_min_loss_scale,
         },
-        "zero_optimization": {"stage": recipe.parallel.zero_stage},
+        "zero_optimization": {"stage": recipe.parallel.zero_stage, **offload(recipe.parallel)},
         "zero_allow_untested_optimizer": True,
         # Send whole activations between stages: DeepSpeed's TP-partitioned sends cache their
         # partition metadata, which breaks when the bucket (sequence length) changes between steps.
@@ -50,6 +75,15 @@ def deepspeed_config(recipe: TrainRecipe, load_universal: bool = False) -> dict[
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
     }
+
+
+def offload(parallel: ParallelConfig) -> dict[str, Any]:
+    """``zero_optimization``'s offload keys: none unless offloaded, so other recipes' configs are unchanged.
+    Pinned (page-locked) host buffers let the GPU copy gradients and weights asynchronously; on the CPU
+    accelerator pinning is a no-op."""
+    if parallel.offload_optimizer == "none":
+        return {}
+    return {"offload_optimizer": {"device": parallel.offload_optimizer, "pin_memory": True}}
 
 
 def allow_cpu_fp16() -> None:

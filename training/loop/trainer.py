@@ -31,7 +31,7 @@ from training.data.mixture.fixed import FixedMixture
 from training.data.mixture.online import OnlineMixture
 from training.data.sampler import DynamicBatchSampler
 from training.data.shard_reader import ShardIndex, collate, torch_collectives, verify_once
-from training.loop.ds_config import allow_cpu_fp16, deepspeed_config, param_groups
+from training.loop.ds_config import adamw, allow_cpu_fp16, deepspeed_config, param_groups
 from training.loop.guard import SkipGuard
 from training.loop.kernel_choice import resolve_attention
 from training.loop.loss import StepLoss, lang_means
@@ -143,9 +143,7 @@ class Trainer:
             device=self.device,
             compile=recipe.train.compile,
             init=init,
-            make_optimizer=lambda m: torch.optim.AdamW(
-                param_groups(m, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps
-            ),
+            make_optimizer=lambda m: adamw(param_groups(m, o.weight_decay), o, recipe.parallel),
         )
         self.optimizer = self.engine.optimizer
         self.kernel = resolve_attention(

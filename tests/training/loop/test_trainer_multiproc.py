@@ -267,6 +267,28 @@ def test_zero3_resumes_on_another_layout_and_back(data, reference, tmp_path):
         assert read_meta(run / "checkpoints" / "step_4")["layout"]["zero_stage"] == (1 if run is a else 3)
 
 
+def test_optimizer_offload_resumes_and_trains_as_on_the_device(data, reference, tmp_path):
+    """The reference run's step 2 (torch's AdamW) resumed with parallel.offload_optimizer=cpu: steps
+    3-4, stepped by DeepSpeed's CPU Adam on the CPU's fp32 partition, give the reference's losses.
+    The same fp32 AdamW update in another order of operations: the master weights differ by fp32
+    rounding, below what the bf16 weights resolve (measured: equal losses, grad norms within 4e-7);
+    1e-5 leaves room for a bf16 rounding that flips, and is far below the 2e-3 of a DP reduction order."""
+    shutil.copytree(REFERENCE_RUN[0], tmp_path, dirs_exist_ok=True)
+    shutil.rmtree(tmp_path / "checkpoints" / "step_4")
+    (tmp_path / "checkpoints" / "latest").write_text("step_2")
+    ok(launch(data, tmp_path, ["parallel.offload_optimizer=cpu"]))
+    got = metrics(tmp_path)
+    assert [m["step"] for m in got] == [1, 2, 3, 4]
+    for x, y in zip(got, reference):
+        assert x["loss"] == pytest.approx(y["loss"], rel=1e-5) and x["grad_norm"] == pytest.approx(
+            y["grad_norm"], rel=1e-3
+        )
+    # CPU Adam stepped (its groups carry bias_correction; torch's AdamW's do not)
+    (f,) = (tmp_path / "checkpoints" / "step_4").glob("*optim_states.pt")
+    groups = torch.load(f, map_location="cpu", weights_only=False)["optimizer_state_dict"]["base_optimizer_state"]
+    assert all(g["bias_correction"] for g in groups["param_groups"])
+
+
 def test_duplicated_parameters_stay_identical_across_tp_ranks(data, tmp_path):
     """BLOOM-176B lost weeks to LayerNorm weights drifting apart on TP ranks. After 20 bf16 steps
     at TP=2, load_model finds every TP-replicated parameter bitwise equal on both ranks (it checks
