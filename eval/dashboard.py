@@ -2,8 +2,9 @@
 
 One self-contained file that works from ``file://`` with no internet: plotly's JavaScript is
 inlined once (plotly: interactive charts from Python with no native dependency; a legend click
-hides a language, a double click isolates it, which is how one reads ~60 series). Charts: bits
-per byte per language over checkpoints, a language × checkpoint heatmap, the group aggregates,
+hides a language, a double click isolates it, which is how one reads ~60 series). Charts: for a
+run started from imported weights (``train.init_from``), each language's change from that model
+(its step 0) to the latest checkpoint, gained or forgotten; bits per byte per language over checkpoints, a language × checkpoint heatmap, the group aggregates,
 bits per byte against training tokens seen per language, the training loss and learning rate
 (``metrics.jsonl``), the flagged regressions, and the data ledger of the run's manifest; and,
 beside it, ``data.html``: the data's filter report (data_prep/reports/filter_report.py: drops by language and
@@ -21,7 +22,7 @@ from typing import Any
 
 from bloomline.io import write_bytes_atomic
 from eval import page
-from eval.metrics import regressions
+from eval.metrics import change_from, regressions
 from eval.mixture_page import mixture_page
 from eval.page import plotly_text as T
 from eval.result_rows import is_language, of_languages, validation_rows
@@ -96,6 +97,8 @@ def figures(run_dir: Path, threshold: float) -> list[Figure]:
     langs = of_languages(rows)
     names = sorted({r["lang"] for r in langs})
     figs = [bpb_lines(langs, names), bpb_heatmap(rows, langs, names), groups(rows)]
+    if any(r["step"] == 0 for r in langs):  # a run started from imported weights: step 0 is that model
+        figs.insert(0, change_from_import(langs))
     tasks = overview(run_dir)
     if tasks is not None:
         figs.append(tasks)
@@ -115,6 +118,29 @@ def bpb_lines(langs: list[dict[str, Any]], names: list[str]) -> Figure:
         xaxis_title="step", yaxis_title="bits per byte", height=520, legend_title="click: hide · double click: isolate"
     )
     return "Bits per byte per language", f
+
+
+def change_from_import(langs: list[dict[str, Any]]) -> Figure:
+    """Each language's change in bits per byte from the imported model (step 0) to the latest
+    checkpoint: the languages the run taught (down) and those it made the model forget (up)."""
+    import plotly.graph_objects as go
+
+    last, changes = change_from(langs, 0)
+    gained = sum(c["change"] < 0 for c in changes)
+    f = go.Figure(
+        go.Bar(
+            x=[T(c["lang"]) for c in changes],
+            y=[100 * c["change"] for c in changes],
+            marker_color=["#2ca02c" if c["change"] < 0 else "#d62728" for c in changes],
+            customdata=[[c["base_bpb"], c["bpb"]] for c in changes],
+            hovertemplate="%{x}: %{customdata[0]:.4f} → %{customdata[1]:.4f} bpb (%{y:+.2f}%)<extra></extra>",
+        )
+    )
+    f.update_layout(xaxis_title="language", yaxis_title=f"change in bits per byte, step 0 → {last} (%)", height=460)
+    title = (
+        f"Change from the imported model (step 0 → {last}): {gained} languages gained, {len(changes) - gained} forgot"
+    )
+    return title, f
 
 
 def bpb_heatmap(rows: list[dict[str, Any]], langs: list[dict[str, Any]], names: list[str]) -> Figure:

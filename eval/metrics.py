@@ -140,3 +140,18 @@ def regressions(
                 }
             )
     return out
+
+
+def change_from(langs: list[dict[str, Any]], base_step: int) -> tuple[int, list[dict[str, Any]]]:
+    """Each language's bits per byte at the latest step against ``base_step`` (for a run started
+    from imported weights: step 0, the model before any update): the latest step and, per language
+    evaluated at both, ``{lang, base_bpb, bpb, change}`` (relative; negative: it gained, positive:
+    it forgot), most forgotten first. ``langs``: validation rows of languages."""
+    at = {(r["lang"], r["step"]): r["bpb"] for r in langs}
+    last = max((r["step"] for r in langs), default=base_step)
+    out = [
+        {"lang": lang, "base_bpb": base, "bpb": at[lang, last], "change": (at[lang, last] - base) / base}
+        for (lang, step), base in sorted(at.items())
+        if step == base_step and (lang, last) in at and base > 0 and math.isfinite(at[lang, last])
+    ]
+    return last, sorted(out, key=lambda c: -c["change"])

@@ -326,3 +326,14 @@ def test_task_pages_show_every_language_and_the_signal_report_in_chromium(demo, 
     assert "signal report (1 of" in dom and "fewer than 4 windows of 48 tokens" in dom
     idom, _ = open_page(index)
     assert "continuation acc: all" in idom
+
+
+def test_a_run_from_imported_weights_shows_each_language_s_change_from_step_0():
+    """Step 0 of a run with train.init_from is the imported model: the dashboard's first chart is
+    each language's change from it to the latest checkpoint, the most forgotten first."""
+    from eval.dashboard import change_from_import
+
+    points = [("en", 0, 2.0), ("en", 4, 1.5), ("sw", 0, 3.0), ("sw", 4, 3.3), ("yo", 0, 2.0), ("zu", 4, 1.0)]
+    title, fig = change_from_import([{"lang": l, "step": s, "bpb": b} for l, s, b in points])
+    assert title == "Change from the imported model (step 0 → 4): 1 languages gained, 1 forgot"
+    assert list(fig.data[0].x) == ["sw", "en"] and [round(y, 9) for y in fig.data[0].y] == [10.0, -25.0]

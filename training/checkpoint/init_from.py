@@ -263,3 +263,12 @@ def init_weights(
         return t
 
     return tensor
+
+
+def start_from(
+    recipe: Any, manifest: dict[str, Any], data_dir: Path, rank: int
+) -> tuple[Callable[[str], torch.Tensor], Optional[dict[str, Any]]]:
+    """A fresh run's ``train.init_from``: its weights by name (:func:`init_weights`), and on rank 0
+    the checkpoint metadata's record of them (their sha256 hashed once, there)."""
+    src = open_source(recipe.train.init_from)
+    return init_weights(src, recipe.model, manifest["tokenizer"], data_dir), (src.record() if rank == 0 else None)

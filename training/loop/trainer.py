@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
 import torch
 
 from bloomline.errors import BloomlineError
 from data_prep.storage.shards import check_model_fits, manifest_sha256
-from training.checkpoint.init_from import init_weights, open_source
+from training.checkpoint.init_from import start_from
 from training.checkpoint.integrity import checkpoint_files, file_records
 from training.checkpoint.meta import PRECISIONS, make_meta, read_meta, saved_recipe
 from training.checkpoint.resume import load_engine, plan_resume, restore_rng, rng_state
@@ -64,8 +64,11 @@ class Trainer:
         self._setup_languages()
         self._setup_mixture()
         self._resume_step, universal = plan_resume(self.run, self.data_dir, recipe.parallel)
-        self.init_from: Optional[dict[str, Any]] = None  # where the weights came from (a resume reads it back)
-        init = self._init_source(cfg) if self._resume_step is None and recipe.train.init_from else None
+        self.imported = self._resume_step is None and recipe.train.init_from is not None  # weights, not the seed's
+        # train.init_from's weights, and (rank 0) where they came from; a resume reads that back
+        init, self.init_from = (
+            start_from(recipe, self.index.manifest, self.data_dir, self.mesh.rank) if self.imported else (None, None)
+        )
         self._setup_engine(cfg, universal, init)
         self._flops = 0.0  # FLOPs this rank's replica computed in the current step (training/planning/flops.py)
         self.step = 0
@@ -117,14 +120,6 @@ class Trainer:
         )
         self._changes: list[Any] = []  # the mixture's decisions to report with the next step's metrics
 
-    def _init_source(self, cfg: ModelConfig) -> Any:
-        """``train.init_from``'s weights, by name, for parallelize (training/checkpoint/init_from.py);
-        rank 0 records where they came from, their sha256 included, for the checkpoints' metadata."""
-        src = open_source(self.recipe.train.init_from)  # type: ignore[arg-type]
-        if self.mesh.rank == 0:
-            self.init_from = src.record()
-        return init_weights(src, cfg, self.index.manifest["tokenizer"], self.data_dir)
-
     def _setup_engine(self, cfg: ModelConfig, universal: bool, init: Any = None) -> None:
         """The model built on the meta device, parallelised into a DeepSpeed engine with its
         optimizer (``universal``: the resumed checkpoint is loaded in universal form; ``init``: the
@@ -155,6 +150,8 @@ class Trainer:
     def train(self) -> None:
         """Train to ``train.steps``, saving every ``checkpoint.interval`` steps and at the end; on
         the kill switch (training/loop/stop.py), save the current step and return."""
+        if self.imported and self.saved_step != 0:
+            self.save()  # step 0: the imported model before any update, evaluated as the run's baseline
         while self.step < self.recipe.train.steps:
             if stop_voted(self.run.stop, self.device):
                 if self.saved_step != self.step:
@@ -326,11 +323,8 @@ class Trainer:
 
     def _mixture_fields(self) -> dict[str, Any]:
         """The mixture's weights and cause when the weights changed after this step (the start's are in mixture.jsonl)."""
-        moved = [c for c in self._changes if c.weights is not None]
-        self._changes = []
-        if not moved:
-            return {}
-        return {"mixture_weights": moved[-1].weights, "mixture_cause": moved[-1].cause}
+        moved, self._changes = [c for c in self._changes if c.weights is not None], []
+        return {"mixture_weights": moved[-1].weights, "mixture_cause": moved[-1].cause} if moved else {}
 
     def _loss_scale(self) -> float | None:
         """The fp16 loss scale the next step will use (None unless fp16)."""

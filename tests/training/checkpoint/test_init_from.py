@@ -110,6 +110,7 @@ def test_imported_bloom_trains_from_transformers_loss_and_exports_unchanged(hf_b
 
     from eval.export import export
     from training.checkpoint.meta import read_meta
+    from training.checkpoint.run_dir import RunDir
 
     over = [
         "train.precision=fp32",
@@ -126,8 +127,12 @@ def test_imported_bloom_trains_from_transformers_loss_and_exports_unchanged(hf_b
     print(f"first-step loss {layout}: bloomline {got!r}, transformers {want!r}")
     assert got == pytest.approx(want, rel=1e-6)
     ck = tmp_path / "run" / "checkpoints" / "step_2"
-    meta = read_meta(ck)
-    assert meta["init_from"] == open_source(hf_bloom / "model").record()
+    assert RunDir(tmp_path / "run").complete_steps() == [0, 2]  # step 0: the imported model, the run's baseline
+    assert (
+        read_meta(ck)["init_from"]
+        == read_meta(ck.parent / "step_0")["init_from"]
+        == open_source(hf_bloom / "model").record()
+    )
     out = export(ck, tmp_path / "export")
     original = {k: v for f in sorted((hf_bloom / "model").glob("*.safetensors")) for k, v in load_file(f).items()}
     exported = load_file(out / "model.safetensors")
@@ -171,3 +176,47 @@ def evaluated_as_lm_eval_evaluates_the_original(hf_bloom, hf_data, ck, tmp_path)
         s["lang"] for s in json.loads((hf_data / "manifest.json").read_text())["shards"] if s["split"] == "valid"
     }
     assert index_langs <= set(valid) and all(math.isfinite(v) and v > 0 for v in valid.values())  # groups too
+
+
+@pytest.mark.slow
+def test_a_grown_tokenizer_keeps_old_ids_and_its_new_rows_start_as_their_pieces_mean(hf_bloom, tmp_path):
+    """tokenizer.extend_with on two languages' text: every old token keeps its id, each new token is
+    cut by the base tokenizer into the pieces extension.json records, and the run that starts from
+    the model gives each new token the mean of those pieces' rows (its step 0, before any update)."""
+    import shutil
+
+    from data_prep.config import PrepareConfig, SourceConfig
+    from data_prep.pipeline import run_all
+    from tests.support.hf_bloom import SAMPLE
+    from training.checkpoint.load import load_model
+
+    (tmp_path / "in").mkdir()
+    for lang in ("sw", "yo"):
+        shutil.copy(SAMPLE / "text" / f"{lang}.jsonl", tmp_path / "in")
+    cfg = load_config(
+        PrepareConfig,
+        REPO / "configs/data/demo.yaml",
+        [f"tokenizer.model={hf_bloom / 'model'}", "tokenizer.extend_with=40"],
+    )
+    cfg.sources = [SourceConfig(path=str(tmp_path / "in"))]
+    m = run_all(cfg, tmp_path / "data")
+    base = json.loads((hf_bloom / "tok" / "tokenizer.json").read_text())["model"]["vocab"]
+    grown = json.loads((tmp_path / "data" / "tokenizer" / "tokenizer.json").read_text())["model"]["vocab"]
+    ext = json.loads((tmp_path / "data" / "tokenizer" / "extension.json").read_text())
+    assert m["tokenizer"]["vocab_size"] == 4040 and m["tokenizer"]["extends"]["base_vocab_size"] == 4000
+    assert {t: grown[t] for t in base} == base  # every old id unchanged
+    from tokenizers import Tokenizer
+
+    old = Tokenizer.from_file(str(hf_bloom / "tok" / "tokenizer.json"))
+    assert [t["id"] for t in ext["tokens"]] == list(range(4000, 4040))
+    assert all(
+        [p.id for p in old.model.tokenize(t["token"])] == t["base_pieces"] and len(t["base_pieces"]) > 1
+        for t in ext["tokens"]
+    )
+    over = ["train.precision=fp32", "train.steps=1", "model.vocab_size=4040", f"train.init_from={hf_bloom / 'model'}"]
+    ok(launch(tmp_path / "data", tmp_path / "run", over))
+    model, _ = load_model(tmp_path / "run" / "checkpoints" / "step_0")
+    emb, src = model.state_dict()[EMBEDDING], open_source(hf_bloom / "model").tensor(EMBEDDING)
+    assert torch.equal(emb[:4000], src)
+    for t in ext["tokens"]:
+        assert torch.allclose(emb[t["id"]], src[t["base_pieces"]].mean(0), rtol=0, atol=1e-7)
