@@ -13,7 +13,8 @@ pip wheel -q --no-deps --no-build-isolation -w .gpu/whl "deepspeed==$(python -c 
 pip download -q --no-deps "${PLAT[@]}" -d .gpu/whl \
     "megatron-core==$(python -c 'import importlib.metadata as m; print(m.version("megatron-core"))')" \
     "pydantic==$(python -c 'import pydantic; print(pydantic.VERSION)')" hjson annotated-types typing-inspection \
-    pytest pluggy iniconfig packaging pygments  # run.sh runs the attention tests there too
+    pytest pluggy iniconfig packaging pygments \
+    ninja  # run.sh runs the attention tests there too; ninja: torch's JIT build of CPU Adam (ZeRO-Offload)
 # pydantic pins its core exactly
 CORE=$(unzip -p .gpu/whl/pydantic-*.whl '*/METADATA' | sed -n 's/^Requires-Dist: pydantic-core==\([0-9.]*\).*/\1/p')
 pip download -q --no-deps "${PLAT[@]}" -d .gpu/whl "pydantic-core==$CORE"

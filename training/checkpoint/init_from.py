@@ -166,24 +166,37 @@ def _checked(p: Path, names: dict[str, Path]) -> dict[str, Path]:
     return out
 
 
-@lru_cache(maxsize=2)
 def _bin(f: str) -> dict[str, torch.Tensor]:
+    """A pickled state dict, memory-mapped, read by the loader that runs no code (once per process
+    and version of the file)."""
+    st = Path(f).stat()
+    return _bin_at(f, st.st_mtime_ns, st.st_size)
+
+
+@lru_cache(maxsize=2)
+def _bin_at(f: str, mtime_ns: int, size: int) -> dict[str, torch.Tensor]:
     from training.checkpoint.safe_load import safe_load
 
-    return {bloom_name(k) or k: v for k, v in safe_load(f, mmap=True).items()}
+    state = safe_load(f, mmap=True)
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{f}: not a state dict")
+    return state
 
 
 def _read(f: str, name: str) -> torch.Tensor:
-    if f.endswith(".bin"):
-        return _bin(f)[name].float()
-    from safetensors import safe_open
+    """The tensor of Bloom parameter ``name`` in file ``f``, as fp32 (named with or without the
+    ``transformer.`` prefix)."""
+    from training.checkpoint.hf_names import PREFIX, hf_name
 
-    from training.checkpoint.hf_names import hf_name
+    names = (hf_name(name), hf_name(name).removeprefix(PREFIX))
+    if f.endswith(".bin"):
+        state = _bin(f)
+        return state[next(k for k in names if k in state)].float()
+    from safetensors import safe_open
 
     with safe_open(f, "pt") as h:
         keys = set(h.keys())
-        key = next(k for k in (hf_name(name), hf_name(name).removeprefix("transformer.")) if k in keys)
-        return h.get_tensor(key).float()
+        return h.get_tensor(next(k for k in names if k in keys)).float()
 
 
 def _bloomline_source(step_dir: Path) -> Source:

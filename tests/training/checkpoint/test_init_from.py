@@ -139,6 +139,15 @@ def test_imported_bloom_trains_from_transformers_loss_and_exports_unchanged(hf_b
     assert sorted(exported) == sorted(original)
     for k, v in original.items():
         assert torch.allclose(exported[k], v, rtol=1e-6, atol=0), k
+    # the tokenizer ships unchanged, and transformers encodes every text of the corpus as from the source
+    from transformers import AutoTokenizer
+
+    from tests.support.hf_bloom import SAMPLE, sample_lines
+
+    assert (out / "tokenizer.json").read_bytes() == (hf_bloom / "model" / "tokenizer.json").read_bytes()
+    a, b = (AutoTokenizer.from_pretrained(str(d), local_files_only=True) for d in (hf_bloom / "model", out))
+    texts = sample_lines(sorted(SAMPLE.rglob("*.jsonl")))
+    assert a(texts)["input_ids"] == b(texts)["input_ids"]
     if "parallel.tp=2" in layout:
         evaluated_as_lm_eval_evaluates_the_original(hf_bloom, hf_data, ck, tmp_path)
 
@@ -220,3 +229,36 @@ def test_a_grown_tokenizer_keeps_old_ids_and_its_new_rows_start_as_their_pieces_
     assert torch.equal(emb[:4000], src)
     for t in ext["tokens"]:
         assert torch.allclose(emb[t["id"]], src[t["base_pieces"]].mean(0), rtol=0, atol=1e-7)
+
+
+def test_a_bloomline_checkpoint_and_a_pickled_folder_are_sources_too(hf_bloom, hf_data, tmp_path):
+    """A bloomline checkpoint (its run folder: the latest) gives its weights as load_model does; a
+    folder with only pytorch_model.bin is read through the safe loader: a planted callable runs
+    nothing and is refused in one line."""
+    from transformers import AutoModelForCausalLM
+
+    from tests.support.checkpoints import one_rank_checkpoint
+    from tests.training.checkpoint.test_checkpoint import Planted
+    from training.model.bloom import Bloom
+
+    r = load_config(TrainRecipe, TINY, ["parallel.zero_stage=0"])
+    bloom = Bloom(r.model, seed=3)
+    one_rank_checkpoint(tmp_path / "run" / "checkpoints" / "step_1", bloom.state_dict(), r, hf_data)
+    (tmp_path / "run" / "checkpoints" / "latest").write_text("step_1")
+    src = check_init_from(r.model, tokenizer_of(hf_data), tmp_path / "run")
+    assert src.kind == "bloomline" and src.path.name == "step_1"
+    for name, t in bloom.state_dict().items():
+        assert torch.equal(src.tensor(name), t[:4000] if name == EMBEDDING else t), name
+
+    hf = AutoModelForCausalLM.from_pretrained(hf_bloom / "model", local_files_only=True)
+    hf.save_pretrained(tmp_path / "bin", safe_serialization=False)
+    if not (tmp_path / "bin" / "pytorch_model.bin").exists():  # transformers 5 always writes safetensors
+        (tmp_path / "bin" / "model.safetensors").unlink()
+        torch.save(hf.state_dict(), tmp_path / "bin" / "pytorch_model.bin")
+    src = open_source(tmp_path / "bin")
+    assert torch.equal(src.tensor(EMBEDDING), open_source(hf_bloom / "model").tensor(EMBEDDING))
+    marker = tmp_path / "ran"
+    torch.save({**hf.state_dict(), "x": Planted(marker)}, tmp_path / "bin" / "pytorch_model.bin")
+    with pytest.raises(CheckpointError, match="is refused: it names posix.system"):
+        open_source(tmp_path / "bin").tensor(EMBEDDING)
+    assert not marker.exists()
