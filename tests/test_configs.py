@@ -34,7 +34,7 @@ def restated_defaults(raw: dict, default: dict, path: str = "") -> list[str]:
 
 
 def test_the_data_recipes_restate_no_default():
-    """A data recipe says what it changes; the defaults live in data_prep/config.py. The per-language
+    """A data recipe says what it changes; the defaults live in data_prep/config/. The per-language
     thresholds are left alone: their block is generated whole (data_prep/calibration/)."""
     import yaml
 

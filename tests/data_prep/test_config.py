@@ -1,4 +1,4 @@
-"""What prepared data is made from (data_prep/config.py PrepareConfig.identity): the one
+"""What prepared data is made from (data_prep/config/ PrepareConfig.identity): the one
 definition behind ``bloomline prepare``'s fingerprint and the main job's prepare key."""
 
 import shutil

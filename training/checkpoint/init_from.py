@@ -261,9 +261,7 @@ def init_weights(
     base = int(ext["base_vocab_size"]) if ext else int(model.vocab_size or 0)
     added: list[list[int]] = []
     if ext:
-        from data_prep.passes.byte_bpe import EXTENSION_FILE
-
-        f = data_dir / Path(tokenizer["path"]).parent / EXTENSION_FILE
+        f = data_dir / ext["file"]
         added = [t["base_pieces"] for t in sorted(json.loads(f.read_text())["tokens"], key=lambda t: t["id"])]
 
     def tensor(name: str) -> torch.Tensor:

@@ -51,7 +51,7 @@ def test_padding_rows_are_dropped_and_grown_rows_are_their_pieces_mean(hf_bloom,
     (tmp_path / "tokenizer" / "extension.json").write_text(
         json.dumps({"tokens": [{"id": 4001, "base_pieces": [7, 9]}, {"id": 4000, "base_pieces": [300]}]})
     )
-    grown = {"path": "tokenizer/tokenizer.json", "vocab_size": 4002, "extends": {"base_vocab_size": 4000}}
+    grown = {"vocab_size": 4002, "extends": {"base_vocab_size": 4000, "file": "tokenizer/extension.json"}}
     emb = init_weights(src, model, grown, tmp_path)(EMBEDDING)
     assert emb.shape == (4002, 64) and torch.equal(emb[:4000], whole)
     assert torch.equal(emb[4000], whole[300]) and torch.allclose(emb[4001], (whole[7] + whole[9]) / 2)
