@@ -191,7 +191,8 @@ def evaluated_as_lm_eval_evaluates_the_original(hf_bloom, hf_data, ck, tmp_path)
 def test_a_grown_tokenizer_keeps_old_ids_and_its_new_rows_start_as_their_pieces_mean(hf_bloom, tmp_path):
     """tokenizer.extend_with on two languages' text: every old token keeps its id, each new token is
     cut by the base tokenizer into the pieces extension.json records, and the run that starts from
-    the model gives each new token the mean of those pieces' rows (its step 0, before any update)."""
+    the model gives each new token the mean of those pieces' rows (its step 0, before any update);
+    restarted from that step 0, it trains step 1 as it did."""
     import shutil
 
     from data_prep.config import PrepareConfig, SourceConfig
@@ -229,6 +230,14 @@ def test_a_grown_tokenizer_keeps_old_ids_and_its_new_rows_start_as_their_pieces_
     assert torch.equal(emb[:4000], src)
     for t in ext["tokens"]:
         assert torch.allclose(emb[t["id"]], src[t["base_pieces"]].mean(0), rtol=0, atol=1e-7)
+    # a job that died after step 0 restarts from it: the imported model, not the seed's or a new import
+    first = metrics(tmp_path / "run")
+    shutil.rmtree(tmp_path / "run" / "checkpoints" / "step_1")
+    (tmp_path / "run" / "checkpoints" / "latest").write_text("step_0")
+    ok(launch(tmp_path / "data", tmp_path / "run", over))
+    assert metrics(tmp_path / "run") == first or [m["loss"] for m in metrics(tmp_path / "run")] == [
+        m["loss"] for m in first
+    ]
 
 
 def test_a_bloomline_checkpoint_and_a_pickled_folder_are_sources_too(hf_bloom, hf_data, tmp_path):
