@@ -31,6 +31,13 @@ SPM_BYTES_PER_SAMPLE_BYTE = 3.5
 per byte of sample from 25 MB to 100 MB at vocab_size 32000 (measured; data_prep/passes/tokenizer.py)."""
 SPM_FIXED_BYTES = 192 * 2**20
 """And about this much whatever the sample (its tables at vocab_size 32000)."""
+BPE_BYTES_PER_SAMPLE_BYTE = 30
+"""The ``tokenizers`` BPE trainer (``tokenizer.kind: byte_bpe``, ``tokenizer.extend_with``) holds a
+word table with every pair's positions: peak RSS grew 30 bytes per byte of sample from 5 MB to 10 MB
+of real text in 46 languages at vocab_size 32000 (42 from 2 MB to 5 MB; measured on
+../shared/corpus, whose words were still new), ten times SentencePiece's."""
+BPE_FIXED_BYTES = 100 * 2**20
+"""And about this much whatever the sample."""
 
 
 class BudgetError(DataError):
@@ -76,11 +83,15 @@ def check_inputs(cfg: PrepareConfig) -> None:
                 what = f"input {path}, read as one chunk of about {size / 2**20:,.0f} MiB of records ({how}),"
                 fix = "compressed and Parquet files are not cut into chunks: split the file, or raise memory_gib"
             budget.check(what, size * CHUNK_BYTES_PER_BYTE, fix)
-    if not cfg.tokenizer.model or cfg.tokenizer.extend_with:  # a tokenizer is trained on the sample
-        sample = cfg.tokenizer.sample_bytes
+    t = cfg.tokenizer
+    if not t.model or t.extend_with:  # a tokenizer is trained on the sample
+        bpe = t.kind == "byte_bpe" or t.extend_with > 0
+        per, fixed = (
+            (BPE_BYTES_PER_SAMPLE_BYTE, BPE_FIXED_BYTES) if bpe else (SPM_BYTES_PER_SAMPLE_BYTE, SPM_FIXED_BYTES)
+        )
         budget.check(
-            f"training the tokenizer on tokenizer.sample_bytes={sample:,}",
-            int(sample * SPM_BYTES_PER_SAMPLE_BYTE) + SPM_FIXED_BYTES,
+            f"training the tokenizer on tokenizer.sample_bytes={t.sample_bytes:,}",
+            int(t.sample_bytes * per) + fixed,
             "lower tokenizer.sample_bytes or raise memory_gib",
         )
 

@@ -19,9 +19,10 @@ most ``p(lang)·sample_bytes`` bytes, chosen by a seeded hash of each document (
 draw at rate budget/bytes), so the sample is deterministic and needs one pass, which runs per
 chunk on the workers (:func:`sample_chunk`); the trainer reads the chunks' samples in chunk order.
 
-Memory: SentencePiece holds the whole sample and its pair statistics while it trains, about
-``SPM_BYTES_PER_SAMPLE_BYTE`` times the sample (measured), in the process that trains it (the
-driver): ``tokenizer.sample_bytes`` bounds it, and is checked against ``memory_gib`` before any work.
+Memory: the trainer holds the whole sample and its pair statistics while it trains, about
+``SPM_BYTES_PER_SAMPLE_BYTE`` times the sample for SentencePiece and ``BPE_BYTES_PER_SAMPLE_BYTE``
+for the tokenizers BPE trainer (data_prep/passes/budget.py, measured), in the process that trains
+it (the driver): ``tokenizer.sample_bytes`` bounds it, checked against ``memory_gib`` before any work.
 """
 
 from __future__ import annotations
