@@ -55,7 +55,7 @@ def validate(recipe: TrainRecipe, data_dir: str | Path) -> Optional[tuple[Refere
     check_eval_layout(recipe.evaluation.settings, recipe.model, "evaluation.settings.")
     check_model_fits(m, data_dir, recipe.model.vocab_size, recipe.model.seq_len)
     if recipe.train.init_from:  # the weights' shape is the recipe's, their embedding fits the data's tokenizer
-        check_init_from(recipe.model, m["tokenizer"], recipe.train.init_from)
+        check_init_from(recipe.model, m["tokenizer"], recipe.train.init_from, Path(data_dir))
     if not any(s["split"] == "train" for s in m["shards"]):
         raise BloomlineError(f"{data_dir} has no training shards")
     weights = run_blend(recipe, ShardIndex(data_dir, "train")).weights_for(1)  # refuses a cap the data cannot meet

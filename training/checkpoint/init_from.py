@@ -220,10 +220,10 @@ def _bloomline_source(step_dir: Path) -> Source:
     return Source(step_dir, "bloomline", shape, int(cfg.vocab_size or 0), files, tensor)  # type: ignore[arg-type]
 
 
-def check_init_from(model: ModelConfig, tokenizer: dict[str, Any], path: str | Path) -> Source:
+def check_init_from(model: ModelConfig, tokenizer: dict[str, Any], path: str | Path, data_dir: Path) -> Source:
     """Before any rank starts: the recipe's model is the source's shape, and the data's tokenizer
-    (``tokenizer``: its manifest entry) fits the source's embedding — it is the model's own, or one
-    grown from it. ConfigError naming the key to change."""
+    (``tokenizer``: the manifest entry of ``data_dir``) fits the source's embedding — it is the
+    model's own, or one grown from it, with its extension file. ConfigError naming the key to change."""
     src = open_source(path)
     for k in SHAPE_KEYS:
         if getattr(model, k) != src.shape[k]:
@@ -232,7 +232,14 @@ def check_init_from(model: ModelConfig, tokenizer: dict[str, Any], path: str | P
                 f"is {getattr(model, k)}, the weights in {src.path} have {src.shape[k]}: set -o model.{k}={src.shape[k]} "
                 f"(or a model recipe of their shape)",
             )
-    base = int((tokenizer.get("extends") or {}).get("base_vocab_size", tokenizer["vocab_size"]))
+    ext = tokenizer.get("extends")
+    if ext and not (data_dir / ext.get("file", "")).is_file():
+        raise ConfigError(
+            "train.init_from",
+            f"the data's tokenizer was grown, but {data_dir} lacks the file that says how "
+            f"({ext.get('file', 'extends.file: not recorded')}): prepare the data again",
+        )
+    base = int((ext or {}).get("base_vocab_size", tokenizer["vocab_size"]))
     if base > src.rows:
         raise ConfigError(
             "train.init_from",

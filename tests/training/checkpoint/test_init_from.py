@@ -26,17 +26,22 @@ def tokenizer_of(data: Path) -> dict:
 
 def test_the_recipe_and_the_data_must_fit_the_weights_in_one_line(hf_bloom, hf_data, demo_data, tmp_path):
     model = load_config(TrainRecipe, TINY).model
-    src = check_init_from(model, tokenizer_of(hf_data), hf_bloom / "model")  # bloom-tiny's shape: runs as it is
+    src = check_init_from(
+        model, tokenizer_of(hf_data), hf_bloom / "model", hf_data
+    )  # bloom-tiny's shape: runs as it is
     assert src.kind == "hf" and src.rows == 4000 and len(src.files) > 1  # sharded, read through its index
     wide = load_config(TrainRecipe, TINY, ["model.hidden_size=128", "model.num_heads=4"]).model
     with pytest.raises(
         ConfigError, match=r"'model.hidden_size': is 128, the weights in .* have 64: set -o model.hidden_size=64"
     ):
-        check_init_from(wide, tokenizer_of(hf_data), hf_bloom / "model")
+        check_init_from(wide, tokenizer_of(hf_data), hf_bloom / "model", hf_data)
     with pytest.raises(ConfigError, match="'train.init_from': the data was tokenized with another tokenizer"):
-        check_init_from(model, tokenizer_of(demo_data), hf_bloom / "model")  # SentencePiece data, same size
+        check_init_from(model, tokenizer_of(demo_data), hf_bloom / "model", demo_data)  # SentencePiece data, same size
     with pytest.raises(ConfigError, match="the data's tokenizer has 5000 tokens, the embedding .* has 4000 rows"):
-        check_init_from(model, {**tokenizer_of(hf_data), "vocab_size": 5000}, hf_bloom / "model")
+        check_init_from(model, {**tokenizer_of(hf_data), "vocab_size": 5000}, hf_bloom / "model", hf_data)
+    grown = {**tokenizer_of(hf_data), "extends": {"base_vocab_size": 4000, "file": "tokenizer/extension.json"}}
+    with pytest.raises(ConfigError, match="the data's tokenizer was grown, but .* lacks the file that says how"):
+        check_init_from(model, grown, hf_bloom / "model", hf_data)
     with pytest.raises(CheckpointError, match="neither a Hugging Face BLOOM folder"):
         open_source(tmp_path)
 
@@ -254,7 +259,7 @@ def test_a_bloomline_checkpoint_and_a_pickled_folder_are_sources_too(hf_bloom, h
     bloom = Bloom(r.model, seed=3)
     one_rank_checkpoint(tmp_path / "run" / "checkpoints" / "step_1", bloom.state_dict(), r, hf_data)
     (tmp_path / "run" / "checkpoints" / "latest").write_text("step_1")
-    src = check_init_from(r.model, tokenizer_of(hf_data), tmp_path / "run")
+    src = check_init_from(r.model, tokenizer_of(hf_data), tmp_path / "run", hf_data)
     assert src.kind == "bloomline" and src.path.name == "step_1"
     for name, t in bloom.state_dict().items():
         assert torch.equal(src.tensor(name), t[:4000] if name == EMBEDDING else t), name
