@@ -200,7 +200,9 @@ def build_tokenizer(
         if t.extend_with:
             base = tokenizer_file(t.model)  # type: ignore[arg-type]
             if kind_of(base) != "byte_bpe":
-                raise TokenizerError(f"tokenizer.extend_with grows a tokenizer.json (byte-level BPE); {base} is not one")
+                raise TokenizerError(
+                    f"tokenizer.extend_with grows a tokenizer.json (byte-level BPE); {base} is not one"
+                )
             grown = byte_bpe.extend(base, sample, t.extend_with, paths.work / "tok" / "grown")
             info["extends"] = {**grown, "file": f"tokenizer/{byte_bpe.EXTENSION_FILE}"}
             copy_tokenizer(paths.work / "tok" / "grown" / HF_FILE, folder, companions_of=base)
