@@ -13,7 +13,7 @@ import torch
 
 from bloomline.config import load_config, to_dict
 from training.checkpoint.load import load_model
-from training.checkpoint.meta import read_meta
+from training.checkpoint.meta import FORMAT_VERSION, read_meta
 from training.checkpoint.run_dir import RunDir
 from training.config import TrainRecipe
 from training.data.shard_reader import ShardIndex
@@ -110,7 +110,8 @@ def test_resume_is_exact_on_one_rank(data, reference, tmp_path):
     # bloomline.json: the checked contract (training/CHECKPOINT.md)
     meta = read_meta(tmp_path / "checkpoints" / "step_4")
     assert (
-        meta["format_version"] == 4
+        meta["format_version"] == FORMAT_VERSION
+        and meta["init_from"] is None  # the seed's weights
         and meta["mixture"] is None
         and meta["blend"] == {"rule": "alpha", "alpha": "manifest"}
         and meta["layout"] == {"tp": 1, "pp": 1, "dp": 1, "zero_stage": 1}
