@@ -246,7 +246,8 @@ def tokenizer_pass(run: Run) -> dict[str, Any]:
     run.start(1)
     tok = build_tokenizer(run.cfg, run.paths, run.results["dedup"], run.chunk_ids, run.map)
     run.time({"seconds": tok.get("seconds")})
-    run.finish(f"{'trained' if tok['trained'] else 'reused'} tokenizer, vocab {tok['vocab_size']}")
+    how = "grew the" if tok.get("extends") else "trained" if tok["trained"] else "reused"
+    run.finish(f"{how} tokenizer, vocab {tok['vocab_size']}")
     return tok
 
 
