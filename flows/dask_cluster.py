@@ -17,8 +17,19 @@ import dask
 from bloomline.secrets import install_log_masking
 from data_prep.config import PrepareConfig
 
-# Dask's INFO chatter (workers starting, connections) would drown the stage progress.
-for _name in ("distributed", "distributed.scheduler", "distributed.nanny", "distributed.core", "distributed.worker"):
+# Dask's INFO chatter (workers starting, connections) would drown the stage progress. Among it,
+# "Batched Comm Closed" comes with a traceback (distributed/batched.py logs it at INFO with
+# exc_info) when a connection closes as the cluster is torn down: on a run that stopped with a
+# one-line error (a full disk), that traceback reached the command's output (seen in CI).
+QUIET = (
+    "distributed",
+    "distributed.scheduler",
+    "distributed.nanny",
+    "distributed.core",
+    "distributed.worker",
+    "distributed.batched",
+)
+for _name in QUIET:
     logging.getLogger(_name).setLevel(logging.WARNING)
 
 
@@ -41,6 +52,7 @@ def _worker_logs(worker: Any = None) -> None:
     from flows.user_errors import DiskFullFilter
 
     install_log_masking()
+    logging.getLogger("distributed.batched").setLevel(logging.WARNING)  # as in the driver (QUIET)
     for name in ("distributed.worker", "distributed.core"):
         logger = logging.getLogger(name)
         if not any(isinstance(f, DiskFullFilter) for f in logger.filters):
