@@ -179,8 +179,8 @@ class ByteBPETokenizer(Tokenizer):
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         self.path = path
         try:
-            spec = json.loads(path.read_text(encoding="utf-8"))
-            self.tok = HFTokenizer.from_str(json.dumps(spec))
+            text = path.read_text(encoding="utf-8")
+            spec, self.tok = json.loads(text), HFTokenizer.from_str(text)
         except Exception as e:  # noqa: BLE001 - the library raises bare Exception
             raise TokenizerError(f"cannot load tokenizer {path}: {str(e).splitlines()[0] if str(e) else e}") from None
         if not _byte_level(spec):

@@ -31,6 +31,8 @@ SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]
 """BLOOM's, at ids 0-3 (data_prep/passes/tokenizer.py keeps the same ids for SentencePiece)."""
 BLOOM_SPLIT = " ?[^(\\s|[.,!?…。，、।۔،])]+"
 """BLOOM's pre-tokenizer regex (bigscience/bloom tokenizer.json)."""
+SPECIAL_CONFIG = dict(zip(("unk_token", "bos_token", "eos_token", "pad_token"), SPECIAL_TOKENS))
+"""The special tokens as tokenizer_config.json names them."""
 EXTENSION_FILE = "extension.json"
 """Beside a grown tokenizer.json: the base it grew from and each new token's base pieces."""
 
@@ -87,8 +89,7 @@ def save(tok: Any, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / "tokenizer.json"
     out.write_text(tok.to_str(), encoding="utf-8")
-    specials = dict(zip(("unk_token", "bos_token", "eos_token", "pad_token"), SPECIAL_TOKENS))
-    write_json_atomic(folder / "tokenizer_config.json", hf_config(specials))
+    write_json_atomic(folder / "tokenizer_config.json", hf_config(SPECIAL_CONFIG))
     return out
 
 

@@ -19,7 +19,7 @@ def sample_lines(files: list[Path]) -> list[str]:
 def bloom_tokenizer(folder: Path, vocab_size: int = 1200, files: list[Path] | None = None) -> Path:
     """A BLOOM-style tokenizer folder (tokenizer.json + BLOOM's tokenizer_config.json) trained on
     ``files`` (default: every sample-corpus file); the folder."""
-    from data_prep.passes.byte_bpe import SPECIAL_TOKENS, train_bpe
+    from data_prep.passes.byte_bpe import SPECIAL_CONFIG, train_bpe
 
     files = files or sorted(SAMPLE.rglob("*.jsonl"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -28,8 +28,12 @@ def bloom_tokenizer(folder: Path, vocab_size: int = 1200, files: list[Path] | No
     tok = train_bpe([text], vocab_size, placeholders=False)
     text.unlink()
     (folder / "tokenizer.json").write_text(tok.to_str(), encoding="utf-8")
-    specials = dict(zip(("unk_token", "bos_token", "eos_token", "pad_token"), SPECIAL_TOKENS))
-    conf = {"tokenizer_class": "BloomTokenizerFast", "padding_side": "left", "add_prefix_space": False, **specials}
+    conf = {
+        "tokenizer_class": "BloomTokenizerFast",
+        "padding_side": "left",
+        "add_prefix_space": False,
+        **SPECIAL_CONFIG,
+    }
     (folder / "tokenizer_config.json").write_text(json.dumps(conf, indent=2))
     return folder
 
