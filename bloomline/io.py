@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -33,6 +34,45 @@ def tmp_path(path: str | Path) -> Path:
     return path.with_name(f"{path.name}{TMP_MARK}{os.getpid()}")
 
 
+_published = threading.local()
+
+
+def publish(tmp: str | Path, path: str | Path) -> None:
+    """Rename the finished temporary file ``tmp`` to ``path`` (atomic: same folder), and note
+    ``path`` in this thread's :func:`journal`, if one is open. Every file a stage publishes goes
+    through here, so the order of a journal is the order the files appeared in."""
+    os.replace(tmp, path)
+    files = getattr(_published, "files", None)
+    if files is not None:
+        files[Path(path)] = None
+
+
+@contextlib.contextmanager
+def journal() -> Iterator[dict[Path, None]]:
+    """The files this thread publishes (:func:`publish`) inside the block, in the order published
+    (a dict used as an ordered set). bloomline/mirror.py uploads a folder's files to an object
+    store in this order: what a marker marks reaches the store before the marker does."""
+    outer = getattr(_published, "files", None)
+    _published.files = files = {}
+    try:
+        yield files
+    finally:
+        _published.files = outer
+        if outer is not None:
+            outer.update(files)
+
+
+def open_journal() -> dict[Path, None] | None:
+    """This thread's innermost open :func:`journal`, if any."""
+    return getattr(_published, "files", None)
+
+
+def being_published(path: str | Path) -> bool:
+    """Whether this thread published ``path`` inside the journal open now."""
+    files = open_journal()
+    return files is not None and Path(path) in files
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path, durable: bool = True) -> Iterator[Path]:
     """Yield a temporary path; on success fsync it (``durable``) and rename it to ``path``."""
@@ -44,7 +84,7 @@ def atomic_path(path: str | Path, durable: bool = True) -> Iterator[Path]:
         if durable:
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
-        os.replace(tmp, path)
+        publish(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()

@@ -16,14 +16,16 @@ prepare has *passes* (this table); a pass runs *steps* over documents (data_prep
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, ContextManager, Iterable, Iterator
 
 from bloomline.errors import BloomlineError, ConfigError, DataError
 from bloomline.io import read_json, sha256_tree, write_json_atomic
+from bloomline.mirror import MirroredTask
 from data_prep.config import PrepareConfig
 from data_prep.dedup.driver import dedup_record, progress_units
 from data_prep.inputs.chunk_plan import discover, plan_chunks
@@ -59,21 +61,22 @@ def plan(cfg: PrepareConfig, paths: Paths) -> dict[str, Any]:
         m = read_json(paths.manifest)
         if m.get("fingerprint") != fp:
             raise DataError(
-                f"{paths.out} already holds prepared data made from another config or other inputs; "
-                f"choose another --out or delete {paths.out}"
+                f"{paths.where} already holds prepared data made from another config or other inputs; "
+                f"choose another --out or delete {paths.where}"
             )
         if not paths.work.exists():  # complete: nothing to resume, and no work folder to leave behind
             return {"fingerprint": fp, "work_version": WORK_VERSION, "chunks": [c.to_dict() for c in chunks]}
-    plan_file = paths.work / "plan.json"
+    plan_file = paths.work_file("plan.json")
+    work = f"{paths.where}/{paths.work.name}"
     if plan_file.exists():
         old = read_json(plan_file)
         if old["fingerprint"] != fp:
             raise DataError(
-                f"{paths.out} holds an unfinished run with another config or other inputs; "
-                f"choose another --out, or delete {paths.work} to start over"
+                f"{paths.where} holds an unfinished run with another config or other inputs; "
+                f"choose another --out, or delete {work} to start over"
             )
         if old.get("work_version") != WORK_VERSION:
-            raise DataError(f"{paths.work} was left by another version of bloomline; delete it to start over")
+            raise DataError(f"{work} was left by another version of bloomline; delete it to start over")
         return old
     paths.work.mkdir(parents=True, exist_ok=True)
     p = {"fingerprint": fp, "work_version": WORK_VERSION, "chunks": [c.to_dict() for c in chunks]}
@@ -126,25 +129,36 @@ def run_all(
     ``map_fn(func, items)`` runs the fine-grained parallel work (Dask in the flow) and yields
     results as they complete.
     """
-    paths = Paths(Path(out).resolve())
+    paths = Paths.at(out)
     prepare_start(paths)
     run = Run(cfg, paths, map_fn, progress or Progress())
     t0 = time.perf_counter()
-    for one in PASSES:
-        run.results[one.name] = as_task(one.name, run.runner(one))
-        if one.name == "plan" and is_complete(paths, run.results["plan"]["fingerprint"]):
-            if not cfg.keep_work:  # a run killed between its manifest and this clean-up
-                clean_work(paths)
-            m = read_json(paths.manifest)
-            m["run_stats"] = {"already_complete": True}
-            return m
-    run.timings["total_seconds"] = time.perf_counter() - t0
-    write_json_atomic(paths.out / "run_stats.json", run.timings)
-    if not cfg.keep_work:
-        clean_work(paths)
+    try:
+        for one in PASSES:
+            run.results[one.name] = as_task(one.name, run.runner(one))
+            if one.name == "plan" and is_complete(paths, run.results["plan"]["fingerprint"]):
+                if not cfg.keep_work:  # a run killed between its manifest and this clean-up
+                    clean_work(paths)
+                m = read_json(paths.manifest)
+                m["run_stats"] = {"already_complete": True}
+                return m
+        run.timings["total_seconds"] = time.perf_counter() - t0
+        with mirrored(paths):
+            write_json_atomic(paths.out / "run_stats.json", run.timings)
+        if not cfg.keep_work:
+            clean_work(paths)
+    finally:
+        if paths.store:  # the store holds it all; this machine's copy goes
+            paths.store.close()
     manifest = dict(run.results["manifest"])
     manifest["run_stats"] = run.timings
     return manifest
+
+
+def mirrored(paths: Paths) -> ContextManager[None]:
+    """What is published in the block reaches the store of a folder at a URL when it ends
+    (bloomline/mirror.py); nothing to do for a local folder."""
+    return paths.store.task() if paths.store else contextlib.nullcontext()
 
 
 class Run:
@@ -163,6 +177,9 @@ class Run:
         (``run_stats.json`` ``tasks``)."""
         name = getattr(getattr(func, "func", func), "__name__", "task")
         self.timings["tasks"][name] = self.timings["tasks"].get(name, 0) + len(items)
+        if self.paths.store:  # the tasks read what this process wrote; each uploads what it writes
+            self.paths.store.flush()
+            func = MirroredTask(func, self.paths.where)
         return self._map_fn(func, items)
 
     def runner(self, one: Pass) -> Callable[[], Any]:
@@ -171,7 +188,8 @@ class Run:
 
         def run_pass() -> Any:
             self.current = one
-            return one.fn(self)
+            with mirrored(self.paths):
+                return one.fn(self)
 
         return run_pass
 
@@ -210,7 +228,7 @@ def chunks_pass(run: Run) -> list[dict[str, Any]]:
     run.start(sum(c["size"] for c in chunks))
     sizes = {c["id"]: c["size"] for c in chunks}
     res = []
-    for r in run.map(partial(process_chunk, cfg=run.cfg, out=str(run.paths.out)), chunks):
+    for r in run.map(partial(process_chunk, cfg=run.cfg, out=run.paths.where), chunks):
         res.append(r)
         run.advance(sizes[r["id"]])
     res.sort(key=lambda r: r["id"])
@@ -259,7 +277,7 @@ def pack_pass(run: Run) -> list[dict[str, Any]]:
     run.start(sum(x["bytes"] for x in parts))
     sizes = {(x["lang"], x["k"]): x["bytes"] for x in parts}
     tok_sha = run.results["tokenizer"]["sha256"]
-    pack = partial(pack_part, cfg=run.cfg, out=str(run.paths.out), tok_sha=tok_sha)
+    pack = partial(pack_part, cfg=run.cfg, out=run.paths.where, tok_sha=tok_sha)
     res = []
     for r in run.map(pack, parts):
         res.append(r)

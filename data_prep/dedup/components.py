@@ -104,7 +104,7 @@ def star_step(
     parent, routed by the child). The output is routed for the step after. Step 1 reads the edge
     files of the steps named in ``sources`` (``exact``, ``pairs``)."""
     q, rows = item
-    paths = Paths(Path(out))
+    paths = Paths.at(out)
     path = paths.dedup_star(step, q)
     if (m := done(path)) is not None:
         return m
@@ -131,7 +131,7 @@ def stars_in_one_task(rows: int, out: str, n: int, memory_gib: float, sources: l
     """When the whole graph fits one task: read every edge, run :func:`components` in memory, and
     write each non-smallest node → its component's smallest node, routed by node like the last
     step's stars (``stars/s000-q00000.arrow``). Same result as the rounds: the labels are unique."""
-    paths = Paths(Path(out))
+    paths = Paths.at(out)
     path = paths.dedup_star(0, 0)
     if (m := done(path)) is not None:
         return m
@@ -158,7 +158,7 @@ def run_stars(
     n, step, rounds = len(rows), 0, 0
     if sum(rows) <= one_task_rows:
         list(map_fn(partial(stars_in_one_task, out=out, n=n, memory_gib=memory_gib, sources=sources), [sum(rows)]))
-        return [Paths(Path(out)).dedup_star(0, 0)], 0
+        return [Paths.at(out).dedup_star(0, 0)], 0
     while True:
         changed = False
         for s in (step + 1, step + 2):
@@ -172,4 +172,4 @@ def run_stars(
             changed |= any(m["changed"] for m in markers)
         step, rounds = step + 2, rounds + 1
         if not changed:
-            return [Paths(Path(out)).dedup_star(step, i) for i in range(n)], rounds
+            return [Paths.at(out).dedup_star(step, i) for i in range(n)], rounds

@@ -41,7 +41,7 @@ def label_nodes(
     """Labels of component partition ``q`` from batch q of the ``stars`` files and the ``facts``
     files (``exact-facts``, ``facts``)."""
     q, rows = item
-    paths = Paths(Path(out))
+    paths = Paths.at(out)
     path = paths.dedup_file("labels", q)
     if (m := done(path)) is not None:
         return m
@@ -140,7 +140,7 @@ def decide_range(item: tuple[int, int], cfg: PrepareConfig, out: str, memory_gib
     """Decide every chunk of range ``k`` (``rows`` labels); chunks already decided are read back.
     Returns each chunk's summary without its dropped positions: the driver gets no list of documents."""
     k, rows = item
-    paths = Paths(Path(out))
+    paths = Paths.at(out)
     plan = read_json(paths.dedup_plan)
     a, b = plan["ranges"][k]
     cids = plan["chunks"][a:b]

@@ -107,7 +107,7 @@ def run_dedup(
     language, the merged split draws and the job's counts. ``advance(n)`` moves the pass's progress
     (:func:`progress_units` in all)."""
     plan = make_plan(cfg, paths, chunk_ids, docs)
-    out, gib, n = str(paths.out), cfg.memory_gib, plan["partitions"]
+    out, gib, n = paths.where, cfg.memory_gib, plan["partitions"]
 
     def tick(marker: dict | None = None) -> None:  # by chunks done, per step over chunks
         if advance:
@@ -190,7 +190,7 @@ def dedup_record(
     record, written atomically as the pass's marker ``.work/dedup.json`` (duplicates per
     language and reason, the split rule, the parts, kept documents and bytes per language), and
     the job's counts; (the record, None) when the marker was there already."""
-    done = paths.work / "dedup.json"
+    done = paths.work_file("dedup.json")
     if done.exists():
         return read_json(done), None
     job = run_dedup(cfg, paths, chunk_ids, docs, map_fn, advance)

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -74,7 +73,7 @@ def range_chunks(plan: dict[str, Any], k: int) -> list[int]:
 
 def exact_keys(k: int, out: str) -> dict[str, Any]:
     """The exact-key rows of range ``k``'s chunks in ``partitions`` batches."""
-    paths = Paths(Path(out))
+    paths = Paths.at(out)
     path = paths.dedup_file("exact-keys", k)
     if (m := done(path)) is not None:
         return m
@@ -99,7 +98,7 @@ def exact_keys(k: int, out: str) -> dict[str, Any]:
 def exact_groups(item: tuple[int, int], out: str, memory_gib: float) -> dict[str, Any]:
     """Exact groups of key partition ``p`` (``rows`` rows over all chunks)."""
     p, rows = item
-    paths = Paths(Path(out))
+    paths = Paths.at(out)
     path = paths.dedup_file("exact", p)
     if (m := done(path)) is not None:
         return m

@@ -8,7 +8,6 @@ its exact key (exact.py; with exact dedup off, every document). A row goes to pa
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,7 +26,7 @@ KEY_SCHEMA = pa.schema([("band", pa.uint16()), ("key", pa.uint64()), ("ref", pa.
 
 def band_keys(k: int, cfg: DedupConfig, out: str) -> dict[str, Any]:
     """The band-key rows of range ``k``'s chunks in ``partitions`` batches."""
-    paths = Paths(Path(out))
+    paths = Paths.at(out)
     path = paths.dedup_file("band-keys", k)
     if (m := done(path)) is not None:
         return m

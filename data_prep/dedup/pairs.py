@@ -12,7 +12,6 @@ routed by their first node, for the first component step.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -85,7 +84,7 @@ def max_by_node(nodes: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.n
 def find_pairs(item: tuple[int, int], cfg: DedupConfig, out: str, memory_gib: float) -> dict[str, Any]:
     """Step 4 over band partition ``p`` (``rows`` rows over all chunks)."""
     p, rows = item
-    paths = Paths(Path(out))
+    paths = Paths.at(out)
     path = paths.dedup_file("pairs", p)
     if (m := done(path)) is not None:
         return m

@@ -5,7 +5,8 @@ holding the rows routed to partition i of the next step, then a JSON marker of t
 with the row count of every batch (and whatever the task reports). Task i of the next step reads
 batch i of every upstream file: random access in the IPC file format, so it reads its rows only.
 Files are written under a temporary name and renamed (the marker last), so a killed task leaves
-nothing a rerun would take for done.
+nothing a rerun would take for done. With the run's folder at a URL, each file and marker is
+read as the store has it (bloomline/mirror.py ``fetched``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any, Iterable
 import numpy as np
 import pyarrow as pa
 
-from bloomline.io import read_json, tmp_path, write_json_atomic
+from bloomline.io import publish, read_json, tmp_path, write_json_atomic
+from bloomline.mirror import fetched
 from data_prep.steps.minhash import mix64
 
 
@@ -32,7 +34,7 @@ def marker(path: Path) -> Path:
 
 def done(path: Path) -> dict[str, Any] | None:
     """The marker of a finished file, or None."""
-    m = marker(path)
+    m = fetched(marker(path))
     return read_json(m) if m.exists() else None
 
 
@@ -58,7 +60,7 @@ def write_routed(
                 pa.record_batch([pa.array(cols[f.name][start : start + c], type=f.type) for f in schema], schema=schema)
             )
             start += c
-    tmp.replace(path)
+    publish(tmp, path)
     m = {"rows": counts.tolist(), **(report or {})}
     write_json_atomic(marker(path), m, durable=False)
     return m
@@ -68,7 +70,7 @@ def read_routed(files: Iterable[Path], i: int, schema: pa.Schema) -> dict[str, n
     """Batch ``i`` of every file, concatenated in the order of ``files``, as numpy arrays."""
     parts: dict[str, list[np.ndarray]] = {f.name: [] for f in schema}
     for path in files:
-        with pa.memory_map(str(path), "r") as src:
+        with pa.memory_map(str(fetched(path)), "r") as src:
             b = pa.ipc.open_file(src).get_batch(i)
             for f in schema:
                 parts[f.name].append(np.array(b.column(f.name).to_numpy(zero_copy_only=False)))
@@ -80,4 +82,4 @@ def read_routed(files: Iterable[Path], i: int, schema: pa.Schema) -> dict[str, n
 
 def rows_for(files: Iterable[Path], i: int) -> int:
     """Rows that batch ``i`` of ``files`` hold together, from their markers (nothing is read)."""
-    return sum(read_json(marker(p))["rows"][i] for p in files)
+    return sum(read_json(fetched(marker(p)))["rows"][i] for p in files)

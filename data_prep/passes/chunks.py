@@ -5,12 +5,11 @@ summary (ledger, per-step stats) marks the chunk done."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 
-from bloomline.io import read_json, tmp_path, write_json_atomic
+from bloomline.io import publish, read_json, tmp_path, write_json_atomic
 from data_prep.config import PrepareConfig
 from data_prep.inputs.chunk_plan import Chunk
 from data_prep.inputs.readers import ChunkReader
@@ -68,7 +67,7 @@ def chunk_steps(cfg: PrepareConfig, paths: Paths) -> list[tuple[str, StepBuilder
 
 def process_chunk(chunk: dict[str, Any], cfg: PrepareConfig, out: str) -> dict[str, Any]:
     """Run the per-document steps over one chunk; write kept docs (sorted by language)."""
-    paths = Paths(Path(out))
+    paths = Paths.at(out)
     done = paths.chunk_done(chunk["id"])
     if done.exists():
         return read_json(done)
@@ -97,7 +96,7 @@ def process_chunk(chunk: dict[str, Any], cfg: PrepareConfig, out: str) -> dict[s
     tmp = tmp_path(data)
     with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, CHUNK_SCHEMA) as w:
         w.write_table(table, max_chunksize=4096)
-    tmp.replace(data)
+    publish(tmp, data)
     # the drop log and the filter scores of this chunk, before its marker (data_prep/storage/droplog.py)
     write_rows(dropped_path(paths.out, "chunk", chunk["id"]), ledger.log.in_input_order(), DROP_SCHEMA)
     write_rows(scores_path(paths.out, chunk["id"]), [r for st in steps for r in st.score_rows()], SCORE_SCHEMA)

@@ -48,6 +48,8 @@ def write_manifest(
 ) -> dict[str, Any]:
     """The manifest of a finished run, from every pass's record, checked (the ledger balances, the
     drop log matches it) and written atomically, last."""
+    for folder in (DROPPED_DIR, SCORES_DIR):  # written by every task; read here whole
+        paths.tree(paths.out / folder)
     ledger = merged_ledger(chunk_summaries, dedup, part_results)
     shards = sorted((s for r in part_results for s in r["shards"]), key=lambda s: s["path"])
     train_tokens, split_totals = shard_totals(shards)

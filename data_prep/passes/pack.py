@@ -6,7 +6,6 @@ each document sent to train or validation by its split rule (``data_prep/passes/
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import numpy as np
@@ -30,7 +29,7 @@ def pack_part(part: dict[str, Any], cfg: PrepareConfig, out: str, tok_sha: str) 
     redaction or the tokenizer fails on is booked as an error (``pii.<exception>``,
     ``tokenize.<exception>``) in the ledger and ``dropped/pack-<lang>-pNNNNN.parquet``; the part
     goes on (the recipe's ``strict``: it stops there)."""
-    paths = Paths(Path(out))
+    paths = Paths.at(out)
     done = paths.part_done(part["lang"], part["k"])
     if done.exists():
         return read_json(done)

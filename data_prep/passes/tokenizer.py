@@ -28,7 +28,6 @@ it (the driver): ``tokenizer.sample_bytes`` bounds it, checked against ``memory_
 from __future__ import annotations
 
 import re
-import shutil
 import time
 from functools import partial
 from pathlib import Path
@@ -39,7 +38,7 @@ if TYPE_CHECKING:
     from data_prep.storage.workdir import Paths
 
 from bloomline.host import available_cpus
-from bloomline.io import copy_atomic, read_json, sha256_file, tmp_path, write_json_atomic
+from bloomline.io import copy_atomic, publish, read_json, sha256_file, tmp_path, write_json_atomic
 from bloomline.tokenizer import HF_COMPANIONS, HF_FILE, TokenizerError, kind_of, open_tokenizer, tokenizer_file
 from data_prep.passes import byte_bpe
 from data_prep.passes.alpha import alpha_weights
@@ -148,9 +147,8 @@ def sample_chunk(cid: int, cfg: PrepareConfig, out: str, rate: dict[str, float])
     ``rate``, PII-redacted, as lines of ``.work/tok/sample-cNNNNNN.txt`` (its marker: the ``.json``)."""
     from data_prep.storage.workdir import Paths
 
-    paths = Paths(Path(out))
-    path = paths.work / "tok" / f"sample-c{cid:06d}.txt"
-    marker = path.with_suffix(".json")
+    paths = Paths.at(out)
+    path, marker = paths.work / "tok" / f"sample-c{cid:06d}.txt", paths.tok_sample(cid, ".json")
     if marker.exists():
         return read_json(marker)
     drops = dropped_positions(paths, cid)
@@ -167,7 +165,7 @@ def sample_chunk(cid: int, cfg: PrepareConfig, out: str, rate: dict[str, float])
             for line in sample_lines(text):
                 f.write(line + "\n")
             taken[lang] = taken.get(lang, 0) + len(text.encode("utf-8"))
-    tmp.replace(path)
+    publish(tmp, path)
     res = {"taken": taken}
     write_json_atomic(marker, res, durable=False)
     return res
@@ -180,7 +178,7 @@ def build_tokenizer(
     ``tokenizer.kind`` on an alpha-smoothed, PII-redacted sample of the kept documents, or grow the
     configured one by ``tokenizer.extend_with`` tokens learned on that sample; into
     ``DIR/tokenizer/``, marked done by ``.work/tokenizer.json``."""
-    done = paths.work / "tokenizer.json"
+    done = paths.work_file("tokenizer.json")
     if done.exists() and paths.tokenizer.exists():
         return read_json(done)
     t, folder = cfg.tokenizer, paths.out / "tokenizer"
@@ -196,7 +194,7 @@ def build_tokenizer(
         weights = alpha_weights(dedup["kept_bytes"], t.alpha)
         info.update(trained=True, sample_weights={k: round(v, 6) for k, v in weights.items()})
         info["sample_bytes"] = draw_sample(cfg, paths, weights, dedup["kept_bytes"], chunk_ids, map_fn)
-        sample = [paths.work / "tok" / f"sample-c{cid:06d}.txt" for cid in chunk_ids]
+        sample = [paths.tok_sample(cid) for cid in chunk_ids]
         if t.extend_with:
             base = tokenizer_file(t.model)  # type: ignore[arg-type]
             if kind_of(base) != "byte_bpe":
@@ -214,7 +212,7 @@ def build_tokenizer(
             prefix = paths.work / "tok" / "tokenizer"
             model = train(sample, prefix, t.vocab_size, t.character_coverage, threads, cfg.seed)
             copy_tokenizer(model, folder)
-            shutil.copyfile(prefix.with_suffix(".vocab"), folder / "tokenizer.vocab")
+            copy_atomic(prefix.with_suffix(".vocab"), folder / "tokenizer.vocab")
     tok = open_tokenizer(paths.tokenizer)
     info.update(kind=tok.kind, vocab_size=tok.vocab_size, sha256=sha256_file(paths.tokenizer))
     info["seconds"] = time.perf_counter() - t0
@@ -236,7 +234,7 @@ def draw_sample(
     rate = {lang: min(1.0, budget[lang] / b) for lang, b in kept_bytes.items() if b}
     taken: dict[str, int] = {}
     for r in (map_fn or (lambda f, xs: map(f, xs)))(
-        partial(sample_chunk, cfg=cfg, out=str(paths.out), rate=rate), chunk_ids
+        partial(sample_chunk, cfg=cfg, out=paths.where, rate=rate), chunk_ids
     ):
         for lang, n in r["taken"].items():
             taken[lang] = taken.get(lang, 0) + n

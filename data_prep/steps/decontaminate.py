@@ -46,7 +46,7 @@ import numpy as np
 
 from bloomline import languages
 from bloomline.errors import DataError
-from bloomline.io import sha256_file
+from bloomline.io import atomic_path, sha256_file, write_bytes_atomic
 from bloomline.task_spec import task_records
 from data_prep.steps.document import Document, Ledger
 from data_prep.steps.minhash import mix64
@@ -180,8 +180,9 @@ def build_index(cfg: Any, out: Path) -> dict[str, Any]:
         first = np.concatenate([[True], keys[1:] != keys[:-1]]) if len(keys) else np.zeros(0, bool)
         arrays[kind], arrays[kind + "_item"] = keys[first], own[first]
     out.mkdir(parents=True, exist_ok=True)
-    np.savez(out / "index.npz", **arrays)
-    (out / "items.json").write_text(json.dumps(names, ensure_ascii=False), encoding="utf-8")
+    with atomic_path(out / "index.npz", durable=False) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)  # a file object: np.savez would add ".npz" to the temporary name
+    write_bytes_atomic(out / "items.json", json.dumps(names, ensure_ascii=False).encode(), durable=False)
     return {
         "ngram": cfg.ngram,
         "char_ngram": cfg.char_ngram,

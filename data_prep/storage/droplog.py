@@ -30,7 +30,7 @@ from typing import Any, Optional
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bloomline.io import tmp_path
+from bloomline.io import publish, tmp_path
 from data_prep.steps.filters import SCORES
 
 DROPPED_DIR, SCORES_DIR = "dropped", "scores"
@@ -135,7 +135,7 @@ def write_rows(path: Path, rows: list[dict[str, Any]], schema: pa.Schema) -> Non
     table = pa.Table.from_pylist(rows, schema=schema)
     # no statistics or page index that could vary: the same rows give the same bytes
     pq.write_table(table, tmp, compression="zstd", write_statistics=False)
-    tmp.replace(path)
+    publish(tmp, path)
 
 
 def dropped_path(out: Path, unit: str, cid: int) -> Path:

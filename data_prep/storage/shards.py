@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from bloomline.errors import DataError
-from bloomline.io import read_contract_json, sha256_file, tmp_path
+from bloomline.io import publish, read_contract_json, sha256_file, tmp_path
 
 FORMAT_VERSION = 2
 READS_VERSIONS = (1, 2)
@@ -102,7 +102,7 @@ class ShardWriter:
         self._sink.close()
         with open(self._tmp, "rb") as f:
             os.fsync(f.fileno())
-        os.replace(self._tmp, self.path)
+        publish(self._tmp, self.path)
         return {"rows": self.rows, "tokens": self.tokens, "sha256": sha256_file(self.path)}
 
     def abort(self) -> None:

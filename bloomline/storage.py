@@ -1,0 +1,99 @@
+"""Where a run's bytes live: a local path, or any fsspec URL (``s3://``, ``gs://``, ``hf://``,
+``https://``, ...).
+
+fsspec is the one door to object stores (why: every backend the field uses, S3, GCS, Azure, the
+Hugging Face Hub, HTTP, behind one interface that datatrove and ``datasets`` use too). Credentials
+come from where each backend looks by itself: the standard environment (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ``AWS_DEFAULT_REGION``;
+``GOOGLE_APPLICATION_CREDENTIALS``; ``HF_TOKEN``) or fsspec's own configuration. A recipe never
+holds one, so none reaches a manifest, a checkpoint or a run folder; an error from a store is one
+line naming the URL, masked (bloomline/secrets.py) like every other line bloomline shows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+from bloomline.errors import BloomlineError
+
+_SCHEME = re.compile(r"\A[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+class StorageError(BloomlineError):
+    """An object store refused a request, or the object or bucket is not there."""
+
+
+def is_url(where: Any) -> bool:
+    """Whether ``where`` is a URL of a filesystem other than this machine's (``file://`` is local)."""
+    return isinstance(where, str) and bool(_SCHEME.match(where)) and not where.startswith("file://")
+
+
+def local_path(where: str | Path) -> Path:
+    """A local location as a Path (``file://`` stripped)."""
+    s = str(where)
+    return Path(s[len("file://") :] if s.startswith("file://") else s)
+
+
+def filesystem(url: str) -> tuple[Any, str]:
+    """The fsspec filesystem of ``url`` and the path in it (fsspec caches the instances)."""
+    from fsspec.core import url_to_fs
+
+    try:
+        return url_to_fs(url)
+    except (ImportError, ValueError) as e:
+        raise StorageError(f"{url}: cannot open this kind of URL ({_reason(e)})") from None
+
+
+def join(url: str, *parts: str) -> str:
+    """``url`` with ``parts`` appended, ``/``-separated."""
+    return "/".join([url.rstrip("/"), *(p.strip("/") for p in parts if p)])
+
+
+def _reason(e: BaseException) -> str:
+    from bloomline.secrets import mask_text
+
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return mask_text(text)[:300]
+
+
+def storage_error(url: str, e: BaseException) -> StorageError:
+    """One line for a failed request to ``url``: what went wrong in words, the store's own reason
+    masked (a store may echo a key id; never the secret, which bloomline never has in a message)."""
+    if isinstance(e, StorageError):
+        return e
+    if isinstance(e, FileNotFoundError):
+        what = "not found (no such bucket, object or prefix)"
+    elif isinstance(e, PermissionError):
+        what = "access denied: check the credentials in the environment (AWS_*, GOOGLE_*, HF_TOKEN)"
+    else:
+        what = f"the store refused the request ({type(e).__name__})"
+    return StorageError(f"{url}: {what}: {_reason(e)}")
+
+
+@contextlib.contextmanager
+def errors_named(url: str) -> Iterator[None]:
+    """Turn a store's exceptions in the block into one :class:`StorageError` line naming ``url``."""
+    try:
+        yield
+    except BloomlineError:
+        raise
+    except (OSError, ValueError, RuntimeError) as e:
+        raise storage_error(url, e) from None
+    except Exception as e:  # botocore and aiohttp raise their own types through some fsspec paths
+        if type(e).__module__.split(".")[0] in ("botocore", "aiobotocore", "aiohttp", "google", "huggingface_hub"):
+            raise storage_error(url, e) from None
+        raise
+
+
+def upath(where: str | Path) -> Any:
+    """A pathlib-like handle of ``where``: a local Path, or a universal_pathlib ``UPath`` for a URL
+    (why: the input readers list, stat and open files through pathlib's methods, which UPath
+    gives over any fsspec filesystem)."""
+    if not is_url(str(where)):
+        return local_path(where)
+    from upath import UPath
+
+    return UPath(str(where))
