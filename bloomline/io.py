@@ -156,24 +156,29 @@ def content_digest(paths: Iterable[str | Path]) -> tuple[str, int, int]:
     walked in sorted order, hidden entries skipped) is hashed by its files' relative names, sizes
     and bytes; the digest combines those in sorted order. The given paths themselves are not
     hashed: the same files elsewhere give the same digest."""
+    from bloomline.storage import open_input, upath
+
     roots = []
     n_files = n_bytes = 0
-    for root in map(Path, paths):
+    for root in map(upath, paths):  # a local path or a URL: the same files give the same digest
         h = hashlib.sha256()
         files = (
             [root]
             if root.is_file()
             else sorted(
-                f
-                for f in root.rglob("*")
-                if f.is_file() and not any(part.startswith(".") for part in f.relative_to(root).parts)
+                (
+                    f
+                    for f in root.rglob("*")
+                    if f.is_file() and not any(part.startswith(".") for part in f.relative_to(root).parts)
+                ),
+                key=lambda f: f.relative_to(root).parts,
             )
         )
         for f in files:
-            rel = f.name if f == root else str(f.relative_to(root))
+            rel = f.name if f == root else "/".join(f.relative_to(root).parts)
             size = f.stat().st_size
             h.update(f"{rel}\0{size}\0".encode())
-            with open(f, "rb") as fh:
+            with open_input(f) as fh:
                 for block in iter(lambda: fh.read(1 << 20), b""):
                     h.update(block)
             n_files += 1

@@ -97,3 +97,44 @@ def upath(where: str | Path) -> Any:
     from upath import UPath
 
     return UPath(str(where))
+
+
+def open_input(where: Any) -> Any:
+    """``where`` (a local path, a URL, or a handle of :func:`upath`) opened for binary reading; a
+    URL's file reads ranges on demand, so a chunk's seek to its start reads no bytes before it."""
+    p = where if hasattr(where, "open") else upath(where)
+    if not is_url(str(where)):
+        return open(p, "rb")
+    import io
+
+    with errors_named(str(p)):
+        # buffered as a local file is: the readers call readline(limit), which fsspec's files lack
+        return io.BufferedReader(p.open("rb"), buffer_size=1 << 20)
+
+
+def local_copy(where: str) -> str:
+    """A local file with the bytes of ``where``: itself when local; else a copy kept in this
+    process's scratch space (bloomline/mirror.py ``scratch_dir``), fetched once and again when the
+    object's size or tag changes. For readers that memory-map a whole file (Arrow streams)."""
+    if not is_url(where):
+        return str(local_path(where))
+    import hashlib
+
+    from bloomline.io import tmp_path
+    from bloomline.mirror import scratch_dir
+
+    fs, path = filesystem(where)
+    with errors_named(where):
+        info = fs.info(path)
+        tag = f"{info.get('size')}-{info.get('ETag') or info.get('etag') or info.get('mtime') or ''}"
+        key = hashlib.sha256(f"{where}\0{tag}".encode()).hexdigest()[:24]
+        dest = scratch_dir() / "bloomline-inputs" / f"{key}-{Path(path).name}"
+        if not dest.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = tmp_path(dest)
+            try:
+                fs.get_file(path, str(tmp))
+                tmp.replace(dest)
+            finally:
+                tmp.unlink(missing_ok=True)
+    return str(dest)

@@ -15,6 +15,12 @@ processes of its job that are still alive are ended first (flows/lifeline.py swe
 the old job writes beside the new one. A file that names a job still alive on this host that does
 not hold it is a copy (``cp -r`` of a folder that job writes): it is taken, said so, and that job
 is left alone. The file is emptied when the lock is released.
+
+A folder at a URL (``s3://bucket/run``) has no ``flock``: its lock is a *lease*, the object
+``URL/.lock`` naming the holder as the file does, created with a conditional write (S3's
+``If-None-Match: *``: of two jobs starting at once, one write succeeds) and renewed by a
+heartbeat every :data:`LEASE_SECONDS` / 3. A lease not renewed for :data:`LEASE_SECONDS` is
+taken over, and said so; the lease is deleted when released.
 """
 
 from __future__ import annotations
@@ -25,10 +31,13 @@ import fcntl
 import json
 import os
 import socket
+import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from bloomline.errors import BloomlineError
+from bloomline.storage import errors_named, filesystem, is_url, join
 from flows import lifeline
 
 LOCK_FILE = ".lock"
@@ -76,10 +85,12 @@ class RunLock:
         self.release()
 
 
-def acquire(folder: str | Path, command: str, say: Callable[[str], None] = print) -> RunLock:
+def acquire(folder: str | Path, command: str, say: Callable[[str], None] = print) -> "RunLock | Lease":
     """Take ``folder``'s lock for this process's job (see the module docstring); raises
     FolderInUse naming the holder when another live job has it. ``say`` hears about a takeover."""
     tok = lifeline.ensure_driver()
+    if is_url(str(folder)):
+        return _lease(str(folder), command, tok, say)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_FILE
@@ -91,11 +102,7 @@ def acquire(folder: str | Path, command: str, say: Callable[[str], None] = print
         os.close(fd)
         if holder.get("token") == tok:
             return RunLock(path, None)
-        raise FolderInUse(
-            f"{folder} is in use by pid {holder.get('pid', '?')} on {holder.get('host', '?')} "
-            f"({holder.get('command', '?')}, since {holder.get('since', '?')}); wait for it to end, "
-            f"or stop that job first"
-        ) from None
+        raise _in_use(str(folder), holder) from None
     except OSError as e:
         os.close(fd)
         if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):  # a filesystem without locks
@@ -138,15 +145,102 @@ def _take_over(folder: Path, previous: dict[str, Any], say: Callable[[str], None
         )
 
 
-def _write_holder(fd: int, command: str, tok: str) -> None:
-    """Name this process as the lock's holder in its file (what a refusal quotes), synced."""
-    me = {
+def _me(command: str, tok: str) -> dict[str, Any]:
+    """This process as a lock's holder (what a refusal quotes)."""
+    return {
         "pid": os.getpid(),
         "host": socket.gethostname(),
         "command": command,
         "token": tok,
         "since": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def _in_use(folder: str, holder: dict[str, Any]) -> FolderInUse:
+    return FolderInUse(
+        f"{folder} is in use by pid {holder.get('pid', '?')} on {holder.get('host', '?')} "
+        f"({holder.get('command', '?')}, since {holder.get('since', '?')}); wait for it to end, "
+        f"or stop that job first"
+    )
+
+
+LEASE_SECONDS = 90.0
+"""A lease on a folder at a URL not renewed for this long is its dead holder's, and is taken over."""
+
+
+class Lease:
+    """The lease on a folder at a URL (see the module docstring), renewed by a daemon thread
+    until :meth:`release`; ``key`` None for the re-entrant case (the job holds it already)."""
+
+    def __init__(self, url: str, fs: Any, key: str | None, holder: dict[str, Any]):
+        self.url, self.fs, self.key, self.holder = url, fs, key, holder
+        self._stop = threading.Event()
+        if key is not None:
+            threading.Thread(target=self._beat, name="bloomline-lease", daemon=True).start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(LEASE_SECONDS / 3):
+            try:
+                current = json.loads(self.fs.cat_file(self.key))
+                if current.get("token") != self.holder["token"]:
+                    return  # taken over (this job stalled past the lease): it is the new holder's
+                self.fs.pipe_file(self.key, json.dumps(self.holder).encode())
+            except Exception:  # the next beat tries again; a lease left unrenewed is taken over
+                continue
+
+    def release(self) -> None:
+        self._stop.set()
+        if self.key is None:
+            return
+        try:
+            if json.loads(self.fs.cat_file(self.key)).get("token") == self.holder["token"]:
+                self.fs.rm_file(self.key)
+        except Exception:
+            pass  # gone already, or the store unreachable: the lease expires
+        self.key = None
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def _lease(url: str, command: str, tok: str, say: Callable[[str], None]) -> Lease:
+    """Take the lease on the folder at ``url`` (one conditional write; again once after taking
+    over a lease left unrenewed), or raise FolderInUse naming its holder."""
+    fs, root = filesystem(url)
+    key = join(root, LOCK_FILE)
+    me = _me(command, tok)
+    with errors_named(join(url, LOCK_FILE)):
+        for attempt in range(2):
+            try:
+                fs.pipe_file(key, json.dumps(me).encode(), mode="create")
+                return Lease(url, fs, key, me)
+            except FileExistsError:
+                pass
+            try:
+                info, holder = fs.info(key, refresh=True), json.loads(fs.cat_file(key))
+            except FileNotFoundError:
+                continue  # released in between: try again
+            except ValueError:
+                holder, info = {}, fs.info(key, refresh=True)
+            if holder.get("token") == tok:
+                return Lease(url, fs, None, holder)
+            age = time.time() - info["LastModified"].timestamp() if info.get("LastModified") else 0.0
+            if attempt or age < LEASE_SECONDS:
+                raise _in_use(url, holder)
+            fs.rm_file(key)
+            say(
+                f"took over {url} from pid {holder.get('pid', '?')} on {holder.get('host', '?')} "
+                f"({holder.get('command', '?')}), whose lease was not renewed for {age:.0f} s"
+            )
+    raise _in_use(url, {})
+
+
+def _write_holder(fd: int, command: str, tok: str) -> None:
+    """Name this process as the lock's holder in its file (what a refusal quotes), synced."""
+    me = _me(command, tok)
     os.ftruncate(fd, 0)
     os.lseek(fd, 0, os.SEEK_SET)
     os.write(fd, json.dumps(me).encode())

@@ -13,7 +13,6 @@ and score), then per chunk the decision files and the drop log.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,8 +37,9 @@ LABEL_ROW_BYTES = 96
 def label_nodes(
     item: tuple[int, int], out: str, stars: list[str], memory_gib: float, facts: list[str]
 ) -> dict[str, Any]:
-    """Labels of component partition ``q`` from batch q of the ``stars`` files and the ``facts``
-    files (``exact-facts``, ``facts``)."""
+    """Labels of component partition ``q`` from batch q of the ``stars`` files (relative to the
+    folder: each process has its own copy of a folder at a URL) and the ``facts`` files
+    (``exact-facts``, ``facts``)."""
     q, rows = item
     paths = Paths.at(out)
     path = paths.dedup_file("labels", q)
@@ -48,7 +48,7 @@ def label_nodes(
     plan = read_json(paths.dedup_plan)
     n = plan["partitions"]
     Budget(memory_gib).check(f"dedup labels, partition {q} ({rows:,} edges)", rows * EDGE_ROW_BYTES, "raise memory_gib")
-    e = read_routed([Path(f) for f in stars], q, EDGE_SCHEMA)
+    e = read_routed([paths.out / f for f in stars], q, EDGE_SCHEMA)
     child = e["u"] > e["v"]
     node, root = e["u"][child], e["v"][child]
     o = np.argsort(node)

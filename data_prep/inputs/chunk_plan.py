@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from bloomline import languages
 from bloomline.errors import DataError
+from bloomline.storage import errors_named, local_copy, open_input, upath
 from data_prep.config import ReadConfig, SourceConfig
 from data_prep.inputs.ipc_sizes import decoded_bytes
 from data_prep.inputs.table_reader import batch_bound
@@ -80,15 +81,16 @@ def check_readable(path: Path, fmt: str) -> None:
     headers and footers only)."""
     try:
         if fmt == "parquet":
-            _ = pq.ParquetFile(path).metadata  # reads the footer: a truncated file fails here
+            with open_input(path) as f:
+                _ = pq.ParquetFile(f).metadata  # reads the footer: a truncated file fails here
         elif fmt == "arrow":
-            with pa.memory_map(str(path), "r") as src:
+            with pa.memory_map(local_copy(str(path)), "r") as src:
                 _ = pa.ipc.open_stream(src).schema
         elif fmt == "jsonl.gz":
-            with gzip.open(path, "rb") as g:
+            with gzip.open(open_input(path), "rb") as g:
                 g.read(1)
         else:
-            with open(path, "rb") as f:
+            with open_input(path) as f:
                 f.read(1)
     except (OSError, EOFError, pa.ArrowInvalid) as e:
         raise DataError(f"cannot read input {path} as {fmt}: {e}") from None
@@ -97,15 +99,16 @@ def check_readable(path: Path, fmt: str) -> None:
 def discover(source: SourceConfig, check: bool = False) -> list[tuple[Path, str]]:
     """(file, format) pairs of one source, in a stable (sorted) order; ``check``: also open
     each one (see :func:`check_readable`)."""
-    found = _discover(source)
-    if check:
-        for path, fmt in found:
-            check_readable(path, fmt)
+    with errors_named(source.path):  # a URL's missing bucket, refused request: one line naming it
+        found = _discover(source)
+        if check:
+            for path, fmt in found:
+                check_readable(path, fmt)
     return found
 
 
 def _discover(source: SourceConfig) -> list[tuple[Path, str]]:
-    root = Path(source.path)
+    root = upath(source.path)
     if not root.exists():
         raise DataError(f"input not found: {root}")
     if root.is_file():
@@ -119,7 +122,7 @@ def _discover(source: SourceConfig) -> list[tuple[Path, str]]:
         return [(p, "arrow") for p in _hf_arrow_files(root)]
     out: list[tuple[Path, str]] = []
     datasets: set[Path] = set()  # saved datasets found: their own files are theirs, not JSONL records
-    for p in sorted(root.rglob("*")):
+    for p in sorted(root.rglob("*"), key=lambda p: p.relative_to(root).parts):  # Path's order, for a URL too
         if datasets.intersection(p.parents):
             continue
         if p.is_dir() and (
@@ -167,7 +170,7 @@ def plan_chunks(
 def _bundled(chunks: list[Chunk], cfg: ReadConfig, cap: int, spread: int) -> list[Chunk]:
     def est(c: Chunk) -> int:
         whole = c.start == 0 and (c.end < 0 or c.end == c.size)
-        return chunk_bytes(Path(c.path), c.fmt, cfg)[0] if whole else cap
+        return chunk_bytes(upath(c.path), c.fmt, cfg)[0] if whole else cap
 
     sized = [(c, est(c)) for c in chunks]
     small = sum(e for _, e in sized if e < cap)
@@ -217,7 +220,7 @@ def _plan_files(sources: list[SourceConfig], cfg: ReadConfig) -> list[Chunk]:
         for path, fmt in discover(src):
             try:
                 size = path.stat().st_size
-                with open(path, "rb"):
+                with open_input(path):
                     pass
             except OSError as e:
                 raise DataError(f"cannot read input {path}: {e.strerror}") from None
@@ -244,9 +247,12 @@ def chunk_bytes(path: Path, fmt: str, cfg: ReadConfig) -> tuple[int, str]:
         g = gzip_text_size(path)
         return g.text_bytes, g.how
     if fmt == "parquet":
-        md = pq.ParquetFile(path).metadata
+        with open_input(path) as f:
+            md = pq.ParquetFile(f).metadata
         return sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups)), "its row groups' sizes"
-    decoded = decoded_bytes(str(path), batch_bound(cfg.max_doc_bytes))  # no more than the file if not compressed
+    decoded = decoded_bytes(
+        local_copy(str(path)), batch_bound(cfg.max_doc_bytes)
+    )  # no more than the file if not compressed
     return (decoded, "its batches' decoded sizes") if decoded > size else (size, "its size")
 
 
@@ -254,7 +260,7 @@ def _jsonl_ranges(path: Path, chunk_bytes: int) -> Iterator[tuple[int, int, int]
     """Byte ranges [start, end) cut after a newline, with the line number each starts at."""
     size = path.stat().st_size
     start, line = 0, 1
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         while start < size:
             f.seek(min(start + chunk_bytes, size))
             if f.tell() < size:

@@ -23,6 +23,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from bloomline.storage import open_input, upath
+
 MAX_RATIO = 1032
 """Deflate's largest compression ratio (a 258-byte match coded in one bit pair at best, about
 1032:1): a trailer claiming more than this × the file's size cannot be right."""
@@ -52,7 +54,7 @@ def _count(path: Path, max_in: int, max_out: int) -> tuple[int, int, bool, bool]
     d = zlib.decompressobj(31)
     used = out = 0
     whole = ended = False
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         while used < max_in and out < max_out:
             buf = f.read(1 << 16)
             if not buf:
@@ -79,13 +81,13 @@ def _count(path: Path, max_in: int, max_out: int) -> tuple[int, int, bool, bool]
 
 def gzip_text_size(path: str | Path) -> GzipSize:
     """The uncompressed size of the gzip file ``path`` (see the module docstring)."""
-    path = Path(path)
+    path = upath(path)
     size = path.stat().st_size
     used, out, whole, ended = _count(path, SAMPLE_IN, SAMPLE_OUT)
     if whole:
         return GzipSize(out, ended, not ended, "decompressed whole" if ended else "decompressed up to where it breaks")
     guess = size * out / max(used, 1)
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         f.seek(-4, 2)
         isize = int.from_bytes(f.read(4), "little")
     candidates = [isize + k * WRAP for k in range(size * MAX_RATIO // WRAP + 1)]

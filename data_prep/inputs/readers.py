@@ -16,6 +16,7 @@ import json
 from typing import Any, Iterator
 
 from bloomline import languages
+from bloomline.storage import open_input
 from data_prep.config import ReadConfig
 from data_prep.inputs.chunk_plan import Chunk
 from data_prep.inputs.table_reader import TOO_LONG_CHARS, TableReader
@@ -155,7 +156,9 @@ class ChunkReader(TableReader):
 
         c = self.part
         limit = self.cfg.max_doc_bytes + 1
-        opener = gzip.open if c.fmt == "jsonl.gz" else open
+        opener = (
+            (lambda p, mode: gzip.open(open_input(p), mode)) if c.fmt == "jsonl.gz" else (lambda p, _: open_input(p))
+        )
         line_no = c.first_line - 1
         pos = c.start
         try:

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bloomline.errors import DataError
+from bloomline.storage import local_copy, open_input
 from data_prep.inputs import ipc_sizes
 from data_prep.inputs.row_sizes import SLICE_BYTES, Over, head, is_blank, is_text, plan_batch
 from data_prep.steps.document import UNKNOWN_LANG, Document
@@ -58,10 +59,10 @@ is, ``_from_record`` books the row ``text_not_string``."""
 def open_parquet(path: str) -> pq.ParquetFile:
     """``path`` with every string column, nested ones too, read as a dictionary: a value the file
     stores once stays one value, however many rows point at it."""
-    pf = pq.ParquetFile(path)
+    pf = pq.ParquetFile(open_input(path))
     leaves = [pf.schema.column(i) for i in range(len(pf.schema))]
     strings = [c.path for c in leaves if c.physical_type == "BYTE_ARRAY" and c.logical_type.type in _STRING_LEAVES]
-    return pq.ParquetFile(path, metadata=pf.metadata, read_dictionary=strings) if strings else pf
+    return pq.ParquetFile(open_input(path), metadata=pf.metadata, read_dictionary=strings) if strings else pf
 
 
 def _checked(batch: pa.RecordBatch, dictionaries: dict[int, tuple[tuple[int, ...], pa.Array]]) -> pa.RecordBatch:
@@ -99,7 +100,7 @@ class TableReader:
                 names = set(pf.schema_arrow.names)
                 groups = [(pf.metadata.row_group(i).num_rows, i) for i in range(pf.num_row_groups)]
             else:
-                reader = pa.ipc.open_stream(pa.memory_map(c.path, "r"))
+                reader = pa.ipc.open_stream(pa.memory_map(local_copy(c.path), "r"))
                 names = set(reader.schema.names)
         except (OSError, ValueError, pa.ArrowException) as e:  # ValueError: a column name not UTF-8
             raise DataError(f"cannot read {c.path}: {e}") from None
@@ -134,14 +135,14 @@ class TableReader:
         undecoded (the module's docstring says how), and the stream read without it."""
         c = self.part
         bound = batch_bound(self.cfg.max_doc_bytes)
-        scan = ipc_sizes.scan(c.path)
+        scan = ipc_sizes.scan(local_copy(c.path))
         heavy = scan.over(bound)
         skipped = {m.start for m in heavy}
         dictionaries: dict[int, tuple[tuple[int, ...], pa.Array]] = {}
         row = 0
         try:
             if heavy:  # pyarrow's reader would decode each of them whole, on its way to the next batch
-                reader = pa.ipc.open_stream(ipc_sizes.Without(c.path, heavy))
+                reader = pa.ipc.open_stream(ipc_sizes.Without(local_copy(c.path), heavy))
             for m in scan.messages:
                 if m.start in skipped:
                     self.stats["records"] += 1

@@ -36,6 +36,7 @@ from data_prep.reports.kept_scores import BATCH_ROWS, EDGE, by_language, checks_
 from data_prep.storage.droplog import (
     DROP_SCHEMA,
     DROPPED_DIR,
+    SCORES_DIR,
     capped_id,
     check_dropped,
     drop_counts,
@@ -274,8 +275,13 @@ def report(
     """The Markdown report of a prepared folder; refuses data without a drop log or whose drop log
     disagrees with its ledger."""
     from data_prep.storage.shards import load_manifest
+    from data_prep.storage.workdir import Paths
 
-    data = Path(data)
+    paths = Paths.at(data)
+    for folder in (DROPPED_DIR, SCORES_DIR) if paths.store else ():  # a folder at a URL: read from a copy
+        paths.tree(paths.out / folder)
+    paths.get(paths.manifest)
+    data = paths.out
     m = load_manifest(data)
     if "dropped" not in m:
         raise DataError(f"{data} was prepared before bloomline kept a drop log: prepare it again for a filter report")

@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 
 from bloomline.errors import BloomlineError
+from bloomline.storage import is_url
 from bloomline.terminal import rich_escape
 from flows.api_server import wait_ready
 from flows.params import InProcess, flow_args
@@ -62,7 +63,7 @@ def run_command(body: Callable[[], None], debug: bool, driver: bool = False, out
         except Exception as e:
             from bloomline.disk import disk_full_error, full_disk
 
-            if out is not None and not isinstance(e, BloomlineError) and full_disk(e, out):
+            if out is not None and not is_url(str(out)) and not isinstance(e, BloomlineError) and full_disk(e, out):
                 raise disk_full_error(e, out) from None
             raise
     except BloomlineError as e:

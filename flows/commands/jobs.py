@@ -9,6 +9,7 @@ from typing import List
 
 import typer
 
+from bloomline.storage import is_url, join
 from bloomline.terminal import rich_escape
 from flows.api_server import start_early
 from flows.commands.base import Debug, console, overrides, owned, run_command, run_flow
@@ -16,10 +17,14 @@ from flows.config import DEFAULT_RECIPES
 
 
 def prepare(
-    inputs: List[Path] = typer.Argument(
-        None, help="JSONL / JSONL.gz / Parquet files or folders, or saved datasets; replace the config's sources."
+    inputs: List[str] = typer.Argument(
+        None,
+        help="JSONL / JSONL.gz / Parquet files or folders, or saved datasets, local or at a URL "
+        "(s3://, gs://, hf://, https://); replace the config's sources.",
     ),
-    out: Path = typer.Option(..., "--out", help="Output folder (shards, tokenizer, manifest.json)."),
+    out: str = typer.Option(
+        ..., "--out", help="Output folder (shards, tokenizer, manifest.json), local or at a URL (s3://bucket/run)."
+    ),
     config: Path = typer.Option(DEFAULT_RECIPES["data"], "--config", help="Recipe (YAML)."),
     override: List[str] = overrides("dedup.near=false"),
     strict: bool = typer.Option(
@@ -41,7 +46,7 @@ def prepare(
 
         cfg = load_config(PrepareConfig, config, override)
         if inputs:
-            cfg.sources = [SourceConfig(path=str(p.resolve())) for p in inputs]
+            cfg.sources = [SourceConfig(path=p if is_url(p) else str(Path(p).resolve())) for p in inputs]
         if dask_address:
             cfg.dask.address = dask_address
         cfg.strict = cfg.strict or strict
@@ -55,7 +60,7 @@ def prepare(
         if manifest.get("run_stats", {}).get("already_complete"):
             console.print(f"[green]{rich_escape(out)} is already complete[/] (same config and inputs); nothing to do.")
         print_summary(manifest, console)
-        console.print(f"[bold green]done[/]: {rich_escape(Path(out) / 'manifest.json')}")
+        console.print(f"[bold green]done[/]: {rich_escape(join(out, 'manifest.json'))}")
 
     run_command(body, debug, driver=True, out=out)
 
