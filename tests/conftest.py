@@ -149,3 +149,26 @@ def shard_table():
         return pa.Table.from_batches(read_shard(path, shard["rows"]), schema=SCHEMA)
 
     return read
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """The loopback S3 server (tests/support/s3.py), one for the session."""
+    from tests.support.s3 import S3Server
+
+    server = S3Server(tmp_path_factory.mktemp("moto") / "moto.log")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch):
+    """The S3 server's credentials in this test's environment, the standard variables only (no
+    fsspec configuration, no recipe value); fsspec's cached filesystems forgotten on both sides."""
+    import s3fs
+
+    for k, v in s3_server.env.items():
+        monkeypatch.setenv(k, v)
+    s3fs.S3FileSystem.clear_instance_cache()
+    yield s3_server
+    s3fs.S3FileSystem.clear_instance_cache()

@@ -3,12 +3,13 @@ bench/fuzz.py, whose long run tries 100,000 records): whatever the input, ``prep
 raises, every record is booked exactly once, the drop log equals the ledger, and a clean file's
 documents are kept as they would be alone. Deterministic (derandomized) and few examples in CI."""
 
+import json
 import tempfile
 from functools import lru_cache
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from bloomline.config import load_config
@@ -204,3 +205,48 @@ def test_hostile_text_reaches_a_terminal_inert_and_a_secret_beside_it_is_masked(
     assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", shown)
     assert Text.from_markup(rich_escape(text), emoji=False).plain == shown
     assert mask_text(f"{text} tcp://u:fz-s3cr3t@h:1", env={}).endswith(f" tcp://u:{MASK}@h:1")
+
+
+def on_store(s3, local: Path) -> str:
+    """``local`` (a file or folder) copied to a fresh prefix of the loopback S3 server; its URL."""
+    import uuid
+
+    url = f"s3://{s3.bucket}/fuzz/{uuid.uuid4().hex}/{local.name}"
+    s3.fs().put(str(local), url, recursive=local.is_dir())
+    return url
+
+
+def on_the_store(examples: int) -> settings:
+    """:func:`ci`, with the server fixture (one for the session) and no shrinking (slow over HTTP)."""
+    return settings(
+        ci(examples),
+        phases=[Phase.explicit, Phase.reuse, Phase.generate],
+        suppress_health_check=[*ci(examples).suppress_health_check, HealthCheck.function_scoped_fixture],
+    )
+
+
+@on_the_store(3)
+@given(st.lists(lines(), max_size=40), tables(), cut_gzip())
+def test_the_readers_properties_hold_on_an_object_store(s3, ls, table_and_groups, data_and_cut):
+    """The properties above with the inputs read from S3 (tests/support/s3.py), a few examples: a
+    JSONL folder (a prefix URL without a slash, listed as on disk), Parquet, a saved dataset and a
+    gzip cut anywhere, each booked as from a local file."""
+    table, groups = table_and_groups
+    gz, cut = data_and_cut
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(d)
+        (d / "in").mkdir()
+        (d / "in" / "a-hostile.jsonl").write_bytes(jsonl_bytes(ls))
+        (d / "in" / "b-clean.jsonl").write_bytes(CLEAN.read_bytes())
+        pq.write_table(table, d / "t.parquet", row_group_size=max(1, table.num_rows // groups))
+        write_saved_dataset(d / "ds", table, None)
+        (d / "c.jsonl.gz").write_bytes(cut)
+        for name in ("in", "t.parquet", "ds", "c.jsonl.gz"):
+            local_sums, local_ledger = chunk_stage(config(d / name), d / f"out-{name}")
+            url = on_store(s3, d / name)
+            sums, ledger = chunk_stage(config(url), d / f"s3-{name}")
+            # the same counts; the examples name where they were read
+            assert json.dumps(ledger.to_dict()).replace(url, str(d / name)) == json.dumps(local_ledger.to_dict())
+            assert dict(drop_counts(d / f"s3-{name}" / "dropped")) == booked_as_dropped(ledger)
+            if name == "in":
+                assert kept_texts(d / f"s3-{name}", sums, url + "/b-clean.jsonl") == clean_alone()
