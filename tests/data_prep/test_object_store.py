@@ -40,11 +40,10 @@ def store_shards(fs, url: str) -> dict[str, str]:
     return {f[len(root) + 1 :]: hashlib.sha256(fs.cat_file(f)).hexdigest() for f in fs.find(f"{root}/shards")}
 
 
-@pytest.fixture(scope="module")
-def local_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("local") / "out"
-    run_all(demo_cfg(str(SAMPLE)), out)
-    return local_shards(out)
+@pytest.fixture
+def local_run(demo_data):
+    """The demo's shards prepared locally (the session's demo_data), by digest."""
+    return local_shards(demo_data)
 
 
 @pytest.fixture

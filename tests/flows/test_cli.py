@@ -753,13 +753,21 @@ def test_two_nodes_on_loopback_train_checkpoint_and_resume_like_one_node(demo_da
 
 
 @pytest.mark.slow
-def test_prepare_on_an_existing_dask_cluster_is_byte_identical_to_the_local_run(demo_data, tmp_path):
-    """A real cluster — `dask scheduler` and two `dask worker` processes on loopback — runs the
-    data preparation given --dask-address; the output is byte for byte the local run's."""
+def test_prepare_on_a_dask_cluster_sharing_no_filesystem_from_and_to_s3_is_the_local_run(demo_data, tmp_path, s3):
+    """A real cluster — `dask scheduler` and two `dask worker` processes on loopback, each started
+    in an empty folder of its own (its working, scratch and temporary folder) — prepares the demo
+    corpus from an S3 bucket to an S3 URL given --dask-address: the workers share nothing but the
+    store, and every file of the output is byte for byte the local run's (the manifest less its
+    input paths). The credentials, in the standard environment only, appear in no output: the
+    command's, the cluster's logs, any object of the run, any file of the workers or of Prefect."""
     from distributed import Client
 
     dask = str(Path(sys.executable).parent / "dask")
     sched_file = tmp_path / "scheduler.json"
+    source, out = f"s3://{s3.bucket}/in/cluster/sample_corpus", f"s3://{s3.bucket}/runs/cluster"
+    s3.fs().put(str(REPO / "data_prep/sample_corpus"), source, recursive=True)
+    homes = [tmp_path / f"worker-{i}" for i in range(2)]
+    logs = [tmp_path / "scheduler.log", *(h.with_suffix(".log") for h in homes)]
     procs = [
         subprocess.Popen(
             [
@@ -775,7 +783,7 @@ def test_prepare_on_an_existing_dask_cluster_is_byte_identical_to_the_local_run(
             ],
             cwd=tmp_path,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=open(logs[0], "wb"),
             start_new_session=True,
         )
     ]
@@ -783,34 +791,57 @@ def test_prepare_on_an_existing_dask_cluster_is_byte_identical_to_the_local_run(
         deadline = time.time() + 120
         while not sched_file.exists() and time.time() < deadline:
             time.sleep(0.2)
-        procs += [
-            subprocess.Popen(
-                [
-                    dask,
-                    "worker",
-                    "--scheduler-file",
-                    str(sched_file),
-                    "--nthreads",
-                    "1",
-                    "--no-dashboard",
-                    "--host",
-                    "127.0.0.1",
-                ],
-                cwd=tmp_path,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
+        for home, log in zip(homes, logs[1:]):
+            home.mkdir()
+            procs.append(
+                subprocess.Popen(
+                    [
+                        dask,
+                        "worker",
+                        "--scheduler-file",
+                        str(sched_file),
+                        "--nthreads",
+                        "1",
+                        "--no-dashboard",
+                        "--host",
+                        "127.0.0.1",
+                        "--local-directory",
+                        str(home),
+                    ],
+                    cwd=home,
+                    env={**os.environ, "TMPDIR": str(home)},
+                    stdout=subprocess.DEVNULL,
+                    stderr=open(log, "wb"),
+                    start_new_session=True,
+                )
             )
-            for _ in range(2)
-        ]
         with Client(scheduler_file=str(sched_file), timeout=60) as client:
             client.wait_for_workers(2, timeout=120)
             address = client.scheduler.address
             assert address.startswith("tcp://127.0.0.1:")
-            out = tmp_path / "out"
-            res = cli("prepare", "--out", out, "--dask-address", address)
+            res = cli(
+                "prepare",
+                source,
+                "--out",
+                out,
+                "--dask-address",
+                address,
+                env={"PREFECT_HOME": str(tmp_path / "prefect")},
+            )
             assert res.returncode == 0, res.stderr[-3000:]
-            assert tree_bytes(out) == tree_bytes(demo_data)
+            fs, root = s3.fs(), out[len("s3://") :]
+            got = {f[len(root) + 1 :]: fs.cat_file(f) for f in fs.find(root)}
+            want = tree_bytes(demo_data)
+            manifests = [json.loads(x.pop("manifest.json")) for x in (got, want)]
+            for m in manifests:  # where the inputs were read from: the one difference
+                m.pop("inputs")
+                for src in m["config"]["sources"]:
+                    src.pop("path")
+            assert manifests[0] == manifests[1]
+            got.pop("run_stats.json")
+            assert got == want
+            # each worker worked in its own folder, through its own copy of the run folder
+            assert all(list(h.rglob("bloomline-mirror-*")) for h in homes)
             # the chunks were processed by the cluster's workers, not a local cluster
             prefixes = client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.task_prefixes))
             # (a graph this small takes its components in one task, not in Large/Small-Star rounds)
@@ -827,6 +858,10 @@ def test_prepare_on_an_existing_dask_cluster_is_byte_identical_to_the_local_run(
                 "pack_part",
             ):
                 assert any(step in p for p in prefixes), (step, prefixes)
+        secret = s3.secret.encode()
+        assert s3.secret not in res.stdout + res.stderr
+        assert not [k for k, v in got.items() if secret in v]
+        assert not [p for p in tmp_path.rglob("*") if p.is_file() and secret in p.read_bytes()]
     finally:
         for p in procs:  # SIGTERM first: Dask's processes then release their semaphores in /dev/shm
             try:
