@@ -37,6 +37,11 @@ def local_path(where: str | Path) -> Path:
     return Path(s[len("file://") :] if s.startswith("file://") else s)
 
 
+def absolute(where: str | Path) -> str:
+    """``where`` as a process elsewhere reads it: a URL as given, a local path resolved."""
+    return str(where) if is_url(str(where)) else str(local_path(where).resolve())
+
+
 def filesystem(url: str) -> tuple[Any, str]:
     """The fsspec filesystem of ``url`` and the path in it (fsspec caches the instances)."""
     from fsspec.core import url_to_fs

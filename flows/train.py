@@ -21,6 +21,7 @@ from bloomline.config import from_dict, to_dict
 from bloomline.errors import BloomlineError
 from bloomline.io import write_json_atomic
 from bloomline.secrets import mask_tree, masks_exceptions
+from bloomline.storage import absolute
 from eval.publish import retract_after
 from flows.params import InProcess, unmasked
 from flows.progress import TrainProgress
@@ -114,7 +115,7 @@ def start_watcher(
         "--run",
         str(run),
         "--data",
-        str(Path(data).resolve()),
+        absolute(data),
         "--recipe",
         str(RunDir(run).recipe),
     ]

@@ -117,8 +117,11 @@ MANIFEST = "manifest.json"
 
 
 def manifest_path(data_dir: str | Path) -> Path:
-    """``DATA_DIR/manifest.json``: its presence means the data is complete (FORMAT.md)."""
-    return Path(data_dir) / MANIFEST
+    """``DATA_DIR/manifest.json``: its presence means the data is complete (FORMAT.md). For data at
+    a URL, this node's copy of it (data_prep/storage/data_cache.py)."""
+    from data_prep.storage.data_cache import prepared
+
+    return prepared(data_dir) / MANIFEST
 
 
 def manifest_sha256(data_dir: str | Path) -> str:
@@ -155,7 +158,9 @@ def read_shard(path: str | Path, rows: int) -> list[pa.RecordBatch]:
     """The one reader of a shard file: its record batches, memory-mapped (nothing is copied),
     after checking the schema, the ``bloomline.format_version`` it was written with and the row
     count the manifest gives. CorruptShardError naming the file otherwise."""
-    path = Path(path)
+    from data_prep.storage.data_cache import fetched_shard
+
+    path = fetched_shard(Path(path))  # data at a URL: fetched into this node's cache, checked
     if not path.is_file():
         raise CorruptShardError(f"shard missing: {path}")
     try:

@@ -9,7 +9,7 @@ from typing import List
 
 import typer
 
-from bloomline.storage import is_url, join
+from bloomline.storage import absolute, is_url, join
 from bloomline.terminal import rich_escape
 from flows.api_server import start_early
 from flows.commands.base import Debug, console, overrides, owned, run_command, run_flow
@@ -101,7 +101,12 @@ def pipeline(
 
 
 def train(
-    data: Path = typer.Option(..., "--data", help="Folder written by 'bloomline prepare' (manifest.json, shards)."),
+    data: str = typer.Option(
+        ...,
+        "--data",
+        help="Folder written by 'bloomline prepare' (manifest.json, shards), local or at a URL (s3://bucket/run): "
+        "each node then keeps the shards it reads in a bounded cache (BLOOMLINE_DATA_CACHE, BLOOMLINE_DATA_CACHE_GIB).",
+    ),
     out: Path = typer.Option(
         ..., "--out", help="Run folder: metrics.jsonl, tensorboard/, checkpoints/. Rerun to resume."
     ),
@@ -138,7 +143,7 @@ def train(
         if recipe.launch.worker_node:  # Prefect-free: the job's flow run is the first node's
             from flows.train_job import run_worker_node
 
-            n = run_worker_node(recipe, data.resolve(), out.resolve(), say=console.print)
+            n = run_worker_node(recipe, absolute(data), out.resolve(), say=console.print)
             console.print(f"[bold green]done[/]: node {recipe.launch.node_rank}'s ranks finished ({n} attempt(s))")
             return
         start_early()  # while the recipe is checked against the data (torch's import alone is ~1.5 s)
@@ -150,7 +155,7 @@ def train(
         from flows.train import train as train_flow
 
         interrupt.where(lambda: where_stopped(out, recipe.train.steps))
-        at = str(data.resolve()), str(out.resolve())
+        at = absolute(data), str(out.resolve())
         res = run_flow("bloomline train", out, to_dict(recipe), lambda p, i: train_flow(p, *at, local=i))
         print_trained(res, out, console)
 

@@ -16,6 +16,7 @@ from bloomline.config import from_dict, to_dict
 from bloomline.errors import CheckpointError, ConfigError
 from bloomline.io import read_contract_json
 from bloomline.secrets import mask_tree
+from bloomline.storage import absolute
 from training.checkpoint.run_dir import _TAG, META_FILE, step_of_dir_name
 from training.config import ModelConfig, TrainRecipe
 from training.config.batch import MANIFEST_BLEND
@@ -66,7 +67,7 @@ def make_meta(
         "layout": layout_of(recipe.parallel),
         "precision": recipe.train.precision,
         "model": to_dict(recipe.model),
-        "data_dir": str(Path(data_dir).resolve()),
+        "data_dir": absolute(data_dir),
         "data_manifest_sha256": data_manifest_sha256,
         "sampler": sampler,
         "tp_rules": tp_rules(list(full_shapes(recipe.model))),

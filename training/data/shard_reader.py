@@ -30,6 +30,7 @@ import torch
 
 from bloomline.errors import DataError
 from bloomline.io import write_json_atomic
+from data_prep.storage.data_cache import prepared, source_of
 from data_prep.storage.shards import (
     CorruptShardError,
     checksum_error,
@@ -137,14 +138,15 @@ class ShardIndex:
     """
 
     def __init__(self, data_dir: str | Path, split: str = "train"):
-        self.data_dir = Path(data_dir)
+        self.data_dir = prepared(data_dir)  # data at a URL: its copy in this node's cache
+        self.cached = source_of(self.data_dir) != str(self.data_dir)
         self.split = split
         self.manifest = load_manifest(self.data_dir)
         self.shards = [s for s in self.manifest["shards"] if s["split"] == split]
         if not self.shards:
             raise DataError(f"{self.data_dir}: the manifest lists no '{split}' shards")
         self.rows = [ShardRows(self.data_dir / s["path"], int(s["rows"])) for s in self.shards]
-        missing = [str(r.path) for r in self.rows if not r.path.is_file()]
+        missing = [] if self.cached else [str(r.path) for r in self.rows if not r.path.is_file()]
         if missing:
             raise CorruptShardError(
                 f"shard missing: {missing[0]}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
@@ -225,6 +227,8 @@ def verify_once(
     of the same list; it writes the stamp once every shard passed. Raises CorruptShardError (on
     every rank) naming the first corrupt shard, so no rank starts training on bad data.
     """
+    if index.cached:  # each shard is checked as it is fetched into the cache (data_prep/storage/data_cache.py)
+        return 0
     stamp = Path(stamp)
     manifest_sha = manifest_sha256(index.data_dir)
     todo: list[int] | None = None

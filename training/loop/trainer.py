@@ -19,6 +19,7 @@ from typing import Any, Iterator
 import torch
 
 from bloomline.errors import BloomlineError
+from data_prep.storage.data_cache import prepared
 from data_prep.storage.shards import check_model_fits, manifest_sha256
 from training.checkpoint.init_from import start_from
 from training.checkpoint.integrity import checkpoint_files, file_records
@@ -48,7 +49,8 @@ from training.planning.flops import ForwardTimer, model_pair_weight, model_param
 class Trainer:
     def __init__(self, recipe: TrainRecipe, data_dir: str | Path, run_dir: str | Path):
         self.recipe = recipe
-        self.data_dir = Path(data_dir)
+        self.data_where = str(data_dir)  # what the checkpoints record: a URL stays one
+        self.data_dir = prepared(data_dir)
         self.run = RunDir(Path(run_dir))
         self.run.root.mkdir(parents=True, exist_ok=True)
         cfg = recipe.model
@@ -356,7 +358,7 @@ class Trainer:
             meta = make_meta(
                 self.step,
                 self.recipe,
-                self.data_dir,
+                self.data_where,
                 self.manifest_sha,
                 self.sampler.state_dict(),
                 self.guard.state_dict(),

@@ -84,6 +84,20 @@ def reference(data, tmp_path_factory):
     return metrics(out)
 
 
+def test_training_from_data_at_an_s3_url_gives_the_local_copy_s_losses(data, reference, tmp_path, s3):
+    """--data s3://…: the ranks fetch the shards they read into the node's cache, each checked
+    against the manifest's sha256; the losses are the local copy's, and the checkpoint records the URL."""
+    url = f"s3://{s3.bucket}/train-data/demo"
+    s3.fs().put(str(data), url, recursive=True)
+    cache = tmp_path / "cache"
+    ok(launch(url, tmp_path / "run", [], **s3.env, BLOOMLINE_DATA_CACHE=str(cache)))
+    got = metrics(tmp_path / "run")
+    assert [(m["loss"], m["grad_norm"]) for m in got] == [(m["loss"], m["grad_norm"]) for m in reference]
+    assert read_meta(tmp_path / "run" / "checkpoints" / "step_4")["data_dir"] == url
+    cached = list(cache.rglob("shards/**/*.arrow"))
+    assert cached and all((data / p.relative_to(p.parents[3])).read_bytes() == p.read_bytes() for p in cached)
+
+
 def logits_of(step_dir: Path):
     """load_model's whole single-device Bloom on a fixed input."""
     model, meta = load_model(step_dir)
