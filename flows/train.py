@@ -29,6 +29,7 @@ from flows.runlock import owns
 from flows.train_job import job_env, ranks_recipe, restarted, validate
 from training.checkpoint.integrity import newest_intact
 from training.checkpoint.meta import read_meta, saved_recipe, trained_on
+from training.checkpoint.mirror import MirrorUploader, pull_latest
 from training.checkpoint.run_dir import RunDir
 from training.config import TrainRecipe
 from training.data.mixture.online import write_reference
@@ -278,6 +279,10 @@ def train(recipe: dict[str, Any], data: str, out: str, local: InProcess | None =
     r.resolve_paths(Path.cwd())
     reference = validate(r, data)
     run = Path(out).resolve()
+    if r.checkpoint.mirror and (pulled := pull_latest(RunDir(run), r.checkpoint.mirror)) is not None:
+        log.info(
+            "the run folder had no checkpoint: resuming from step %d of the mirror %s", pulled, r.checkpoint.mirror
+        )
     folder = open_run(r, run, reference, log)
     recipe_file = ranks_recipe(r, folder)
     # One log folder per invocation, so an old run's last lines are never taken for this one's.
@@ -290,9 +295,14 @@ def train(recipe: dict[str, Any], data: str, out: str, local: InProcess | None =
         log.info(
             "evaluating each checkpoint in a separate process (pid %d, log %s)", watcher.pid, logs / "evaluation.log"
         )
+    mirror = MirrorUploader(folder, r.checkpoint.mirror, r.checkpoint.keep, log.info) if r.checkpoint.mirror else None
     try:
         tries = run_ranks(r, folder, data, recipe_file, logs, env, log)
+        if mirror:
+            mirror.close()  # the last checkpoint on the mirror before the run reports done
     except BaseException:
+        if mirror:
+            mirror.stop()
         if watcher:  # a failed run: no waiting for evaluations
             stop_watcher(watcher, run, r, log, drain_s=0, why="training stopped with an error before it was evaluated")
         raise

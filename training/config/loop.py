@@ -101,6 +101,11 @@ class CheckpointConfig:
     """Keep the newest this many checkpoints."""
     max_restarts: int = 3
     """The train flow restarts a failed job from `latest` at most this many times."""
+    mirror: str = ""
+    """A URL (``s3://bucket/runs/x``, any fsspec URL) each saved checkpoint is uploaded to, in the
+    background, with ``latest`` moved there last (training/checkpoint/mirror.py); a run folder with
+    no checkpoint (a fresh node) resumes from the mirror's latest. Credentials from the standard
+    environment, never here."""
 
     def validate(self) -> None:
         check(self.interval >= 1, "interval", "must be >= 1")

@@ -98,6 +98,26 @@ def test_training_from_data_at_an_s3_url_gives_the_local_copy_s_losses(data, ref
     assert cached and all((data / p.relative_to(p.parents[3])).read_bytes() == p.read_bytes() for p in cached)
 
 
+def test_a_run_resumes_in_an_empty_folder_from_its_checkpoint_mirror(data, reference, tmp_path, s3):
+    """Two steps, their checkpoint mirrored to S3 by the uploader's thread; a fresh node's empty
+    run folder pulls it (files, bloomline.json, latest, the metrics log) and trains on to step 4:
+    every step's loss and grad norm is the uninterrupted run's."""
+    from training.checkpoint.mirror import MirrorUploader, mirrored_steps, pull_latest
+
+    url = f"s3://{s3.bucket}/mirrors/resume"
+    ok(launch(data, tmp_path / "a", ["train.steps=2"]))
+    said = []
+    MirrorUploader(RunDir(tmp_path / "a"), url, keep=2, say=said.append).close()
+    assert mirrored_steps(url) == [2] and said[0].startswith(f"checkpoint step 2 mirrored to {url} (")
+    fresh = RunDir(tmp_path / "b")
+    fresh.root.mkdir()
+    assert pull_latest(fresh, url) == 2 and pull_latest(fresh, url) is None  # once: then it has a checkpoint
+    ok(launch(data, fresh.root, []))
+    assert [(m["loss"], m["grad_norm"]) for m in metrics(fresh.root)] == [
+        (m["loss"], m["grad_norm"]) for m in reference
+    ]
+
+
 def logits_of(step_dir: Path):
     """load_model's whole single-device Bloom on a fixed input."""
     model, meta = load_model(step_dir)
