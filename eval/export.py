@@ -22,10 +22,12 @@ from typing import Any, Optional
 from bloomline.errors import CheckpointError
 from bloomline.io import copy_atomic, write_json_atomic
 from bloomline.tokenizer import kind_of, tokenizer_files
+from data_prep.storage.data_cache import prepared
 from data_prep.storage.shards import manifest_path
 from training.checkpoint.hf_names import hf_name
 from training.checkpoint.load import load_model
 from training.checkpoint.meta import PRECISIONS, trained_on
+from training.checkpoint.mirror import checkpoint_at
 from training.checkpoint.run_dir import META_FILE
 from training.parallel.layout import EMBEDDING
 
@@ -119,9 +121,10 @@ def export(ckpt_dir: str | Path, out: str | Path, data_dir: Optional[str | Path]
 
     from data_prep.storage.shards import load_manifest
 
-    ckpt_dir, out = Path(ckpt_dir), Path(out)
+    ckpt_dir, out = checkpoint_at(ckpt_dir), Path(out)  # a checkpoint URL: a local copy
     model, meta = load_model(ckpt_dir, PRECISIONS[dtype])
-    data = Path(data_dir or meta["data_dir"])
+    where = data_dir or meta["data_dir"]  # a URL where the run trained from one
+    data = prepared(where)
     manifest = load_manifest(data)
     if not trained_on(meta, data):
         raise CheckpointError(
@@ -143,7 +146,7 @@ def export(ckpt_dir: str | Path, out: str | Path, data_dir: Optional[str | Path]
             "step": meta["step"],
             "layout": meta["layout"],
             "dtype": dtype,
-            "data_dir": str(data),
+            "data_dir": str(where),
         },
     )
     return out

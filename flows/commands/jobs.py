@@ -9,6 +9,7 @@ from typing import List
 
 import typer
 
+from bloomline.errors import BloomlineError
 from bloomline.storage import absolute, is_url, join
 from bloomline.terminal import rich_escape
 from flows.api_server import start_early
@@ -163,8 +164,11 @@ def train(
 
 
 def evaluate(
-    checkpoint: Path = typer.Option(
-        ..., "--checkpoint", help="A checkpoint folder (RUN_DIR/checkpoints/step_N), any layout."
+    checkpoint: str = typer.Option(
+        ...,
+        "--checkpoint",
+        help="A checkpoint folder (RUN_DIR/checkpoints/step_N), any layout, or its URL (a checkpoint.mirror's: "
+        "then give --out).",
     ),
     data: Path = typer.Option(
         ..., "--data", help="The prepared data it was trained on (its validation splits are evaluated)."
@@ -187,17 +191,22 @@ def evaluate(
         from eval.evaluate import checked
         from flows.evaluate import evaluate_flow
         from flows.summary import print_evaluated
+        from training.checkpoint.mirror import checkpoint_at
         from training.checkpoint.run_dir import RunDir
         from training.checkpoint.safe_load import check_folder
 
+        if is_url(checkpoint) and out is None:
+            raise BloomlineError(f"--checkpoint {checkpoint} is a URL: give --out, the run folder for its results")
+        local = checkpoint_at(checkpoint)  # a URL: a copy on this machine
+
         # a bad checkpoint folder, other data, an unknown task, device=cuda without a GPU, a layout
         # that does not cut the model: one line here, before the flow's server and logs
-        checked(checkpoint, data, cfg)
-        check_folder(checkpoint)  # a file that names code, or is cut short, too (memory-mapped: fast)
-        at = str(checkpoint.resolve()), str(data.resolve())
+        checked(local, data, cfg)
+        check_folder(local)  # a file that names code, or is cut short, too (memory-mapped: fast)
+        at = str(local.resolve()), str(data.resolve())
         to = str(out.resolve()) if out else None
-        folder = out or RunDir.of_checkpoint(checkpoint).root
+        folder = out or RunDir.of_checkpoint(local).root
         res = run_flow("bloomline evaluate", folder, to_dict(cfg), lambda p, i: evaluate_flow(*at, p, to, local=i))
         print_evaluated(res, console)
 
-    run_command(body, debug, driver=True, out=out or checkpoint)
+    run_command(body, debug, driver=True, out=out or (None if is_url(checkpoint) else Path(checkpoint)))

@@ -15,8 +15,10 @@ from flows.config import DEFAULT_RECIPES
 
 
 def export(
-    checkpoint: Path = typer.Option(
-        ..., "--checkpoint", help="A checkpoint folder (RUN_DIR/checkpoints/step_N), any layout."
+    checkpoint: str = typer.Option(
+        ...,
+        "--checkpoint",
+        help="A checkpoint folder (RUN_DIR/checkpoints/step_N), any layout, or its URL (a checkpoint.mirror's).",
     ),
     out: Path = typer.Option(
         ..., "--out", help="Folder for the Hugging Face model (safetensors, config.json, tokenizer)."

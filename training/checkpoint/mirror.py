@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Callable, Optional
 
 from bloomline.errors import CheckpointError
 from bloomline.io import write_bytes_atomic
-from bloomline.storage import errors_named, filesystem, join
+from bloomline.storage import errors_named, filesystem, is_url, join, local_path
 from training.checkpoint.run_dir import META_FILE, RunDir, step_dir_name, step_of_dir_name
 
 RUN_LOGS = ("metrics.jsonl", "mixture.jsonl")
@@ -119,6 +120,16 @@ def fetch_checkpoint(url: str, cache: Path) -> Path:
     if not (dest / META_FILE).is_file():
         _download_step(run_url, step, dest)
     return dest
+
+
+def checkpoint_at(where: str | Path) -> Path:
+    """A checkpoint folder to read: itself, or for a URL its copy in this machine's scratch space
+    (:func:`fetch_checkpoint`)."""
+    if not is_url(str(where)):
+        return local_path(where)
+    from bloomline.mirror import scratch_dir
+
+    return fetch_checkpoint(str(where), scratch_dir() / f"bloomline-checkpoints-{os.getuid()}")
 
 
 class MirrorUploader:

@@ -116,6 +116,14 @@ def test_a_run_resumes_in_an_empty_folder_from_its_checkpoint_mirror(data, refer
     assert [(m["loss"], m["grad_norm"]) for m in metrics(fresh.root)] == [
         (m["loss"], m["grad_norm"]) for m in reference
     ]
+    # export (and evaluate) read a checkpoint at its URL through a local copy: the same model
+    from eval.export import export
+
+    for src, dest in ((f"{url}/checkpoints/step_2", "from-url"), (tmp_path / "a" / "checkpoints" / "step_2", "local")):
+        export(src, tmp_path / dest, data)
+    assert (tmp_path / "from-url" / "model.safetensors").read_bytes() == (
+        tmp_path / "local" / "model.safetensors"
+    ).read_bytes()
 
 
 def logits_of(step_dir: Path):
