@@ -149,39 +149,3 @@ def remove_stale_tmp(root: str | Path, owned: Iterable[str] = ()) -> int:
 
 def sha256_tree(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def content_digest(paths: Iterable[str | Path]) -> tuple[str, int, int]:
-    """sha256 over the files under ``paths``: (digest, files, bytes). Each path (a file, or a folder
-    walked in sorted order, hidden entries skipped) is hashed by its files' relative names, sizes
-    and bytes; the digest combines those in sorted order. The given paths themselves are not
-    hashed: the same files elsewhere give the same digest."""
-    from bloomline.storage import open_input, upath
-
-    roots = []
-    n_files = n_bytes = 0
-    for root in map(upath, paths):  # a local path or a URL: the same files give the same digest
-        h = hashlib.sha256()
-        files = (
-            [root]
-            if root.is_file()
-            else sorted(
-                (
-                    f
-                    for f in root.rglob("*")
-                    if f.is_file() and not any(part.startswith(".") for part in f.relative_to(root).parts)
-                ),
-                key=lambda f: f.relative_to(root).parts,
-            )
-        )
-        for f in files:
-            rel = f.name if f == root else "/".join(f.relative_to(root).parts)
-            size = f.stat().st_size
-            h.update(f"{rel}\0{size}\0".encode())
-            with open_input(f) as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(block)
-            n_files += 1
-            n_bytes += size
-        roots.append(h.hexdigest())
-    return sha256_tree(sorted(roots)), n_files, n_bytes

@@ -22,24 +22,12 @@ import contextlib
 import hashlib
 import os
 import shutil
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from bloomline.io import journal, open_journal, tmp_path
-from bloomline.storage import errors_named, filesystem, join
-
-
-def scratch_dir() -> Path:
-    """This process's own scratch space: a Dask worker's local directory, else ``BLOOMLINE_SCRATCH``
-    or the temporary folder."""
-    try:
-        from distributed import get_worker
-
-        return Path(get_worker().local_directory)
-    except (ImportError, ValueError):
-        return Path(os.environ.get("BLOOMLINE_SCRATCH") or tempfile.gettempdir())
+from bloomline.storage import errors_named, filesystem, join, scratch_dir
 
 
 class Mirror:
@@ -199,6 +187,14 @@ class Mirror:
         with Mirror._lock:
             Mirror._open.pop(self.url, None)
         shutil.rmtree(self.local, ignore_errors=True)
+
+
+def drop(url: str) -> None:
+    """Remove this process's copy of the folder at ``url``, if it has one (a finished run's, on a
+    long-lived Dask worker: the store keeps everything)."""
+    m = Mirror._open.get(url.rstrip("/"))
+    if m is not None:
+        m.close()
 
 
 def mirror_of(path: Path) -> Mirror | None:

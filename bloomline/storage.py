@@ -13,9 +13,12 @@ line naming the URL, masked (bloomline/secrets.py) like every other line bloomli
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import os
 import re
+import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from bloomline.errors import BloomlineError
 
@@ -24,6 +27,17 @@ _SCHEME = re.compile(r"\A[A-Za-z][A-Za-z0-9+.-]*://")
 
 class StorageError(BloomlineError):
     """An object store refused a request, or the object or bucket is not there."""
+
+
+def scratch_dir() -> Path:
+    """This process's own scratch space: a Dask worker's local directory, else ``BLOOMLINE_SCRATCH``
+    or the temporary folder."""
+    try:
+        from distributed import get_worker
+
+        return Path(get_worker().local_directory)
+    except (ImportError, ValueError):
+        return Path(os.environ.get("BLOOMLINE_SCRATCH") or tempfile.gettempdir())
 
 
 def is_url(where: Any) -> bool:
@@ -123,10 +137,7 @@ def local_copy(where: str) -> str:
     object's size or tag changes. For readers that memory-map a whole file (Arrow streams)."""
     if not is_url(where):
         return str(local_path(where))
-    import hashlib
-
     from bloomline.io import tmp_path
-    from bloomline.mirror import scratch_dir
 
     fs, path = filesystem(where)
     with errors_named(where):
@@ -143,3 +154,39 @@ def local_copy(where: str) -> str:
             finally:
                 tmp.unlink(missing_ok=True)
     return str(dest)
+
+
+def content_digest(paths: Iterable[str | Path]) -> tuple[str, int, int]:
+    """sha256 over the files under ``paths``: (digest, files, bytes). Each path (a file, or a folder
+    walked in sorted order, hidden entries skipped) is hashed by its files' relative names, sizes
+    and bytes; the digest combines those in sorted order. The given paths themselves are not
+    hashed: the same files elsewhere give the same digest."""
+    from bloomline.io import sha256_tree
+
+    roots = []
+    n_files = n_bytes = 0
+    for root in map(upath, paths):  # a local path or a URL: the same files give the same digest
+        h = hashlib.sha256()
+        files = (
+            [root]
+            if root.is_file()
+            else sorted(
+                (
+                    f
+                    for f in root.rglob("*")
+                    if f.is_file() and not any(part.startswith(".") for part in f.relative_to(root).parts)
+                ),
+                key=lambda f: f.relative_to(root).parts,
+            )
+        )
+        for f in files:
+            rel = f.name if f == root else "/".join(f.relative_to(root).parts)
+            size = f.stat().st_size
+            h.update(f"{rel}\0{size}\0".encode())
+            with open_input(f) as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+            n_files += 1
+            n_bytes += size
+        roots.append(h.hexdigest())
+    return sha256_tree(sorted(roots)), n_files, n_bytes

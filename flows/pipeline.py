@@ -29,8 +29,9 @@ from prefect.cache_policies import NONE
 
 from bloomline.config import from_dict, to_dict
 from bloomline.errors import BloomlineError
-from bloomline.io import content_digest, read_json, write_json_atomic
+from bloomline.io import read_json, write_json_atomic
 from bloomline.secrets import mask_tree, masks_exceptions
+from bloomline.storage import content_digest
 from data_prep.storage.shards import manifest_path, manifest_sha256
 from eval.results import clear_evaluations, copy_evaluations, results_dir
 from eval.tasks import data_digest

@@ -12,7 +12,6 @@ rerun skip finished work with or without a Prefect server (see data_prep/pipelin
 from __future__ import annotations
 
 from contextlib import nullcontext
-from pathlib import Path
 from typing import Any, Callable
 
 from prefect import flow, get_run_logger, task
@@ -20,7 +19,9 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 
 from bloomline.config import from_dict, to_dict
+from bloomline.mirror import drop
 from bloomline.secrets import mask_text, mask_tree, masks_exceptions
+from bloomline.storage import absolute, is_url
 from data_prep.config import PrepareConfig
 from data_prep.pipeline import Progress, run_all
 from flows.api_server import wait_ready
@@ -47,21 +48,23 @@ def prepare(config: dict[str, Any], out: str, local: InProcess | None = None) ->
     log.info("preparing %d source(s) into %s", len(cfg.sources), out)
     given = local.dask if local is not None else None
     with nullcontext(given) if given is not None else dask_client(cfg) as client:
-        manifest = run_all(cfg, out, map_fn=dask_map(client), as_task=_as_task, progress=progress)
+        try:
+            manifest = run_all(cfg, out, map_fn=dask_map(client), as_task=_as_task, progress=progress)
+        finally:
+            if is_url(out):  # the workers' copies of a folder at a URL: the store holds it all
+                client.run(drop, out)
     rows = summary_rows(manifest)
     create_table_artifact(
         key="prepare-summary",
         table=mask_tree(rows),
-        description=mask_text(f"Per-language summary of `bloomline prepare` → {Path(out).resolve()}"),
+        description=mask_text(f"Per-language summary of `bloomline prepare` → {absolute(out)}"),
     )
     from data_prep.reports.filter_report import report
 
     create_markdown_artifact(
         mask_text(report(out, examples=3)),
         key="filter-report",
-        description=mask_text(
-            f"Drops by language and reason, and kept documents near a threshold → {Path(out).resolve()}"
-        ),
+        description=mask_text(f"Drops by language and reason, and kept documents near a threshold → {absolute(out)}"),
     )
     return manifest
 

@@ -94,7 +94,8 @@ class PrepareConfig:
         of each source's files, in the sources' order. Every input byte is read: a rerun of a
         large corpus pays one pass of reading and hashing it."""
         from bloomline.config import to_dict
-        from bloomline.io import content_digest, sha256_file, sha256_tree
+        from bloomline.io import sha256_file, sha256_tree
+        from bloomline.storage import content_digest
         from bloomline.task_spec import folder_digest
         from bloomline.tokenizer import tokenizer_files
 

@@ -96,8 +96,9 @@ class DataCache:
         except (ValueError, KeyError, TypeError):
             self.shards = {}  # load_manifest names what is wrong with it
 
-    def shard(self, path: Path) -> Path:
-        """The shard at local ``path`` (under :attr:`local`), fetched and checked if it is not here."""
+    def shard(self, path: Path, corrupt: type[Exception]) -> Path:
+        """The shard at local ``path`` (under :attr:`local`), fetched and checked if it is not here
+        (``corrupt`` raised, naming its URL, when its sha256 is not the manifest's)."""
         rel = path.relative_to(self.local).as_posix()
         entry = self.shards.get(rel)
         if entry is None:
@@ -114,11 +115,7 @@ class DataCache:
                 with errors_named(join(self.url, rel)):
                     self.fs.get_file(join(self.root, rel), str(tmp))
                 if sha256_file(tmp) != entry["sha256"]:
-                    from data_prep.storage.shards import CorruptShardError
-
-                    raise CorruptShardError(
-                        f"shard {join(self.url, rel)} is corrupt: its sha256 does not match the manifest's"
-                    )
+                    raise corrupt(f"shard {join(self.url, rel)} is corrupt: its sha256 does not match the manifest's")
                 os.replace(tmp, path)
             finally:
                 tmp.unlink(missing_ok=True)
@@ -149,11 +146,11 @@ def prepared(where: str | Path) -> Path:
     return DataCache.of(str(where)).local
 
 
-def fetched_shard(path: Path) -> Path:
+def fetched_shard(path: Path, corrupt: type[Exception]) -> Path:
     """``path`` fetched into its cache when it lies in one open in this process, else itself."""
     for c in list(DataCache._open.values()):
         if path.is_relative_to(c.local):
-            return c.shard(path)
+            return c.shard(path, corrupt)
     return path
 
 

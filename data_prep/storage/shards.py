@@ -160,7 +160,7 @@ def read_shard(path: str | Path, rows: int) -> list[pa.RecordBatch]:
     count the manifest gives. CorruptShardError naming the file otherwise."""
     from data_prep.storage.data_cache import fetched_shard
 
-    path = fetched_shard(Path(path))  # data at a URL: fetched into this node's cache, checked
+    path = fetched_shard(Path(path), CorruptShardError)  # data at a URL: fetched into this node's cache, checked
     if not path.is_file():
         raise CorruptShardError(f"shard missing: {path}")
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -18,6 +19,8 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 _SETUP_REQUESTS = 4  # IAM: create user, put its policy, create its key; S3: create the bucket
 
@@ -36,11 +39,11 @@ class S3Server:
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.bucket = bucket
         moto = Path(sys.executable).with_name("moto_server")
-        self._log = open(log, "wb")
         env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(_SETUP_REQUESTS)}
-        self.proc = subprocess.Popen(
-            [str(moto), "-H", "127.0.0.1", "-p", str(self.port)], stdout=self._log, stderr=subprocess.STDOUT, env=env
-        )
+        # started by a shell that exits at once: the server is no child of the tests' process,
+        # whose tests count their own children (the ranks they start must all be gone)
+        cmd = f"{shlex.quote(str(moto))} -H 127.0.0.1 -p {self.port} > {shlex.quote(str(log))} 2>&1 & echo $!"
+        self.pid = int(subprocess.run(["sh", "-c", cmd], env=env, capture_output=True, text=True, check=True).stdout)
         self._wait()
         self.env = self._setup()
 
@@ -51,7 +54,7 @@ class S3Server:
                 urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=2)
                 return
             except OSError:
-                if self.proc.poll() is not None:
+                if not psutil.pid_exists(self.pid):
                     raise RuntimeError("moto_server exited") from None
                 time.sleep(0.2)
         raise RuntimeError("moto_server did not start")
@@ -93,9 +96,11 @@ class S3Server:
         )
 
     def stop(self) -> None:
-        self.proc.terminate()
         try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self._log.close()
+            p = psutil.Process(self.pid)
+            p.terminate()
+            p.wait(10)
+        except psutil.NoSuchProcess:
+            pass
+        except psutil.TimeoutExpired:
+            p.kill()

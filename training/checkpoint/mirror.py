@@ -127,7 +127,7 @@ def checkpoint_at(where: str | Path) -> Path:
     (:func:`fetch_checkpoint`)."""
     if not is_url(str(where)):
         return local_path(where)
-    from bloomline.mirror import scratch_dir
+    from bloomline.storage import scratch_dir
 
     return fetch_checkpoint(str(where), scratch_dir() / f"bloomline-checkpoints-{os.getuid()}")
 
