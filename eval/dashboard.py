@@ -32,12 +32,13 @@ from training.checkpoint.run_dir import RunDir
 from training.loop.metrics_log import read_metrics
 
 
-def _data_dir(run_dir: Path) -> Path | None:
+def _data_dir(run_dir: Path) -> str | None:
+    """Where the run's data is (a path, or a URL), as its latest checkpoint records it."""
     from training.checkpoint.meta import read_meta
     from training.checkpoint.run_dir import RunDir
 
     latest = RunDir(run_dir).latest_dir()
-    return None if latest is None else Path(read_meta(latest)["data_dir"])
+    return None if latest is None else read_meta(latest)["data_dir"]
 
 
 def _manifest(run_dir: Path) -> dict[str, Any] | None:

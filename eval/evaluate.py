@@ -21,8 +21,10 @@ from typing import Any, Callable, Optional
 import torch
 
 from bloomline.errors import CheckpointError, ConfigError
+from bloomline.storage import is_url
 from bloomline.task_spec import TaskSpec
 from bloomline.tokenizer import open_tokenizer
+from data_prep.storage.data_cache import prepared
 from data_prep.storage.shards import load_manifest, manifest_path
 from eval.generate import generate
 from eval.metrics import GROUPS, group_of
@@ -123,9 +125,12 @@ def evaluate(
     """Evaluate the checkpoint ``ckpt_dir`` on ``data_dir``'s validation splits and ``cfg.tasks``:
     in this process, or on ``cfg.parallel``'s tp·pp ranks (eval/parallel/). Everything a user can
     get wrong is refused here, in one line, before a model is loaded or a rank started."""
-    ckpt_dir, data_dir = Path(ckpt_dir), Path(data_dir)
+    ckpt_dir, url = Path(ckpt_dir), data_dir
+    data_dir = prepared(data_dir)  # data at a URL: this node's cache of it
     meta = checked(ckpt_dir, data_dir, cfg)
     if cfg.parallel.world_size > 1:
+        if is_url(str(url)):  # the ranks read the validation shards from the cache: fetched here first
+            ShardIndex(data_dir, "valid").fetch_all()
         from eval.parallel.launch import evaluate_on_ranks
 
         got = evaluate_on_ranks(ckpt_dir, data_dir, cfg, run, meta, stamp, progress)

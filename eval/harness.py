@@ -30,7 +30,7 @@ def validation_documents(data_dir: str | Path, lang: str) -> list[str]:
     from eval.evaluate import language_samples
 
     index = ShardIndex(data_dir, "valid")
-    tok = open_tokenizer(Path(data_dir) / index.manifest["tokenizer"]["path"])
+    tok = open_tokenizer(index.data_dir / index.manifest["tokenizer"]["path"])
     eos = tok.eos_id
     docs = []
     for _, refs in language_samples(index, lang, None):

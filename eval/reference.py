@@ -15,6 +15,7 @@ from typing import Any
 
 from bloomline.errors import ConfigError
 from bloomline.io import read_json
+from data_prep.storage.data_cache import prepared
 from data_prep.storage.shards import load_manifest
 from eval.result_rows import of_languages, validation_rows
 from eval.results import read_results
@@ -30,7 +31,7 @@ def _reference_tokenizer(ref: RunDir) -> str:
     step = ref.latest_step()
     if step is None:
         raise ConfigError(KEY, f"{ref.root} has no checkpoint: is it a bloomline run folder?")
-    data_dir = Path(read_meta(ref.step_dir(step))["data_dir"])
+    data_dir = prepared(read_meta(ref.step_dir(step))["data_dir"])  # a URL: this node's cache of it
     if not (data_dir / "manifest.json").is_file():
         raise ConfigError(KEY, f"the reference run's data {data_dir} is gone: its tokenizer cannot be checked")
     return load_manifest(data_dir)["tokenizer"]["sha256"]

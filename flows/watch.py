@@ -62,7 +62,7 @@ def settle(run_dir: str | Path, max_deferred: int, busy: int | None = None) -> N
 
 def watch(
     run_dir: Path,
-    data: Path,
+    data: str | Path,
     recipe: TrainRecipe,
     done: Callable[[], bool],
     poll_s: float = 1.0,
@@ -108,7 +108,7 @@ def watch(
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Evaluate a training run's checkpoints as they appear.")
     ap.add_argument("--run", required=True, type=Path)
-    ap.add_argument("--data", required=True, type=Path)
+    ap.add_argument("--data", required=True)  # a path or a URL
     ap.add_argument("--recipe", required=True, type=Path, help="the run's resolved recipe (recipe.json)")
     args = ap.parse_args(argv)
     recipe = from_dict(TrainRecipe, json.loads(args.recipe.read_text()))

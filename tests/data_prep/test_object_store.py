@@ -54,18 +54,6 @@ def corpus_url(s3):
     return url
 
 
-def test_prepare_from_s3_to_s3_gives_the_local_run_s_shards(s3, corpus_url, local_run):
-    """Inputs, shards, manifest, drop log, work folder and markers all on the store; nothing of the
-    folder is left in this machine's scratch space."""
-    out = f"s3://{s3.bucket}/runs/same"
-    m = run_all(demo_cfg(corpus_url), out)
-    assert store_shards(s3.fs(), out) == local_run and len(local_run) > 100
-    assert {s["path"] for s in m["shards"]} == set(local_run)
-    fs = s3.fs()
-    assert fs.exists(f"{out}/manifest.json") and not fs.exists(f"{out}/.work")  # work folder removed at the end
-    assert run_all(demo_cfg(corpus_url), out)["run_stats"] == {"already_complete": True}
-
-
 KILLED = textwrap.dedent(
     """
     import sys
@@ -76,10 +64,13 @@ KILLED = textwrap.dedent(
 )
 
 
-def test_a_sigkill_during_an_upload_then_a_rerun_gives_the_same_shards(s3, corpus_url, local_run, tmp_path):
-    """The killed job's process is SIGKILLed once the chunks pass has uploaded some of its files
-    (polled on the store: the kill lands among the uploads of that pass); the rerun, in a process
-    with an empty scratch space, resumes from the markers on the store."""
+def test_prepare_from_s3_to_s3_killed_during_an_upload_then_rerun_gives_the_local_run_s_shards(
+    s3, corpus_url, local_run, tmp_path
+):
+    """Inputs, shards, manifest, drop log, work folder and markers all on the store. The job's
+    process is SIGKILLed once the chunks pass has uploaded some of its files (polled on the store:
+    the kill lands among the uploads of that pass); the rerun, in this process with its own
+    scratch space, resumes from the markers on the store: the shards are the local run's."""
     out = f"s3://{s3.bucket}/runs/killed"
     env = {**os.environ, "BLOOMLINE_SCRATCH": str(tmp_path / "killed-scratch"), "PYTHONPATH": str(REPO)}
     p = subprocess.Popen([sys.executable, "-c", KILLED, corpus_url, out], env=env, cwd=REPO)
@@ -96,7 +87,11 @@ def test_a_sigkill_during_an_upload_then_a_rerun_gives_the_same_shards(s3, corpu
     assert p.returncode == -signal.SIGKILL and not fs.exists(f"{out}/manifest.json")
     m = run_all(demo_cfg(corpus_url), out)
     assert m["run_stats"].get("already_complete") is None
-    assert store_shards(s3.fs(), out) == local_run
+    assert store_shards(s3.fs(), out) == local_run and len(local_run) > 100
+    assert {s["path"] for s in m["shards"]} == set(local_run)
+    fs.invalidate_cache()
+    assert fs.exists(f"{out}/manifest.json") and not fs.exists(f"{out}/.work")  # work folder removed at the end
+    assert run_all(demo_cfg(corpus_url), out)["run_stats"] == {"already_complete": True}
 
 
 def test_store_errors_are_one_line_naming_the_url_never_the_secret(s3, monkeypatch, tmp_path):

@@ -167,6 +167,12 @@ class ShardIndex:
         self.buckets = sorted({b for _, b in self.streams})
         self.pad_id = pad_id(self.manifest["tokenizer"])
 
+    def fetch_all(self) -> None:
+        """Open every shard of the split now (data at a URL: each fetched into this node's cache
+        and checked), for processes that read them from the cache but did not open it."""
+        for r in self.rows:
+            r._open()
+
     def lang_tokens(self, lang: str) -> int:
         """Real (unpadded) tokens of ``lang`` in this split."""
         return sum(s.tokens for (lg, _), s in self.streams.items() if lg == lang)

@@ -84,42 +84,36 @@ def reference(data, tmp_path_factory):
     return metrics(out)
 
 
-def test_training_from_data_at_an_s3_url_gives_the_local_copy_s_losses(data, reference, tmp_path, s3):
+def test_training_from_s3_data_resumes_in_an_empty_folder_from_its_checkpoint_mirror(data, reference, tmp_path, s3):
     """--data s3://…: the ranks fetch the shards they read into the node's cache, each checked
-    against the manifest's sha256; the losses are the local copy's, and the checkpoint records the URL."""
-    url = f"s3://{s3.bucket}/train-data/demo"
-    s3.fs().put(str(data), url, recursive=True)
-    cache = tmp_path / "cache"
-    ok(launch(url, tmp_path / "run", [], **s3.env, BLOOMLINE_DATA_CACHE=str(cache)))
-    got = metrics(tmp_path / "run")
-    assert [(m["loss"], m["grad_norm"]) for m in got] == [(m["loss"], m["grad_norm"]) for m in reference]
-    assert read_meta(tmp_path / "run" / "checkpoints" / "step_4")["data_dir"] == url
-    cached = list(cache.rglob("shards/**/*.arrow"))
-    assert cached and all((data / p.relative_to(p.parents[3])).read_bytes() == p.read_bytes() for p in cached)
-
-
-def test_a_run_resumes_in_an_empty_folder_from_its_checkpoint_mirror(data, reference, tmp_path, s3):
-    """Two steps, their checkpoint mirrored to S3 by the uploader's thread; a fresh node's empty
-    run folder pulls it (files, bloomline.json, latest, the metrics log) and trains on to step 4:
-    every step's loss and grad norm is the uninterrupted run's."""
+    against the manifest's sha256. Two steps, their checkpoint mirrored to S3 by the uploader's
+    thread; a fresh node's empty run folder pulls it (files, bloomline.json, latest, the metrics
+    log) and trains on to step 4: every step's loss and grad norm is the uninterrupted run's on
+    the local copy. export (and evaluate) read the checkpoint at its URL: the same model."""
+    from eval.export import export
     from training.checkpoint.mirror import MirrorUploader, mirrored_steps, pull_latest
 
-    url = f"s3://{s3.bucket}/mirrors/resume"
-    ok(launch(data, tmp_path / "a", ["train.steps=2"]))
+    url, mirror = f"s3://{s3.bucket}/train-data/demo", f"s3://{s3.bucket}/mirrors/resume"
+    s3.fs().put(str(data), url, recursive=True)
+    cache = tmp_path / "cache"
+    env = {**s3.env, "BLOOMLINE_DATA_CACHE": str(cache)}
+    ok(launch(url, tmp_path / "a", ["train.steps=2"], **env))
     said = []
-    MirrorUploader(RunDir(tmp_path / "a"), url, keep=2, say=said.append).close()
-    assert mirrored_steps(url) == [2] and said[0].startswith(f"checkpoint step 2 mirrored to {url} (")
+    MirrorUploader(RunDir(tmp_path / "a"), mirror, keep=2, say=said.append).close()
+    assert mirrored_steps(mirror) == [2] and said[0].startswith(f"checkpoint step 2 mirrored to {mirror} (")
     fresh = RunDir(tmp_path / "b")
     fresh.root.mkdir()
-    assert pull_latest(fresh, url) == 2 and pull_latest(fresh, url) is None  # once: then it has a checkpoint
-    ok(launch(data, fresh.root, []))
-    assert [(m["loss"], m["grad_norm"]) for m in metrics(fresh.root)] == [
-        (m["loss"], m["grad_norm"]) for m in reference
-    ]
-    # export (and evaluate) read a checkpoint at its URL through a local copy: the same model
-    from eval.export import export
-
-    for src, dest in ((f"{url}/checkpoints/step_2", "from-url"), (tmp_path / "a" / "checkpoints" / "step_2", "local")):
+    assert pull_latest(fresh, mirror) == 2 and pull_latest(fresh, mirror) is None  # once: then it has a checkpoint
+    ok(launch(url, fresh.root, [], **env))
+    got = metrics(fresh.root)
+    assert [(m["loss"], m["grad_norm"]) for m in got] == [(m["loss"], m["grad_norm"]) for m in reference]
+    assert read_meta(fresh.step_dir(4))["data_dir"] == url
+    cached = list(cache.rglob("shards/**/*.arrow"))
+    assert cached and all((data / p.relative_to(p.parents[3])).read_bytes() == p.read_bytes() for p in cached)
+    for src, dest in (
+        (f"{mirror}/checkpoints/step_2", "from-url"),
+        (tmp_path / "a" / "checkpoints" / "step_2", "local"),
+    ):
         export(src, tmp_path / dest, data)
     assert (tmp_path / "from-url" / "model.safetensors").read_bytes() == (
         tmp_path / "local" / "model.safetensors"
