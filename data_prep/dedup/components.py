@@ -22,7 +22,6 @@ its partition's edges, never the graph. :func:`components` runs the same steps i
 from __future__ import annotations
 
 from functools import partial
-from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -143,6 +142,12 @@ def stars_in_one_task(rows: int, out: str, n: int, memory_gib: float, sources: l
     return write_routed(path, EDGE_SCHEMA, {"u": child, "v": root}, route(child, n), n)
 
 
+def _name(out: str, step: int, q: int) -> str:
+    """A stars file's name relative to the folder (each process has its own copy of one at a URL)."""
+    paths = Paths.at(out)
+    return paths.dedup_star(step, q).relative_to(paths.out).as_posix()
+
+
 def run_stars(
     map_fn: Callable[[Callable, list], Iterable[dict[str, Any]]],
     out: str,
@@ -150,15 +155,15 @@ def run_stars(
     memory_gib: float,
     sources: list[str],
     one_task_rows: int,
-) -> tuple[list[Path], int]:
+) -> tuple[list[str], int]:
     """Components of the edges in the ``sources`` files (``rows``: edge rows per partition): in
     one task when they are at most ``one_task_rows``, else rounds of Large-Star then Small-Star
-    over ``len(rows)`` partitions until a round changes nothing. Returns the files whose batch q
-    holds the stars of partition q's nodes, and the number of rounds."""
+    over ``len(rows)`` partitions until a round changes nothing. Returns the files (relative to
+    the folder) whose batch q holds the stars of partition q's nodes, and the number of rounds."""
     n, step, rounds = len(rows), 0, 0
     if sum(rows) <= one_task_rows:
         list(map_fn(partial(stars_in_one_task, out=out, n=n, memory_gib=memory_gib, sources=sources), [sum(rows)]))
-        return [Paths.at(out).dedup_star(0, 0)], 0
+        return [_name(out, 0, 0)], 0
     while True:
         changed = False
         for s in (step + 1, step + 2):
@@ -172,4 +177,4 @@ def run_stars(
             changed |= any(m["changed"] for m in markers)
         step, rounds = step + 2, rounds + 1
         if not changed:
-            return [Paths.at(out).dedup_star(step, i) for i in range(n)], rounds
+            return [_name(out, step, i) for i in range(n)], rounds

@@ -145,13 +145,7 @@ def run_dedup(
         facts = [{"exact": "exact-facts", "pairs": "facts"}[s] for s in sources]
         label_rows = _sum_rows(
             map_fn(
-                partial(
-                    label_nodes,
-                    out=out,
-                    stars=[f.relative_to(paths.out).as_posix() for f in stars],
-                    memory_gib=gib,
-                    facts=facts,
-                ),
+                partial(label_nodes, out=out, stars=stars, memory_gib=gib, facts=facts),
                 list(enumerate(edges)),
             ),
             len(plan["ranges"]),

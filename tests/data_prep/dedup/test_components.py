@@ -70,7 +70,7 @@ def test_partitioned_steps_equal_union_find(tmp_path, n, one_task):
     )
     got = {}
     for q in range(n):
-        e = read_routed(files, q, EDGE_SCHEMA)
+        e = read_routed([tmp_path / f for f in files], q, EDGE_SCHEMA)
         child = e["u"] > e["v"]
         assert np.all(route(e["u"][child], n) == q)  # a node's label lives in its own partition
         got.update(zip(e["u"][child].tolist(), e["v"][child].tolist()))
