@@ -37,7 +37,7 @@ class Paths:
         if is_url(str(where)):
             m = Mirror.of(str(where))
             return cls(m.local, m)
-        return cls(local_path(where).absolute())
+        return cls(local_path(where).resolve())
 
     @property
     def where(self) -> str:
