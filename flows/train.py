@@ -177,10 +177,15 @@ class TrainResult(TypedDict):
 
 
 def open_run(r: TrainRecipe, run: Path, reference: Any, log: Any) -> RunDir:
-    """The run folder made ready for the ranks: the recipe (for people: secrets masked), what a
-    killed job left beyond ``latest`` removed, an online mixture's reference written."""
+    """The run folder made ready for the ranks: a folder with no checkpoint given the mirror's
+    latest (``checkpoint.mirror``), the recipe (for people: secrets masked), what a killed job
+    left beyond ``latest`` removed, an online mixture's reference written."""
     run.mkdir(parents=True, exist_ok=True)
     folder = RunDir(run)
+    if r.checkpoint.mirror and (pulled := pull_latest(folder, r.checkpoint.mirror)) is not None:
+        log.info(
+            "the run folder had no checkpoint: resuming from step %d of the mirror %s", pulled, r.checkpoint.mirror
+        )
     write_json_atomic(folder.recipe, mask_tree(to_dict(r)))
     # a damaged latest falls back to the newest intact checkpoint, before any rank could fail on it
     resumed_at = newest_intact(folder, log.warning) or 0
@@ -279,10 +284,6 @@ def train(recipe: dict[str, Any], data: str, out: str, local: InProcess | None =
     r.resolve_paths(Path.cwd())
     reference = validate(r, data)
     run = Path(out).resolve()
-    if r.checkpoint.mirror and (pulled := pull_latest(RunDir(run), r.checkpoint.mirror)) is not None:
-        log.info(
-            "the run folder had no checkpoint: resuming from step %d of the mirror %s", pulled, r.checkpoint.mirror
-        )
     folder = open_run(r, run, reference, log)
     recipe_file = ranks_recipe(r, folder)
     # One log folder per invocation, so an old run's last lines are never taken for this one's.

@@ -15,8 +15,10 @@ an empty run folder (a fresh node) the mirror's latest checkpoint, so the run re
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -109,7 +111,9 @@ def pull_latest(run: RunDir, url: str) -> Optional[int]:
 
 def fetch_checkpoint(url: str, cache: Path) -> Path:
     """The checkpoint at ``url`` (``…/checkpoints/step_N``) copied under ``cache`` in a run folder's
-    layout (once: a copy with its bloomline.json is complete); its local step folder."""
+    layout; its local step folder. A copy is reused while the mirror's objects are those it was
+    made from (names, sizes, tags: one listing): a run saved again into the same mirror is
+    fetched again."""
     base, _, name = url.rstrip("/").rpartition("/")
     run_url = base.rpartition("/")[0] if base.endswith("/checkpoints") else ""
     if not run_url:
@@ -117,8 +121,20 @@ def fetch_checkpoint(url: str, cache: Path) -> Path:
     step = step_of_dir_name(name, url)
     run = RunDir(cache / hashlib.sha256(run_url.encode()).hexdigest()[:16])
     dest = run.step_dir(step)
-    if not (dest / META_FILE).is_file():
+    fs, path = filesystem(url)
+    with errors_named(url):
+        fs.invalidate_cache()
+        found = fs.find(path, detail=True)
+    objects = {
+        k[len(path) + 1 :]: [v.get("size"), v.get("ETag") or v.get("etag") or v.get("mtime")] for k, v in found.items()
+    }
+    if META_FILE not in objects:
+        raise CheckpointError(f"{join(url, META_FILE)} not found: not a complete checkpoint")
+    record = dest.parent / f".{dest.name}.mirror.json"  # what the copy was made from
+    if not (dest / META_FILE).is_file() or not record.is_file() or json.loads(record.read_text()) != objects:
+        shutil.rmtree(dest, ignore_errors=True)
         _download_step(run_url, step, dest)
+        write_bytes_atomic(record, json.dumps(objects, sort_keys=True, default=str).encode())
     return dest
 
 

@@ -225,7 +225,7 @@ def on_the_store(examples: int) -> settings:
     )
 
 
-@on_the_store(3)
+@on_the_store(2)
 @given(st.lists(lines(), max_size=40), tables(), cut_gzip())
 def test_the_readers_properties_hold_on_an_object_store(s3, ls, table_and_groups, data_and_cut):
     """The properties above with the inputs read from S3 (tests/support/s3.py), a few examples: a
