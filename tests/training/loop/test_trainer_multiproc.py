@@ -84,42 +84,6 @@ def reference(data, tmp_path_factory):
     return metrics(out)
 
 
-def test_training_from_s3_data_resumes_in_an_empty_folder_from_its_checkpoint_mirror(data, reference, tmp_path, s3):
-    """--data s3://…: the ranks fetch the shards they read into the node's cache, each checked
-    against the manifest's sha256. Two steps, their checkpoint mirrored to S3 by the uploader's
-    thread; a fresh node's empty run folder pulls it (files, bloomline.json, latest, the metrics
-    log) and trains on to step 4: every step's loss and grad norm is the uninterrupted run's on
-    the local copy. export (and evaluate) read the checkpoint at its URL: the same model."""
-    from eval.export import export
-    from training.checkpoint.mirror import MirrorUploader, mirrored_steps, pull_latest
-
-    url, mirror = f"s3://{s3.bucket}/train-data/demo", f"s3://{s3.bucket}/mirrors/resume"
-    s3.fs().put(str(data), url, recursive=True)
-    cache = tmp_path / "cache"
-    env = {**s3.env, "BLOOMLINE_DATA_CACHE": str(cache)}
-    ok(launch(url, tmp_path / "a", ["train.steps=2"], **env))
-    said = []
-    MirrorUploader(RunDir(tmp_path / "a"), mirror, keep=2, say=said.append).close()
-    assert mirrored_steps(mirror) == [2] and said[0].startswith(f"checkpoint step 2 mirrored to {mirror} (")
-    fresh = RunDir(tmp_path / "b")
-    fresh.root.mkdir()
-    assert pull_latest(fresh, mirror) == 2 and pull_latest(fresh, mirror) is None  # once: then it has a checkpoint
-    ok(launch(url, fresh.root, [], **env))
-    got = metrics(fresh.root)
-    assert [(m["loss"], m["grad_norm"]) for m in got] == [(m["loss"], m["grad_norm"]) for m in reference]
-    assert read_meta(fresh.step_dir(4))["data_dir"] == url
-    cached = list(cache.rglob("shards/**/*.arrow"))
-    assert cached and all((data / p.relative_to(p.parents[3])).read_bytes() == p.read_bytes() for p in cached)
-    for src, dest in (
-        (f"{mirror}/checkpoints/step_2", "from-url"),
-        (tmp_path / "a" / "checkpoints" / "step_2", "local"),
-    ):
-        export(src, tmp_path / dest, data)
-    assert (tmp_path / "from-url" / "model.safetensors").read_bytes() == (
-        tmp_path / "local" / "model.safetensors"
-    ).read_bytes()
-
-
 def logits_of(step_dir: Path):
     """load_model's whole single-device Bloom on a fixed input."""
     model, meta = load_model(step_dir)
@@ -129,22 +93,47 @@ def logits_of(step_dir: Path):
         return model(ids)[..., : model.cfg.vocab_size], meta
 
 
-def test_resume_is_exact_on_one_rank(data, reference, tmp_path):
-    ok(launch(data, tmp_path, ["train.steps=2"]))
-    assert RunDir(tmp_path).latest_step() == 2
-    res = launch(data, tmp_path, [])
+def test_resume_is_exact_on_one_rank_from_s3_data_and_a_checkpoint_mirror(data, reference, tmp_path, s3):
+    """Two steps, then two more after a resume: every step's loss and grad norm is the
+    uninterrupted run's. The data is read from S3 (--data s3://…: the ranks fetch the shards they
+    read into the node's cache, each checked against the manifest's sha256), and the resume is on
+    a fresh node: the first run's checkpoint is mirrored to S3 by the uploader's thread, and an
+    empty run folder pulls it (files, bloomline.json, latest, the metrics log). export (and
+    evaluate) read a checkpoint at its URL: the same model as from the local folder."""
+    from eval.export import export
+    from training.checkpoint.mirror import MirrorUploader, mirrored_steps, pull_latest
+
+    url, mirror = f"s3://{s3.bucket}/train-data/demo", f"s3://{s3.bucket}/mirrors/resume"
+    s3.fs().put(str(data), url, recursive=True)
+    env = {**s3.env, "BLOOMLINE_DATA_CACHE": str(tmp_path / "cache")}
+    first = RunDir(tmp_path / "first")
+    ok(launch(url, first.root, ["train.steps=2"], **env))
+    said = []
+    MirrorUploader(first, mirror, keep=2, say=said.append).close()
+    assert mirrored_steps(mirror) == [2] and said[0].startswith(f"checkpoint step 2 mirrored to {mirror} (")
+    out = tmp_path / "run"  # the fresh node's run folder
+    out.mkdir()
+    assert pull_latest(RunDir(out), mirror) == 2 and pull_latest(RunDir(out), mirror) is None
+    res = launch(url, out, [], **env)
     ok(res)
+    cached = list((tmp_path / "cache").rglob("shards/**/*.arrow"))
+    assert cached and all((data / p.relative_to(p.parents[3])).read_bytes() == p.read_bytes() for p in cached)
+    for src, dest in ((f"{mirror}/checkpoints/step_2", "from-url"), (first.step_dir(2), "local")):
+        export(src, tmp_path / dest, data)
+    exported = [(tmp_path / d / "model.safetensors").read_bytes() for d in ("from-url", "local")]
+    assert exported[0] == exported[1]
     # train.steps went from 2 to 4, but the cosine runs to optim.decay_steps=30 either way
     assert (
         "resuming at step 2 with another LR schedule (train.steps 2 → 4): the LR of step 3 is unchanged" in res.stdout
     )
     assert "step 4/4 | loss " in res.stdout  # the progress line (train.log_interval=1)
     assert "model.attention=auto: sdpa (FlexAttention has no CPU backward)" in res.stdout
-    got = metrics(tmp_path)
+    got = metrics(out)
     assert [m["step"] for m in got] == [1, 2, 3, 4]
     assert [(m["loss"], m["grad_norm"]) for m in got] == [(m["loss"], m["grad_norm"]) for m in reference]
     # bloomline.json: the checked contract (training/CHECKPOINT.md)
-    meta = read_meta(tmp_path / "checkpoints" / "step_4")
+    meta = read_meta(out / "checkpoints" / "step_4")
+    assert meta["data_dir"] == url
     assert (
         meta["format_version"] == FORMAT_VERSION
         and meta["init_from"] is None  # the seed's weights
@@ -164,7 +153,7 @@ def test_resume_is_exact_on_one_rank(data, reference, tmp_path):
         lg: pytest.approx(seen.get(lg, 0) / train.lang_tokens(lg), abs=1e-6) for lg in train.languages
     }
     assert meta["tp_rules"]["blocks.0.attn.dense.weight"] == 1 and meta["tp_rules"]["final_ln.weight"] is None
-    assert RunDir(tmp_path).complete_steps() == [2, 4]  # checkpoint.keep=2
+    assert RunDir(out).complete_steps() == [2, 4]  # checkpoint.keep=2
     # every metrics line has the required fields, and TensorBoard got the scalars
     for m in got:
         for k in (
@@ -183,7 +172,7 @@ def test_resume_is_exact_on_one_rank(data, reference, tmp_path):
         # sdpa computes the dense square: 6N + 12·L·H·T per padded position, T the step's bucket
         assert m["flops"] == pytest.approx(m["padded_tokens"] * FLOPS_PER_TOKEN(m["bucket"]), rel=1e-9)
         assert m["dp_balance"] == 1.0 and m["dp_time_balance"] == 1.0 and m["attention"] == "sdpa"  # one rank
-    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
 
 
 def test_3d_layout_trains_resumes_and_loads_as_the_single_device_model(data, tmp_path_factory):
