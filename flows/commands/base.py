@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Callable, Iterator, TypeVar
+from typing import Annotated, Any, Callable, Iterator, Optional, TypeVar
 
 import typer
 from rich.console import Console
@@ -76,6 +77,18 @@ def run_command(body: Callable[[], None], debug: bool, driver: bool = False, out
     except KeyboardInterrupt:
         console.print("[bold red]interrupted[/]: rerun the same command to resume")
         raise typer.Exit(130) from None
+
+
+_MANGLED_URL = re.compile(r"\A[A-Za-z][A-Za-z0-9+.-]*:/(?!/)")
+
+
+def local_out(out: Optional[Path], instead: str) -> None:
+    """Refuse, in one line, a URL given for a local folder (``--out``): the option is a Path, and
+    ``s3://b/x`` became the folder ``s3:/b/x``, which would be written here. ``instead``: what to
+    do to keep it in a bucket."""
+    if out is not None and _MANGLED_URL.match(str(out)):
+        url = str(out).replace(":/", "://", 1)
+        raise BloomlineError(f"--out {url}: this folder is written on this machine; {instead}")
 
 
 @contextmanager

@@ -13,7 +13,7 @@ from bloomline.errors import BloomlineError
 from bloomline.storage import absolute, is_url, join
 from bloomline.terminal import rich_escape
 from flows.api_server import start_early
-from flows.commands.base import Debug, console, overrides, owned, run_command, run_flow
+from flows.commands.base import Debug, console, local_out, overrides, owned, run_command, run_flow
 from flows.config import DEFAULT_RECIPES
 
 
@@ -86,6 +86,8 @@ def pipeline(
         from data_prep.pipeline import preflight
         from flows.config import PipelineConfig
 
+        local_out(out, "the main job's run folder is local (docs/object-storage.md)")
+
         cfg = load_config(PipelineConfig, config, override)
         if dask_address:
             cfg.data.dask.address = dask_address
@@ -139,6 +141,7 @@ def train(
         from bloomline.config import load_config, to_dict
         from training.config import TrainRecipe
 
+        local_out(out, "keep its checkpoints in a bucket with -o checkpoint.mirror=URL (docs/object-storage.md)")
         flags = [f"launch.{k}={'true' if v is True else v}" for k, v in launch.items() if v is not None]
         recipe = load_config(TrainRecipe, config, [*override, *flags])
         if recipe.launch.worker_node:  # Prefect-free: the job's flow run is the first node's
@@ -183,6 +186,8 @@ def evaluate(
     def body() -> None:
         from bloomline.config import load_config, to_dict
         from training.config import EvalConfig
+
+        local_out(out, "the results go into a local run folder")
 
         cfg = load_config(EvalConfig, config, override)
         if cfg.heldout:  # the flow may run elsewhere: the folder as the user named it here

@@ -99,6 +99,10 @@ def test_misuse_gives_one_line_errors(tmp_path):
     unreadable = tmp_path / "x.parquet"
     unreadable.write_text("not parquet")
     assert "x.parquet" in prepare_refusal(inputs=[unreadable])
+    # a URL for a folder written on this machine: typer made it the folder "s3:/…"; refused, nothing made
+    res = cli("train", "--data", tmp_path, "--out", "s3://bucket/run")
+    one_line_error(res, "--out s3://bucket/run: this folder is written on this machine; keep its checkpoints")
+    assert not (REPO / "s3:").exists()
 
 
 def test_a_budget_too_small_for_the_data_is_a_one_line_error(tmp_path):
