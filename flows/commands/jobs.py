@@ -104,12 +104,7 @@ def pipeline(
 
 
 def train(
-    data: str = typer.Option(
-        ...,
-        "--data",
-        help="Folder written by 'bloomline prepare' (manifest.json, shards), local or at a URL (s3://bucket/run): "
-        "each node then keeps the shards it reads in a bounded cache (BLOOMLINE_DATA_CACHE, BLOOMLINE_DATA_CACHE_GIB).",
-    ),
+    data: str = typer.Option(..., "--data", help="Folder written by 'bloomline prepare', or its URL (s3://…)."),
     out: Path = typer.Option(
         ..., "--out", help="Run folder: metrics.jsonl, tensorboard/, checkpoints/. Rerun to resume."
     ),
