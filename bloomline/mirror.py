@@ -19,7 +19,6 @@ shared between machines but the store):
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import threading
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from bloomline.io import journal, open_journal, tmp_path
-from bloomline.storage import errors_named, filesystem, join, scratch_dir
+from bloomline.storage import errors_named, filesystem, join, scratch_dir, url_key
 
 
 class Mirror:
@@ -48,8 +47,7 @@ class Mirror:
         url = url.rstrip("/")
         with cls._lock:
             if url not in cls._open:
-                key = hashlib.sha256(url.encode()).hexdigest()[:16]
-                m = cls(url, scratch_dir() / f"bloomline-mirror-{os.getuid()}" / key)
+                m = cls(url, scratch_dir() / f"bloomline-mirror-{os.getuid()}" / url_key(url))
                 m.check_reachable()
                 cls._open[url] = m
             return cls._open[url]
@@ -124,10 +122,6 @@ class Mirror:
                 if p.is_file() and rel not in names and not self._trusted(p, rel):
                     p.unlink()
         return folder
-
-    def exists(self, path: Path) -> bool:
-        """Whether the store holds the object at local ``path``."""
-        return self.fetch(path).exists()
 
     @contextlib.contextmanager
     def task(self) -> Iterator[None]:

@@ -40,6 +40,11 @@ def scratch_dir() -> Path:
         return Path(os.environ.get("BLOOMLINE_SCRATCH") or tempfile.gettempdir())
 
 
+def url_key(url: str) -> str:
+    """A short name for ``url`` in a local folder (a mirror's, a cache's): the start of its sha256."""
+    return hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
+
+
 def is_url(where: Any) -> bool:
     """Whether ``where`` is a URL of a filesystem other than this machine's (``file://`` is local)."""
     return isinstance(where, str) and bool(_SCHEME.match(where)) and not where.startswith("file://")

@@ -20,7 +20,6 @@ it closes it). A bound smaller than the shards one node reads makes them fetched
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -31,7 +30,7 @@ from typing import Any
 
 from bloomline.errors import DataError
 from bloomline.io import sha256_file, tmp_path, write_bytes_atomic
-from bloomline.storage import errors_named, filesystem, is_url, join, local_path
+from bloomline.storage import errors_named, filesystem, is_url, join, local_path, url_key
 
 MANIFEST = "manifest.json"
 DEFAULT_GIB = 100.0
@@ -66,8 +65,7 @@ class DataCache:
         url = url.rstrip("/")
         with cls._lock:
             if url not in cls._open:
-                key = hashlib.sha256(url.encode()).hexdigest()[:16]
-                c = cls(url, cache_root() / key, cache_bytes())
+                c = cls(url, cache_root() / url_key(url), cache_bytes())
                 c.refresh()
                 cls._open[url] = c
             return cls._open[url]

@@ -14,7 +14,6 @@ an empty run folder (a fresh node) the mirror's latest checkpoint, so the run re
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -26,7 +25,7 @@ from typing import Callable, Optional
 
 from bloomline.errors import CheckpointError
 from bloomline.io import write_bytes_atomic
-from bloomline.storage import errors_named, filesystem, is_url, join, local_path
+from bloomline.storage import errors_named, filesystem, is_url, join, local_path, url_key
 from training.checkpoint.run_dir import META_FILE, RunDir, step_dir_name, step_of_dir_name
 
 RUN_LOGS = ("metrics.jsonl", "mixture.jsonl")
@@ -119,7 +118,7 @@ def fetch_checkpoint(url: str, cache: Path) -> Path:
     if not run_url:
         raise CheckpointError(f"{url}: a checkpoint URL ends in /checkpoints/step_N")
     step = step_of_dir_name(name, url)
-    run = RunDir(cache / hashlib.sha256(run_url.encode()).hexdigest()[:16])
+    run = RunDir(cache / url_key(run_url))
     dest = run.step_dir(step)
     fs, path = filesystem(url)
     with errors_named(url):
