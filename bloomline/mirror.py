@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from bloomline.io import journal, open_journal, tmp_path
+from bloomline.names import confined
 from bloomline.storage import errors_named, filesystem, join, scratch_dir, url_key
 
 
@@ -47,7 +48,7 @@ class Mirror:
         url = url.rstrip("/")
         with cls._lock:
             if url not in cls._open:
-                m = cls(url, scratch_dir() / f"bloomline-mirror-{os.getuid()}" / url_key(url))
+                m = cls(url, scratch_dir() / "bloomline-mirrors" / url_key(url))
                 m.check_reachable()
                 cls._open[url] = m
             return cls._open[url]
@@ -113,9 +114,10 @@ class Mirror:
             except FileNotFoundError:
                 found = []
             names = {f[len(self.root.rstrip("/")) + 1 :] for f in found}
-            for rel in sorted(names):
-                if not self._trusted(self.local / rel, rel):
-                    self._download(rel, self.local / rel)
+            for rel in sorted(names):  # the store's names: each confined to this copy (bloomline/names.py)
+                path = confined(self.local, rel, join(self.url, prefix))
+                if not self._trusted(path, rel):
+                    self._download(rel, path)
         if folder.is_dir():
             for p in folder.rglob("*"):
                 rel = self.rel(p)

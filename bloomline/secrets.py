@@ -4,7 +4,9 @@ of recipes kept in run folders.
 What counts as a secret: the password of a URL (``scheme://user:PASSWORD@host``, up to the last
 ``@`` of the URL: a password may hold ``@`` and ``/``), secret-looking query parameters
 (``?token=…``, ``&sig=…``, ``client_secret``, ``access_key``, ``apikey``, AWS ``X-Amz-Signature`` /
-``X-Amz-Credential``, Google ``X-Goog-Signature``), and the value of any mapping key or
+``X-Amz-Credential``, Google ``X-Goog-Signature``), an ``Authorization`` header's value and a
+``Bearer`` token, the value of a ``password=`` / ``passwd=`` / ``secret=`` / ``token=`` pair and
+of a JSON member whose key is secret-named, and the value of any mapping key or
 environment variable whose name says it holds one (TOKEN, SECRET, PASSWORD, PASSPHRASE,
 PRIVATE_KEY, API_KEY, ACCESS_KEY, CREDENTIAL, AUTH, ``*_PASS``, ``*_PWD``). Masked values read
 ``***``. The programs themselves get the real values (configs, environments; the ranks on this
@@ -58,6 +60,39 @@ _QUERY_SECRET = re.compile(
 ``X-Goog-Signature`` / ``X-Goog-Credential``, ``key``, ``apikey``, ``api_key``, ``access_key``,
 ``sig`` (a name of at most 40 characters before the word; each try bounded, and one that no
 ``=`` follows soon fails at once: ``&a&a…`` took 0.3 s a megabyte)."""
+_AUTH_HEADER = re.compile(
+    r"(?P<head>\b(?:proxy-)?authorization[\"']?[ \t]{0,8}[:=][ \t]{0,8}[\"']?"
+    r"(?:(?:bearer|basic|digest|token|negotiate|aws4-hmac-sha256)[ \t]{1,8})?)(?P<value>[^\s\"'][^\r\n\"']*)",
+    re.IGNORECASE,
+)
+"""An HTTP ``Authorization`` (or ``Proxy-Authorization``) header: its whole value after the scheme
+word, to the end of the line (AWS's signs a list of fields)."""
+_BEARER = re.compile(r"(?P<head>\bbearer[ \t]{1,8})(?P<value>[A-Za-z0-9._~+/=-]{8,})", re.IGNORECASE)
+"""A bearer token on its own (``Bearer eyJ…``), as a client library quotes it."""
+_PAIR = re.compile(
+    r"(?<![A-Za-z0-9_.-])(?P<name>[A-Za-z0-9_.-]{1,64})(?P<eq>[ \t]{0,8}=[ \t]{0,8}[\"']?)(?P<value>[^\s\"'&,;]+)"
+)
+_PAIR_NAME = re.compile(
+    r"(?:passw(?:or)?d|passphrase|secret|token|signature|api_?key|access_?key|private_?key|credentials?|_pwd)\Z",
+    re.IGNORECASE,
+)
+"""A ``name=value`` pair whose name ends in a secret's word (``password=``, ``passwd=``,
+``secret=``, ``token=``, ``aws_secret_access_key =``): its value. Only as the name's end, so
+``tokens=128`` is left as it is."""
+_JSON_PAIR = re.compile(r'"(?P<name>[^"\\\n]{1,64})"(?P<sep>[ \t]{0,8}:[ \t]{0,8})"(?P<value>(?:[^"\\\n]|\\.)*)"')
+"""A JSON string member, ``"aws_secret_access_key": "…"``: masked when its key is secret-named
+(:data:`SECRET_NAME`, as :func:`mask_tree` masks a tree's)."""
+
+
+def _mask_pairs(text: str) -> str:
+    text = _AUTH_HEADER.sub(lambda m: m["head"] + MASK, text)
+    text = _BEARER.sub(lambda m: m["head"] + MASK, text)
+    text = _PAIR.sub(lambda m: m["name"] + m["eq"] + MASK if _PAIR_NAME.search(m["name"]) else m[0], text)
+    return _JSON_PAIR.sub(
+        lambda m: f'"{m["name"]}"{m["sep"]}"{MASK}"' if SECRET_NAME.search(m["name"]) and m["value"] else m[0], text
+    )
+
+
 # Values of secret-named environment variables seen at import and at each mask_text call, so a
 # token that reached a message verbatim (an echoed command line) is masked too.
 _MIN_SECRET_LEN = 6  # shorter values ("1", "true") would mask ordinary words
@@ -141,6 +176,7 @@ def mask_text(text: str, env: Mapping[str, str] | None = None) -> str:
     if parts:
         text = "".join(parts) + text[last:]
     text = _QUERY_SECRET.sub(lambda m: m["head"] + MASK, text)
+    text = _mask_pairs(text)
     for value in _env_secrets(os.environ if env is None else env):
         text = text.replace(value, MASK)
     return text

@@ -16,7 +16,6 @@ import contextlib
 import hashlib
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -31,13 +30,16 @@ class StorageError(BloomlineError):
 
 def scratch_dir() -> Path:
     """This process's own scratch space: a Dask worker's local directory, else ``BLOOMLINE_SCRATCH``
-    or the temporary folder."""
+    or ``scratch`` in this user's cache; checked to be this user's own before each use
+    (bloomline/owned.py: never a folder another user made first in ``/tmp``)."""
+    from bloomline.owned import cache_home, owned_dir
+
     try:
         from distributed import get_worker
 
-        return Path(get_worker().local_directory)
+        return owned_dir(get_worker().local_directory)
     except (ImportError, ValueError):
-        return Path(os.environ.get("BLOOMLINE_SCRATCH") or tempfile.gettempdir())
+        return owned_dir(os.environ.get("BLOOMLINE_SCRATCH") or cache_home() / "scratch")
 
 
 def url_key(url: str) -> str:
@@ -61,10 +63,37 @@ def absolute(where: str | Path) -> str:
     return str(where) if is_url(str(where)) else str(local_path(where).resolve())
 
 
+def has_user_part(url: str) -> bool:
+    """Whether ``url`` carries a user or password (``s3://KEY:SECRET@bucket``, ``https://TOKEN@host``)."""
+    from bloomline.secrets import secret_parts
+
+    m = _SCHEME.match(url)
+    return bool(m) and ("@" in url[m.end() :].split("/", 1)[0] or bool(secret_parts(url)))
+
+
+CREDENTIALS_HINT = (
+    "a URL with a user or password is refused: it would be readable by every user in the processes' "
+    "command lines; put the credentials in the environment (AWS_*, GOOGLE_APPLICATION_CREDENTIALS, "
+    "HF_TOKEN) or fsspec's configuration"
+)
+
+
+def check_no_credentials(url: str, what: str) -> None:
+    """Refuse, in one line, a URL that carries credentials: it would stand in the command line of
+    every process a run starts (the launcher, the ranks, the watcher), which every user of the
+    machine can read in ``/proc/*/cmdline``."""
+    if isinstance(url, str) and has_user_part(url):
+        from bloomline.secrets import mask_text
+
+        raise StorageError(f"{what} {mask_text(url)}: {CREDENTIALS_HINT}")
+
+
 def filesystem(url: str) -> tuple[Any, str]:
-    """The fsspec filesystem of ``url`` and the path in it (fsspec caches the instances)."""
+    """The fsspec filesystem of ``url`` and the path in it (fsspec caches the instances); a URL
+    with credentials is refused (:func:`check_no_credentials`)."""
     from fsspec.core import url_to_fs
 
+    check_no_credentials(url, "a store's URL")
     try:
         return url_to_fs(url)
     except (ImportError, ValueError) as e:
@@ -151,7 +180,7 @@ def local_copy(where: str) -> str:
         key = hashlib.sha256(f"{where}\0{tag}".encode()).hexdigest()[:24]
         dest = scratch_dir() / "bloomline-inputs" / f"{key}-{Path(path).name}"
         if not dest.exists():
-            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.parent.mkdir(mode=0o700, exist_ok=True)
             tmp = tmp_path(dest)
             try:
                 fs.get_file(path, str(tmp))

@@ -25,7 +25,7 @@ from bloomline.storage import is_url
 from bloomline.task_spec import TaskSpec
 from bloomline.tokenizer import open_tokenizer
 from data_prep.storage.data_cache import prepared
-from data_prep.storage.shards import load_manifest, manifest_path
+from data_prep.storage.shards import load_manifest, manifest_path, tokenizer_file
 from eval.generate import generate
 from eval.metrics import GROUPS, group_of
 from eval.model import EvalModel, LocalModel, resolve_device
@@ -188,7 +188,7 @@ def evaluate_with(
     if stamp is not None:
         verify_once(index, stamp)
     tok = index.manifest["tokenizer"]
-    model_file = data_dir / tok["path"]
+    model_file = tokenizer_file(data_dir, index.manifest)
     eos = int(tok["eos_id"])
     tokenizer = open_tokenizer(model_file, tok["sha256"])
     tokens_seen = meta["sampler"]["tokens_by_lang"]

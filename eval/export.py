@@ -23,7 +23,7 @@ from bloomline.errors import CheckpointError
 from bloomline.io import copy_atomic, write_json_atomic
 from bloomline.tokenizer import kind_of, tokenizer_files
 from data_prep.storage.data_cache import prepared
-from data_prep.storage.shards import manifest_path
+from data_prep.storage.shards import manifest_path, tokenizer_file
 from training.checkpoint.hf_names import hf_name
 from training.checkpoint.load import load_model
 from training.checkpoint.meta import PRECISIONS, trained_on
@@ -138,7 +138,7 @@ def export(ckpt_dir: str | Path, out: str | Path, data_dir: Optional[str | Path]
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     tok = manifest["tokenizer"]
     write_json_atomic(out / "config.json", hf_config(cfg, tok, {"fp32": "float32", "bf16": "bfloat16"}[dtype]))
-    save_tokenizer(data / tok["path"], out)
+    save_tokenizer(tokenizer_file(data, manifest), out)
     write_json_atomic(
         out / "bloomline_export.json",
         {

@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from data_prep.storage.shards import tokenizer_file
 from training.data.shard_reader import ShardIndex
 
 
@@ -30,7 +31,7 @@ def validation_documents(data_dir: str | Path, lang: str) -> list[str]:
     from eval.evaluate import language_samples
 
     index = ShardIndex(data_dir, "valid")
-    tok = open_tokenizer(index.data_dir / index.manifest["tokenizer"]["path"])
+    tok = open_tokenizer(tokenizer_file(index.data_dir, index.manifest))
     eos = tok.eos_id
     docs = []
     for _, refs in language_samples(index, lang, None):

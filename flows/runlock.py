@@ -94,12 +94,15 @@ def acquire(folder: str | Path, command: str, say: Callable[[str], None] = print
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = _open_lock(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         holder = _holder(fd)
+        other = _other_users_holder(fd)
         os.close(fd)
+        if other:
+            raise FolderInUse(f"{folder} is locked by {other}: wait for it to end, or ask its owner") from None
         if holder.get("token") == tok:
             return RunLock(path, None)
         raise _in_use(str(folder), holder) from None
@@ -117,6 +120,43 @@ def acquire(folder: str | Path, command: str, say: Callable[[str], None] = print
         _take_over(folder, previous, say)
     _write_holder(fd, command, tok)
     return RunLock(path, fd)
+
+
+def _open_lock(path: Path) -> int:
+    """The lock file, opened for ``flock`` (bloomline/owned.py: never through a symbolic link, a
+    regular file of this user's; mode 0600, so no other user can open it to hold it); a file an
+    earlier bloomline made readable by all is made 0600."""
+    from bloomline.owned import NotOwned, open_lock
+
+    try:
+        fd = open_lock(path)
+    except NotOwned as e:
+        raise FolderInUse(f"{path.parent} cannot be locked: {e}") from None
+    except PermissionError:
+        raise FolderInUse(f"{path.parent} cannot be locked: {path} is not this user's to open") from None
+    os.fchmod(fd, 0o600)
+    return fd
+
+
+def _other_users_holder(fd: int) -> str | None:
+    """Who holds the ``flock`` on ``fd``'s file, when it is a process of another user ("pid N of uid
+    M"), from ``/proc/locks``; None when it is this user's (or cannot be told)."""
+    st = os.fstat(fd)
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        f = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF" (a blocked waiter's line has "->")
+        if len(f) >= 6 and f[1] == "FLOCK" and "->" not in f and f[5] == dev:
+            try:
+                uid = os.stat(f"/proc/{f[4]}").st_uid
+            except OSError:
+                return None
+            return f"pid {f[4]} of uid {uid}, another user" if uid != os.getuid() else None
+    return None
 
 
 def _take_over(folder: Path, previous: dict[str, Any], say: Callable[[str], None]) -> None:

@@ -11,6 +11,15 @@ SHARED = REPO.parent / "shared" / "corpus"
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_caches(tmp_path_factory):
+    """bloomline's caches and scratch space (bloomline/owned.py) in this session's own folders, for
+    the tests and every process they start, not in the user's ~/.cache."""
+    root = tmp_path_factory.mktemp("caches")
+    for var, name in (("BLOOMLINE_SCRATCH", "scratch"), ("BLOOMLINE_DATA_CACHE", "data")):
+        os.environ.setdefault(var, str(root / name))
+
+
 @pytest.fixture
 def sample_corpus() -> Path:
     return SAMPLE

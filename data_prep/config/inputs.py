@@ -8,6 +8,7 @@ from typing import Optional
 from bloomline import languages
 from bloomline.config import check
 from bloomline.host import available_cpus
+from bloomline.storage import CREDENTIALS_HINT, has_user_part
 
 MIN_GIB = 0.75
 """The smallest ``memory_gib`` accepted: a process's own baseline and room for one default chunk
@@ -27,6 +28,7 @@ class SourceConfig:
 
     def validate(self) -> None:
         check(bool(self.path), "path", "must not be empty")
+        check(not has_user_part(self.path), "path", CREDENTIALS_HINT)
         if self.lang is not None:
             check(languages.resolve(self.lang) is not None, "lang", f"'{self.lang}' is not one of BLOOM's languages")
 
@@ -62,7 +64,7 @@ class DaskConfig:
     def validate(self) -> None:
         check(self.n_workers is None or self.n_workers >= 1, "n_workers", "must be >= 1")
         check(
-            self.address is None or "@" not in self.address.split("://", 1)[-1],
+            self.address is None or not has_user_part(self.address),
             "address",
             "a Dask address takes no user or password (tcp://host:port; a cluster's authentication is its "
             "TLS settings, distributed.comm.tls)",

@@ -9,9 +9,14 @@ prepared one. Why whole shards, not ranged reads: a shard is memory-mapped and i
 drawn at random; whole files are one request each and then read at local-disk speed
 (bench/object_store.py measures both).
 
-The cache is one folder per URL under ``BLOOMLINE_DATA_CACHE`` (default: the temporary folder),
-shared by the ranks of a node: a shard is fetched under a per-shard ``flock`` (one rank
-downloads, the others wait and map it). It holds at most ``BLOOMLINE_DATA_CACHE_GIB`` (default
+The cache is one folder per URL under ``BLOOMLINE_DATA_CACHE`` (default: ``data`` in this user's
+cache, bloomline/owned.py: made 0700 and checked to be this user's own before each use), shared
+by the ranks of a node: a shard is fetched under a per-shard ``flock`` (one rank downloads, the
+others wait and map it). A shard's name is the manifest's, confined to the folder
+(bloomline/names.py). A cached shard is trusted only while its record (``NAME.ok``: the sha256
+it was hashed to when fetched, its size and mtime) matches the manifest's sha256 and the file's
+size and mtime; a shard whose size or mtime changed is hashed again, and fetched again if it is
+no longer the manifest's. It holds at most ``BLOOMLINE_DATA_CACHE_GIB`` (default
 :data:`DEFAULT_GIB`) of shards: before a fetch, the least recently opened shards are removed
 until the new one fits (a rank that still maps a removed shard reads on; the space returns when
 it closes it). A bound smaller than the shards one node reads makes them fetched again and again.
@@ -19,17 +24,19 @@ it closes it). A bound smaller than the shards one node reads makes them fetched
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import shutil
-import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from bloomline.errors import DataError
-from bloomline.io import sha256_file, tmp_path, write_bytes_atomic
+from bloomline.io import sha256_file, tmp_path, write_bytes_atomic, write_json_atomic
+from bloomline.names import checked_name, confined
+from bloomline.owned import cache_home, open_lock, owned_dir
 from bloomline.storage import errors_named, filesystem, is_url, join, local_path, url_key
 
 MANIFEST = "manifest.json"
@@ -38,7 +45,8 @@ DEFAULT_GIB = 100.0
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("BLOOMLINE_DATA_CACHE") or Path(tempfile.gettempdir()) / f"bloomline-data-{os.getuid()}")
+    """This user's data cache (checked: bloomline/owned.py)."""
+    return owned_dir(os.environ.get("BLOOMLINE_DATA_CACHE") or cache_home() / "data")
 
 
 def cache_bytes() -> int:
@@ -79,9 +87,8 @@ class DataCache:
                 raise DataError(
                     f"{join(self.url, MANIFEST)} not found: is {self.url} the --out folder of a finished 'bloomline prepare'?"
                 ) from None
-        self.local.mkdir(parents=True, exist_ok=True)
-        with open(self.local / ".cache.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        owned_dir(self.local)
+        with _locked(self.local / ".cache.lock"):
             mine = self.local / MANIFEST
             if not mine.exists() or mine.read_bytes() != data:
                 shutil.rmtree(self.local / "shards", ignore_errors=True)  # another data set at this URL now
@@ -90,23 +97,29 @@ class DataCache:
                     self.fs.get(join(self.root, "tokenizer") + "/", str(self.local / "tokenizer") + "/", recursive=True)
                 write_bytes_atomic(mine, data)
         try:
-            self.shards = {s["path"]: s for s in json.loads(data)["shards"]}
+            shards = json.loads(data)["shards"]
+            self.shards = {s["path"]: s for s in shards}
         except (ValueError, KeyError, TypeError):
             self.shards = {}  # load_manifest names what is wrong with it
+        for name in self.shards:
+            checked_name(name, join(self.url, MANIFEST))
 
     def shard(self, path: Path, corrupt: type[Exception]) -> Path:
-        """The shard at local ``path`` (under :attr:`local`), fetched and checked if it is not here
-        (``corrupt`` raised, naming its URL, when its sha256 is not the manifest's)."""
+        """The shard at local ``path`` (under :attr:`local`), fetched and checked unless its cached
+        copy is the manifest's (module docstring; ``corrupt`` raised, naming its URL, when the
+        store's sha256 is not the manifest's)."""
         rel = path.relative_to(self.local).as_posix()
         entry = self.shards.get(rel)
         if entry is None:
             return path  # not a shard of the manifest: read_shard refuses it as it is
+        owned_dir(self.local)
+        path = confined(self.local, rel, join(self.url, MANIFEST))
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path.with_name(path.name + ".lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # one rank of the node fetches it; the others wait
-            if path.exists():
-                os.utime(path)  # recently opened: the last to be evicted
+        with _locked(path.with_name(path.name + ".lock")):  # one rank of the node fetches it; the others wait
+            if self._cached(path, entry["sha256"]):
+                os.utime(_record(path))  # recently opened: the last to be evicted
                 return path
+            path.unlink(missing_ok=True)
             self._make_room(self._size(rel))
             tmp = tmp_path(path)
             try:
@@ -117,7 +130,32 @@ class DataCache:
                 os.replace(tmp, path)
             finally:
                 tmp.unlink(missing_ok=True)
+            self._remember(path, entry["sha256"])
         return path
+
+    @staticmethod
+    def _cached(path: Path, sha256: str) -> bool:
+        """Whether the file at ``path`` is the shard of ``sha256``: by its record while its size and
+        mtime are those recorded, else hashed again (and recorded when it still matches)."""
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return False
+        try:
+            rec = json.loads(_record(path).read_text())
+        except (OSError, ValueError):
+            rec = {}
+        if rec == {"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}:
+            return True
+        if sha256_file(path) != sha256:
+            return False
+        DataCache._remember(path, sha256)
+        return True
+
+    @staticmethod
+    def _remember(path: Path, sha256: str) -> None:
+        st = os.stat(path)
+        write_json_atomic(_record(path), {"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
 
     def _size(self, rel: str) -> int:
         try:
@@ -129,11 +167,35 @@ class DataCache:
         """Remove the least recently opened shards until ``need`` more bytes fit the bound."""
         files = [p for p in (self.local / "shards").rglob("*.arrow") if p.is_file()]
         held = sum(p.stat().st_size for p in files)
-        for p in sorted(files, key=lambda p: p.stat().st_mtime_ns):
+        for p in sorted(files, key=_last_opened):
             if held + need <= self.max_bytes:
                 break
             held -= p.stat().st_size
             p.unlink(missing_ok=True)
+            _record(p).unlink(missing_ok=True)
+
+
+def _record(shard: Path) -> Path:
+    """What a cached shard was hashed to when fetched (``NAME.ok``); its mtime: when last opened."""
+    return shard.with_name(shard.name + ".ok")
+
+
+def _last_opened(shard: Path) -> int:
+    try:
+        return _record(shard).stat().st_mtime_ns
+    except FileNotFoundError:
+        return 0
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """``flock`` held on the lock file ``path`` (bloomline/owned.py: never through a link, 0600)."""
+    fd = open_lock(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def prepared(where: str | Path) -> Path:

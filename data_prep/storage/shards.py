@@ -20,6 +20,9 @@ import pyarrow as pa
 
 from bloomline.errors import DataError
 from bloomline.io import publish, read_contract_json, sha256_file, tmp_path
+from bloomline.names import checked_name, confined
+from bloomline.storage import join
+from data_prep.storage.data_cache import fetched_shard, prepared, source_of
 
 FORMAT_VERSION = 2
 READS_VERSIONS = (1, 2)
@@ -119,8 +122,6 @@ MANIFEST = "manifest.json"
 def manifest_path(data_dir: str | Path) -> Path:
     """``DATA_DIR/manifest.json``: its presence means the data is complete (FORMAT.md). For data at
     a URL, this node's copy of it (data_prep/storage/data_cache.py)."""
-    from data_prep.storage.data_cache import prepared
-
     return prepared(data_dir) / MANIFEST
 
 
@@ -139,11 +140,29 @@ def load_manifest(data_dir: str | Path) -> dict[str, Any]:
     if m["format_version"] not in READS_VERSIONS:
         raise DataError(f"{path}: format_version {m['format_version']}, this bloomline reads {READS_VERSIONS}")
     m["tokenizer"].setdefault("kind", "sentencepiece")
+    source = _source(data_dir)
     for i, s in enumerate(m["shards"]):
         miss = [k for k in SHARD_KEYS if k not in s]
         if miss:
             raise DataError(f"{path}: shards[{i}] lacks {miss}")
+        checked_name(s["path"], source)  # someone else's folder: its names stay inside it
+    checked_name(m["tokenizer"].get("path"), source)
     return m
+
+
+def _source(data_dir: str | Path) -> str:
+    """Where a manifest's names come from, as a refusal names it: the folder's own URL for data at one."""
+    return join(source_of(prepared(data_dir)), MANIFEST)
+
+
+def shard_file(data_dir: str | Path, shard: dict[str, Any]) -> Path:
+    """The file of manifest entry ``shard`` in ``data_dir``, confined to it (bloomline/names.py)."""
+    return confined(prepared(data_dir), shard["path"], _source(data_dir))
+
+
+def tokenizer_file(data_dir: str | Path, manifest: dict[str, Any]) -> Path:
+    """The tokenizer file the manifest names in ``data_dir``, confined to it (bloomline/names.py)."""
+    return confined(prepared(data_dir), manifest["tokenizer"]["path"], _source(data_dir))
 
 
 def checksum_error(path: Path, sha256: str) -> str | None:
@@ -158,13 +177,19 @@ def read_shard(path: str | Path, rows: int) -> list[pa.RecordBatch]:
     """The one reader of a shard file: its record batches, memory-mapped (nothing is copied),
     after checking the schema, the ``bloomline.format_version`` it was written with and the row
     count the manifest gives. CorruptShardError naming the file otherwise."""
-    from data_prep.storage.data_cache import fetched_shard
-
     path = fetched_shard(Path(path), CorruptShardError)  # data at a URL: fetched into this node's cache, checked
     if not path.is_file():
         raise CorruptShardError(f"shard missing: {path}")
     try:
-        reader = pa.ipc.open_stream(pa.memory_map(str(path), "r"))
+        source = pa.memory_map(str(path), "r")
+        for message in pa.ipc.MessageReader.open_stream(source):  # metadata only: bodies stay mapped
+            if _body_compressed(message.metadata.to_pybytes()):
+                raise CorruptShardError(
+                    f"shard {path} holds compressed record batches, which bloomline never writes: refused "
+                    f"before decoding (a few KiB can decode to GiB); prepare the data again"
+                )
+        source.seek(0)
+        reader = pa.ipc.open_stream(source)
         schema = reader.schema
         version = (schema.metadata or {}).get(b"bloomline.format_version", b"").decode()
         if version not in {str(v) for v in READS_VERSIONS}:
@@ -181,6 +206,40 @@ def read_shard(path: str | Path, rows: int) -> list[pa.RecordBatch]:
     if n != rows:
         raise CorruptShardError(f"shard {path}: {n} rows, the manifest says {rows}")
     return batches
+
+
+def _body_compressed(meta: bytes) -> bool:
+    """Whether an Arrow IPC message (its flatbuffer ``meta``) is a record or dictionary batch with
+    a body compression set (Arrow's format/Message.fbs: ``Message.header`` is union field 1/2,
+    ``RecordBatch.compression`` field 3, ``DictionaryBatch.data`` field 1). pyarrow decodes such a
+    body whole as it reads it and exposes no flag before that, so the flatbuffer is read here."""
+    import struct
+
+    def field(table: int, i: int) -> int | None:
+        vtable = table - struct.unpack_from("<i", meta, table)[0]
+        if 4 + 2 * i >= struct.unpack_from("<H", meta, vtable)[0]:
+            return None
+        off = struct.unpack_from("<H", meta, vtable + 4 + 2 * i)[0]
+        return table + off if off else None
+
+    def deref(pos: int) -> int:
+        return pos + struct.unpack_from("<I", meta, pos)[0]
+
+    try:
+        root = deref(0)
+        kind_at, header_at = field(root, 1), field(root, 2)
+        kind = meta[kind_at] if kind_at is not None else 0
+        if kind not in (2, 3) or header_at is None:  # 2: DictionaryBatch, 3: RecordBatch
+            return False
+        batch = deref(header_at)
+        if kind == 2:
+            data_at = field(batch, 1)
+            if data_at is None:
+                return False
+            batch = deref(data_at)
+        return field(batch, 3) is not None
+    except (struct.error, IndexError):
+        return True  # metadata that does not parse is not ours: refused as compressed would be
 
 
 def check_model_fits(manifest: dict[str, Any], data_dir: str | Path, vocab_size: int, seq_len: int) -> None:

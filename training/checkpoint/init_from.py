@@ -41,6 +41,7 @@ import torch
 
 from bloomline.errors import CheckpointError, ConfigError
 from bloomline.io import sha256_file, sha256_tree
+from bloomline.names import confined
 from training.checkpoint.hf_names import TIED_HEAD, bloom_name
 from training.config import ModelConfig
 from training.parallel.layout import EMBEDDING
@@ -137,7 +138,8 @@ def _hf_weights(p: Path) -> dict[str, Path]:
     ):
         if (p / index).is_file():
             names = json.loads((p / index).read_text(encoding="utf-8"))["weight_map"]
-            return _checked(p, {k: p / f for k, f in names.items()})
+            # the index's file names stay inside the folder (bloomline/names.py)
+            return _checked(p, {k: confined(p, f, str(p / index)) for k, f in names.items()})
         if (p / single).is_file():
             return _checked(p, {k: p / single for k in _keys(p / single)})
     raise CheckpointError(f"train.init_from: {p} holds no model.safetensors (nor pytorch_model.bin)")
@@ -233,7 +235,7 @@ def check_init_from(model: ModelConfig, tokenizer: dict[str, Any], path: str | P
                 f"(or a model recipe of their shape)",
             )
     ext = tokenizer.get("extends")
-    if ext and not (data_dir / ext.get("file", "")).is_file():
+    if ext and not (ext.get("file") and extension_file(data_dir, ext).is_file()):
         raise ConfigError(
             "train.init_from",
             f"the data's tokenizer was grown, but {data_dir} lacks the file that says how "
@@ -258,6 +260,12 @@ def check_init_from(model: ModelConfig, tokenizer: dict[str, Any], path: str | P
     return src
 
 
+def extension_file(data_dir: Path, ext: dict[str, Any]) -> Path:
+    """The grown tokenizer's extension file the manifest names (``extends.file``), confined to the
+    data folder (bloomline/names.py)."""
+    return confined(data_dir, ext.get("file", ""), str(data_dir / "manifest.json") + " (tokenizer.extends.file)")
+
+
 def init_weights(
     src: Source, model: ModelConfig, tokenizer: dict[str, Any], data_dir: Path
 ) -> Callable[[str], torch.Tensor]:
@@ -268,7 +276,7 @@ def init_weights(
     base = int(ext["base_vocab_size"]) if ext else int(model.vocab_size or 0)
     added: list[list[int]] = []
     if ext:
-        f = data_dir / ext["file"]
+        f = extension_file(data_dir, ext)
         added = [t["base_pieces"] for t in sorted(json.loads(f.read_text())["tokens"], key=lambda t: t["id"])]
 
     def tensor(name: str) -> torch.Tensor:

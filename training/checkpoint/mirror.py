@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import threading
 import time
@@ -25,6 +24,7 @@ from typing import Callable, Optional
 
 from bloomline.errors import CheckpointError
 from bloomline.io import write_bytes_atomic
+from bloomline.names import confined
 from bloomline.storage import errors_named, filesystem, is_url, join, local_path, url_key
 from training.checkpoint.run_dir import META_FILE, RunDir, step_dir_name, step_of_dir_name
 
@@ -80,9 +80,12 @@ def _download_step(url: str, step: int, dest: Path) -> None:
     base = join(root, "checkpoints", step_dir_name(step))
     with errors_named(join(url, "checkpoints", step_dir_name(step))):
         names = sorted(f[len(base) + 1 :] for f in fs.find(base))
-        for rel in [*(n for n in names if n != META_FILE), META_FILE]:
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            fs.get_file(join(base, rel), str(dest / rel))
+        where = join(url, "checkpoints", step_dir_name(step))
+        # the store's names, each confined to the step's folder before anything is written (bloomline/names.py)
+        files = [(rel, confined(dest, rel, where)) for rel in [*(n for n in names if n != META_FILE), META_FILE]]
+        for rel, path in files:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fs.get_file(join(base, rel), str(path))
 
 
 def pull_latest(run: RunDir, url: str) -> Optional[int]:
@@ -144,7 +147,7 @@ def checkpoint_at(where: str | Path) -> Path:
         return local_path(where)
     from bloomline.storage import scratch_dir
 
-    return fetch_checkpoint(str(where), scratch_dir() / f"bloomline-checkpoints-{os.getuid()}")
+    return fetch_checkpoint(str(where), scratch_dir() / "bloomline-checkpoints")
 
 
 class MirrorUploader:

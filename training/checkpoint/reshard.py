@@ -23,12 +23,13 @@ from the checkpoint's; ``python -m training.checkpoint.reshard`` runs it by hand
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from bloomline.host import available_cpus
 from training.checkpoint.meta import model_config, read_meta
@@ -107,7 +108,7 @@ def convert(step_dir: str | Path, layout: dict[str, int]) -> Path:
     shutil.rmtree(out, ignore_errors=True)
     workers = max(1, min(8, available_cpus() - 1))
     args = argparse.Namespace(
-        input_folder=str(step_dir),
+        input_folder=str(_converter_input(step_dir, tmp / "source")),
         output_folder=str(tmp),
         num_extract_workers=workers,
         num_merge_workers=max(1, workers // 4),
@@ -115,11 +116,13 @@ def convert(step_dir: str | Path, layout: dict[str, int]) -> Path:
         strict=True,
         inject_missing_state=False,
     )  # every checkpoint carries universal_info
-    try:
-        with enforced():  # its loads ask for weights_only=False; its extract workers fork from here
+    try:  # its loads ask for weights_only=False; its workers fork from here, so they load as this process does
+        with enforced(), _forked_workers():
             ds_to_universal.main(args)
     except AssertionError as e:
         raise RuntimeError(f"DeepSpeed's universal converter refused {step_dir}: {e}") from e
+    finally:
+        shutil.rmtree(tmp / "source", ignore_errors=True)
 
     # Folders under the target layout's names; rows of the vocabulary trimmed to its padding.
     zero, staged = tmp / "zero", tmp / "zero.renamed"
@@ -143,6 +146,57 @@ def convert(step_dir: str | Path, layout: dict[str, int]) -> Path:
     # the converter also writes a 'latest_universal' pointer (to universal.tmp) we do not use
     (step_dir / "latest_universal").unlink(missing_ok=True)
     return out
+
+
+@contextlib.contextmanager
+def _forked_workers() -> Iterator[None]:
+    """Within the block, multiprocessing's default start method is 'fork'. ``ds_to_universal`` starts
+    its extract and merge workers (when told to use more than one) with
+    ``ProcessPoolExecutor(max_workers=n)``, no context given, so by the default method: :func:`~training.checkpoint.safe_load.enforced`
+    patches ``torch.load`` in this process, and only a forked worker inherits the patch. A worker
+    started by 'spawn' or 'forkserver' (Python 3.14's default on Linux) imports torch afresh and
+    would load every file with ``weights_only=False``."""
+    import multiprocessing
+
+    before = multiprocessing.get_start_method(allow_none=True)
+    multiprocessing.set_start_method("fork", force=True)
+    try:
+        yield
+    finally:
+        multiprocessing.set_start_method(before, force=True)  # None: unset again, as it was
+
+
+def _converter_input(step_dir: Path, staged: Path) -> Path:
+    """The folder to hand ``ds_to_universal``: ``step_dir``, or, when a rank's model state holds
+    entries that are not tensors, ``staged``: the same files (linked), those entries dropped.
+
+    megatron-core's TP linears save an ``_extra_state`` of None (``get_extra_state``), so every
+    checkpoint with tp > 1 and pp = 1 (whose model-state files hold the weights) has them. DeepSpeed
+    0.19.8's converter (``ds_to_universal.main``, ZeRO-1/2, after merging the TP slices) writes
+    ``zero/NAME/fp32.pt`` for each ``module`` entry without one, as ``{"param": entry.float()}``,
+    for parameters that had no optimizer state: an entry that is no tensor fails there,
+    "'NoneType' object has no attribute 'float'", whatever the precision or optimizer. The entries
+    carry nothing (load.py drops them too), and every parameter has optimizer state, so the
+    converter's output is otherwise unchanged. A pipeline checkpoint's model states hold no weights
+    (``module`` None); ZeRO-3's are read by another path."""
+    import torch
+
+    rewrite = {}
+    for f in sorted(step_dir.glob("mp_rank_*_model_states.pt")):  # DeepSpeed's mp_rank_files
+        sd = safe_load(f, mmap=True)
+        module = sd.get("module")
+        if isinstance(module, dict) and not all(isinstance(v, torch.Tensor) for v in module.values()):
+            sd["module"] = type(module)((k, v) for k, v in module.items() if isinstance(v, torch.Tensor))
+            rewrite[f.name] = sd
+    if not rewrite:
+        return step_dir
+    staged.mkdir(parents=True)
+    for f in step_dir.iterdir():
+        if f.name in rewrite:
+            torch.save(rewrite[f.name], staged / f.name)
+        elif f.is_file():
+            (staged / f.name).symlink_to(f.resolve())
+    return staged
 
 
 def _strip_model_states(folder: Path) -> None:

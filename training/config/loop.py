@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 from bloomline.config import check
+from bloomline.storage import CREDENTIALS_HINT, has_user_part
 
 
 @dataclass
@@ -91,6 +92,7 @@ class TrainLoopConfig:
         check(self.fp16_loss_scale_window >= 1, "fp16_loss_scale_window", "must be >= 1")
         check(self.fp16_hysteresis >= 1, "fp16_hysteresis", "must be >= 1")
         check(self.fp16_min_loss_scale > 0, "fp16_min_loss_scale", "must be > 0")
+        check(not (self.init_from and has_user_part(self.init_from)), "init_from", CREDENTIALS_HINT)
 
 
 @dataclass
@@ -111,3 +113,4 @@ class CheckpointConfig:
         check(self.interval >= 1, "interval", "must be >= 1")
         check(self.keep >= 1, "keep", "must be >= 1")
         check(self.max_restarts >= 0, "max_restarts", "must be >= 0")
+        check(not has_user_part(self.mirror), "mirror", CREDENTIALS_HINT)

@@ -38,6 +38,7 @@ from data_prep.storage.shards import (
     manifest_sha256,
     pad_id,
     read_shard,
+    shard_file,
 )
 from training.model.bloom import IGNORE_INDEX
 from training.planning.flops import document_pairs
@@ -145,7 +146,7 @@ class ShardIndex:
         self.shards = [s for s in self.manifest["shards"] if s["split"] == split]
         if not self.shards:
             raise DataError(f"{self.data_dir}: the manifest lists no '{split}' shards")
-        self.rows = [ShardRows(self.data_dir / s["path"], int(s["rows"])) for s in self.shards]
+        self.rows = [ShardRows(shard_file(self.data_dir, s), int(s["rows"])) for s in self.shards]
         missing = [] if self.cached else [str(r.path) for r in self.rows if not r.path.is_file()]
         if missing:
             raise CorruptShardError(

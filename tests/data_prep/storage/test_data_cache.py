@@ -59,3 +59,22 @@ def test_a_corrupt_object_is_refused_and_a_new_manifest_empties_the_cache(s3, da
     fs.pipe_file(f"{data_url}/manifest.json", json.dumps(m).encode())
     DataCache._open.clear()
     assert prepared(data_url) == index.data_dir and cached_bytes(index.data_dir / "shards") == 0
+
+
+def test_a_swapped_cached_shard_is_hashed_again_and_fetched_again(data_url, demo_data):
+    """A cached shard is trusted only while its record matches: one changed in place (same size)
+    is hashed again when opened, found wrong, and fetched again, never trained on."""
+    import os
+
+    index = ShardIndex(data_url, "train")
+    path = index.rows[0].path
+    index.fetch(0, 0)
+    prepared_bytes = (demo_data / index.shards[0]["path"]).read_bytes()
+    assert path.read_bytes() == prepared_bytes
+    st = path.stat()
+    path.write_bytes(b"POISONED".ljust(st.st_size, b"\0"))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+    DataCache._open.clear()
+    again = ShardIndex(data_url, "train")
+    toks, _ = again.fetch(0, 0)
+    assert path.read_bytes() == prepared_bytes and len(toks) > 0
