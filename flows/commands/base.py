@@ -91,6 +91,18 @@ def local_out(out: Optional[Path], instead: str) -> None:
         raise BloomlineError(f"--out {url}: this folder is written on this machine; {instead}")
 
 
+def no_credentials(**options: Any) -> None:
+    """Refuse, in one line, an option's URL that carries a user or password (``--data
+    s3://KEY:SECRET@bucket/x``) before anything starts: no process of the job gets it in its command
+    line (bloomline/storage.py ``check_no_credentials``)."""
+    from bloomline.storage import check_no_credentials
+
+    for name, value in options.items():
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if v is not None:
+                check_no_credentials(str(v), "--" + name.replace("_", "-"))
+
+
 @contextmanager
 def owned(folder: Path, command: str, bars: bool = False) -> Iterator[ProgressBars | None]:
     """This command's job holds ``folder`` (flows/runlock.py): a second job on it is refused with

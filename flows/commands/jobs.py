@@ -13,7 +13,7 @@ from bloomline.errors import BloomlineError
 from bloomline.storage import absolute, is_url, join
 from bloomline.terminal import rich_escape
 from flows.api_server import start_early
-from flows.commands.base import Debug, console, local_out, overrides, owned, run_command, run_flow
+from flows.commands.base import Debug, console, local_out, no_credentials, overrides, owned, run_command, run_flow
 from flows.config import DEFAULT_RECIPES
 
 
@@ -45,6 +45,7 @@ def prepare(
         from data_prep.config import PrepareConfig, SourceConfig
         from data_prep.pipeline import preflight
 
+        no_credentials(out=out, inputs=inputs)
         cfg = load_config(PrepareConfig, config, override)
         if inputs:
             cfg.sources = [SourceConfig(path=p if is_url(p) else str(Path(p).resolve())) for p in inputs]
@@ -136,6 +137,7 @@ def train(
         from bloomline.config import load_config, to_dict
         from training.config import TrainRecipe
 
+        no_credentials(data=data)
         local_out(out, "keep its checkpoints in a bucket with -o checkpoint.mirror=URL (docs/object-storage.md)")
         flags = [f"launch.{k}={'true' if v is True else v}" for k, v in launch.items() if v is not None]
         recipe = load_config(TrainRecipe, config, [*override, *flags])
@@ -182,6 +184,7 @@ def evaluate(
         from bloomline.config import load_config, to_dict
         from training.config import EvalConfig
 
+        no_credentials(checkpoint=checkpoint)
         local_out(out, "the results go into a local run folder")
 
         cfg = load_config(EvalConfig, config, override)

@@ -10,7 +10,7 @@ from typing import List
 import typer
 
 from bloomline.errors import BloomlineError
-from flows.commands.base import Debug, console, local_out, overrides, run_command
+from flows.commands.base import Debug, console, local_out, no_credentials, overrides, run_command
 from flows.config import DEFAULT_RECIPES
 
 
@@ -34,6 +34,7 @@ def export(
     def body() -> None:
         from flows.config import EXPORT_DTYPES
 
+        no_credentials(checkpoint=checkpoint)
         local_out(out, "export to a local folder, then copy it (huggingface-cli upload, aws s3 sync)")
         if dtype not in EXPORT_DTYPES:
             raise BloomlineError(f"--dtype {dtype}: use {' or '.join(EXPORT_DTYPES)}")

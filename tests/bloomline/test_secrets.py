@@ -176,3 +176,22 @@ def test_failed_states_carry_masked_messages():
             masks_exceptions(fails)()
         state = asyncio.run(exception_to_failed_state(caught.value))
         assert "state-s3cr3t" not in state.message and f"u:{MASK}@h" in state.message, state.message
+
+
+def test_headers_secret_pairs_and_json_members_are_masked_unseen_in_any_config():
+    cases = {
+        "GET /x Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.e30.sig": f"GET /x Authorization: Bearer {MASK}",
+        "headers={'Authorization': 'Basic dXNlcjpodW50ZXIy'}": f"headers={{'Authorization': 'Basic {MASK}'}}",
+        "authorization: AWS4-HMAC-SHA256 Credential=AKIA/x, Signature=abcdef": f"authorization: AWS4-HMAC-SHA256 {MASK}",
+        "retrying with Bearer ya29.a0AfH6SMBx": f"retrying with Bearer {MASK}",
+        "login failed: password=hunter22 user=bob": f"login failed: password={MASK} user=bob",
+        'passwd = "xyzzy-42"; secret=s3cr3t&token=t0k3n': f'passwd = "{MASK}"; secret={MASK}&token={MASK}',
+        'body {"aws_secret_access_key": "wJalrXUtnFEMI/K7MDENG", "region": "us-east-1"}': (
+            f'body {{"aws_secret_access_key": "{MASK}", "region": "us-east-1"}}'
+        ),
+    }
+    for text, masked in cases.items():
+        assert mask_text(text, env={}) == masked, text
+    # words that only look alike are left as they are
+    plain = 'basic filters, the bearer of news, tokens=128 max_tokens=5, author: Bob, {"region": "eu"}'
+    assert mask_text(plain, env={}) == plain

@@ -70,6 +70,32 @@ def test_the_reader_checks_format_version_schema_and_rows(tmp_path):
             read_shard(other, 2500)
 
 
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_a_compressed_shard_is_refused_before_it_is_decoded(tmp_path, codec):
+    """A shard bloomline never writes, a few hundred KiB that would decode to 64 MiB, is refused from its
+    messages' metadata: the process never holds the decoded batch."""
+    import psutil
+
+    from data_prep.storage.shards import SCHEMA, read_shard
+
+    n = 16 << 20  # int32 zeros: 64 MiB decoded
+    ids = pa.ListArray.from_arrays(pa.array([0, n], pa.int32()), pa.array(np.zeros(n, np.int32)))
+    batch = pa.record_batch(
+        [ids, pa.array(["en"]), pa.array([[0]], pa.list_(pa.int32())), pa.array([n], pa.int32())], schema=SCHEMA
+    )
+    path = tmp_path / "bomb.arrow"
+    schema = SCHEMA.with_metadata({"bloomline.format_version": "2"})
+    options = pa.ipc.IpcWriteOptions(compression=codec)
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema, options=options) as w:
+        w.write_batch(batch.replace_schema_metadata(schema.metadata))
+    del ids, batch
+    assert path.stat().st_size < 1 << 20
+    before = psutil.Process().memory_info().rss
+    with pytest.raises(CorruptShardError, match=rf"^shard {path} holds compressed record batches"):
+        read_shard(path, 1)
+    assert psutil.Process().memory_info().rss - before < 32 << 20
+
+
 def test_oversized_sample_is_refused(tmp_path):
     w = ShardWriter(tmp_path / "a.arrow", "en", 8, "train")
     with pytest.raises(ValueError):
