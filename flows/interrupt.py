@@ -39,16 +39,25 @@ def install() -> None:
 
 
 def _stop(signum: int, frame: Optional[object]) -> None:
-    from flows import lifeline
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while the job is being ended
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         at = _where[0]() if _where else ""
     except Exception:  # noqa: BLE001 - the line is said without it
         at = ""
     name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-    line = f"stopped by {name}{' ' + at if at else ''}; run the same command to resume"
+    end_job(f"stopped by {name}{' ' + at if at else ''}; run the same command to resume", 128 + signum)
+
+
+def end_job(line: str, status: int) -> None:
+    """End this process's job as a signal does (the module docstring): every process of the job
+    ended, ``line`` said last, this process gone with ``status``. Callable from any thread (a
+    lease's renewal that found the folder taken, bloomline/lease.py)."""
+    import threading
+
+    from flows import lifeline
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while the job is being ended
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # This process's other threads (Prefect's, a local Dask scheduler's) go on logging while the
     # job is ended, and so would its multiprocessing helpers: their output goes nowhere from now
     # on, and the line goes out last, straight to the saved descriptor (the interrupted main thread
@@ -76,7 +85,7 @@ def _stop(signum: int, frame: Optional[object]) -> None:
         lifeline.sweep(tok, settle_s=0.5, limit_s=10.0)
         _release_shared_memory(commands)
     os.write(err, (("\n" if tty else "") + line + "\n").encode("utf-8", "replace"))
-    os._exit(128 + signum)
+    os._exit(status)
 
 
 def _command_lines(processes: list) -> list[list[str]]:

@@ -17,10 +17,13 @@ not hold it is a copy (``cp -r`` of a folder that job writes): it is taken, said
 is left alone. The file is emptied when the lock is released.
 
 A folder at a URL (``s3://bucket/run``) has no ``flock``: its lock is a *lease*, the object
-``URL/.lock`` naming the holder as the file does, created with a conditional write (S3's
-``If-None-Match: *``: of two jobs starting at once, one write succeeds) and renewed by a
-heartbeat every :data:`LEASE_SECONDS` / 3. A lease not renewed for :data:`LEASE_SECONDS` is
-taken over, and said so; the lease is deleted when released.
+``URL/.lock`` naming the holder as the file does, created, renewed, taken over and deleted with
+conditional writes (bloomline/lease.py), so two jobs never both hold it; a job whose lease was
+taken over (it stalled past the lease) is ended in one line.
+
+The lock file is this user's (bloomline/owned.py ``open_lock``): never opened through a symbolic
+link, mode 0600, so no other user can open it to hold it; a lock held by another user's process
+is named as such (from ``/proc/locks``).
 """
 
 from __future__ import annotations
@@ -31,16 +34,13 @@ import fcntl
 import json
 import os
 import socket
-import threading
-import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from bloomline.errors import BloomlineError
-from bloomline.storage import errors_named, filesystem, is_url, join
+from bloomline.lease import LOCK_FILE, Lease, LeaseHeld, take
+from bloomline.storage import is_url
 from flows import lifeline
-
-LOCK_FILE = ".lock"
 
 
 class FolderInUse(BloomlineError):
@@ -204,78 +204,15 @@ def _in_use(folder: str, holder: dict[str, Any]) -> FolderInUse:
     )
 
 
-LEASE_SECONDS = 90.0
-"""A lease on a folder at a URL not renewed for this long is its dead holder's, and is taken over."""
-
-
-class Lease:
-    """The lease on a folder at a URL (see the module docstring), renewed by a daemon thread
-    until :meth:`release`; ``key`` None for the re-entrant case (the job holds it already)."""
-
-    def __init__(self, url: str, fs: Any, key: str | None, holder: dict[str, Any]):
-        self.url, self.fs, self.key, self.holder = url, fs, key, holder
-        self._stop = threading.Event()
-        if key is not None:
-            threading.Thread(target=self._beat, name="bloomline-lease", daemon=True).start()
-
-    def _beat(self) -> None:
-        while not self._stop.wait(LEASE_SECONDS / 3):
-            try:
-                current = json.loads(self.fs.cat_file(self.key))
-                if current.get("token") != self.holder["token"]:
-                    return  # taken over (this job stalled past the lease): it is the new holder's
-                self.fs.pipe_file(self.key, json.dumps(self.holder).encode())
-            except Exception:  # the next beat tries again; a lease left unrenewed is taken over
-                continue
-
-    def release(self) -> None:
-        self._stop.set()
-        if self.key is None:
-            return
-        try:
-            if json.loads(self.fs.cat_file(self.key)).get("token") == self.holder["token"]:
-                self.fs.rm_file(self.key)
-        except Exception:
-            pass  # gone already, or the store unreachable: the lease expires
-        self.key = None
-
-    def __enter__(self) -> "Lease":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.release()
-
-
 def _lease(url: str, command: str, tok: str, say: Callable[[str], None]) -> Lease:
-    """Take the lease on the folder at ``url`` (one conditional write; again once after taking
-    over a lease left unrenewed), or raise FolderInUse naming its holder."""
-    fs, root = filesystem(url)
-    key = join(root, LOCK_FILE)
-    me = _me(command, tok)
-    with errors_named(join(url, LOCK_FILE)):
-        for attempt in range(2):
-            try:
-                fs.pipe_file(key, json.dumps(me).encode(), mode="create")
-                return Lease(url, fs, key, me)
-            except FileExistsError:
-                pass
-            try:
-                info, holder = fs.info(key, refresh=True), json.loads(fs.cat_file(key))
-            except FileNotFoundError:
-                continue  # released in between: try again
-            except ValueError:
-                holder, info = {}, fs.info(key, refresh=True)
-            if holder.get("token") == tok:
-                return Lease(url, fs, None, holder)
-            age = time.time() - info["LastModified"].timestamp() if info.get("LastModified") else 0.0
-            if attempt or age < LEASE_SECONDS:
-                raise _in_use(url, holder)
-            fs.rm_file(key)
-            say(
-                f"took over {url} from pid {holder.get('pid', '?')} on {holder.get('host', '?')} "
-                f"({holder.get('command', '?')}), whose lease was not renewed for {age:.0f} s"
-            )
-    raise _in_use(url, {})
+    """Take the lease on the folder at ``url`` (bloomline/lease.py), or raise FolderInUse naming its
+    holder; a lease this job loses later ends the job in one line."""
+    from flows import interrupt
+
+    try:
+        return take(url, _me(command, tok), say, on_lost=lambda line: interrupt.end_job(f"error: {line}", 2))
+    except LeaseHeld as e:
+        raise _in_use(url, e.holder) from None
 
 
 def _write_holder(fd: int, command: str, tok: str) -> None:

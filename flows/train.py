@@ -8,11 +8,12 @@ or cancel would not kill children by itself.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Optional, TypedDict
+from typing import Any, Callable, Iterator, Optional, TypedDict
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
@@ -25,7 +26,7 @@ from bloomline.storage import absolute
 from eval.publish import retract_after
 from flows.params import InProcess, unmasked
 from flows.progress import TrainProgress
-from flows.runlock import owns
+from flows.runlock import acquire, owns
 from flows.train_job import job_env, ranks_recipe, restarted, validate
 from training.checkpoint.integrity import newest_intact
 from training.checkpoint.meta import read_meta, saved_recipe, trained_on
@@ -284,6 +285,22 @@ def train(recipe: dict[str, Any], data: str, out: str, local: InProcess | None =
     r.resolve_paths(Path.cwd())
     reference = validate(r, data)
     run = Path(out).resolve()
+    with owned_mirror(r, log.warning):
+        return _train(r, data, run, reference, log)
+
+
+@contextlib.contextmanager
+def owned_mirror(r: TrainRecipe, say: Callable[[str], None]) -> Iterator[None]:
+    """The lease on ``checkpoint.mirror`` held for the block (one run writes a mirror:
+    training/checkpoint/mirror.py); FolderInUse naming the run that holds it."""
+    if not r.checkpoint.mirror:
+        yield
+        return
+    with acquire(r.checkpoint.mirror, "flow train (checkpoint.mirror)", say=say):
+        yield
+
+
+def _train(r: TrainRecipe, data: str, run: Path, reference: Any, log: Any) -> TrainResult:
     folder = open_run(r, run, reference, log)
     recipe_file = ranks_recipe(r, folder)
     # One log folder per invocation, so an old run's last lines are never taken for this one's.

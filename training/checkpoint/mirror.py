@@ -1,10 +1,13 @@
 """A run's checkpoints mirrored to an object store (``checkpoint.mirror: s3://bucket/runs/x``).
 
 The store holds the run folder's layout: ``URL/checkpoints/step_N/…``, ``URL/checkpoints/latest``,
-and the run's logs that a resume continues (``metrics.jsonl``, ``mixture.jsonl``). A checkpoint is
+and the run's logs that a resume continues (``metrics.jsonl``, ``mixture.jsonl``). One run writes
+a mirror: the train flow holds its lease (``URL/.lock``, bloomline/lease.py) for the whole run, so
+a second run given the same mirror (a copied run folder, two fresh nodes) is refused. A checkpoint is
 uploaded as a local one is published (training/checkpoint/run_dir.py): its files, then its
 ``bloomline.json``, then ``latest``, each one upload (atomic on the store), so the mirror's
-``latest`` always names a complete checkpoint. The newest ``checkpoint.keep`` are kept there.
+``latest`` always names a complete checkpoint. The newest ``checkpoint.keep`` are kept there
+(:func:`prunable`: never ``latest``).
 
 :class:`MirrorUploader` uploads each checkpoint the run publishes, in a thread of the train flow's
 process while the ranks train on (the ranks never wait for the store). :func:`pull_latest` gives
@@ -52,9 +55,17 @@ def upload_checkpoint(run: RunDir, step: int, url: str, keep: int) -> tuple[floa
             if (run.root / name).is_file():
                 fs.put_file(str(run.root / name), join(root, name))
         fs.pipe_file(join(root, "checkpoints", "latest"), step_dir_name(step).encode())
-        for old in mirrored_steps(url)[:-keep]:
+        for old in prunable(mirrored_steps(url), step, keep):
             fs.rm(join(root, "checkpoints", step_dir_name(old)), recursive=True)
     return time.perf_counter() - t0, sent
+
+
+def prunable(steps: list[int], latest: int, keep: int) -> list[int]:
+    """The mirror's checkpoints to remove once ``latest`` is published: those past it (a killed or
+    copied run's future, which this run redoes, as run_dir.py discards locally) and all but the
+    newest ``keep`` up to it. ``latest`` itself never."""
+    kept = [s for s in steps if s < latest][-(keep - 1) :] if keep > 1 else []
+    return [s for s in steps if s != latest and s not in kept]
 
 
 def mirrored_steps(url: str) -> list[int]:

@@ -226,17 +226,21 @@ def _rank_files(layout: dict[str, int]) -> list[str]:
 
 def _name_model_states(folder: Path, source: dict[str, int], target: dict[str, int]) -> None:
     """The run metadata under the file names the target layout's ranks read, when ZeRO-3 on either
-    side changes how they are named (the metadata is the same on every rank: rank 0's)."""
+    side changes how they are named (the metadata is the same on every rank: rank 0's). Its
+    ``mp_world_size`` becomes the target's tp: DeepSpeed's loader requires it to equal the number of
+    files it finds for pipeline rank 0, here the target's TP ranks' (with the converter's copies, the
+    source's)."""
+    import torch
+
     if 3 not in (source["zero_stage"], target["zero_stage"]):
         return  # the same names: the converter's copies stand (PP's per-stage files included)
-    first = folder / _rank_files(source)[0]
-    staged = folder / "model_states.staged"
-    first.rename(staged)
-    for name in _rank_files(source)[1:]:
+    sd = safe_load(folder / _rank_files(source)[0])
+    if "mp_world_size" in sd:
+        sd["mp_world_size"] = target["tp"]
+    for name in _rank_files(source):
         (folder / name).unlink(missing_ok=True)
     for name in _rank_files(target):
-        shutil.copyfile(staged, folder / name)
-    staged.unlink()
+        torch.save(sd, folder / name)
 
 
 def _zero3_form(zero: Path, source: dict[str, int], target: dict[str, int], model: Any) -> None:

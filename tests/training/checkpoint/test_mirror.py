@@ -48,3 +48,51 @@ def test_a_checkpoint_url_is_fetched_again_when_the_mirror_holds_another(s3, dem
         upload_checkpoint(run, 1, url, keep=2)
         got = fetch_checkpoint(f"{url}/checkpoints/step_1", tmp_path / "cache")
         assert torch.load(got / "mp_rank_00_model_states.pt")["module"]["w"][0] == value
+
+
+def test_latest_is_never_pruned_and_a_copied_runs_future_goes(s3, demo_data, tmp_path):
+    """A mirror holding step 100 of a copied run: this run's step 60, published with keep=1, stays
+    with its latest; the other's step 100 goes (the local rule for steps past latest)."""
+    from training.checkpoint.mirror import prunable
+
+    url = f"s3://{s3.bucket}/mirrors/{tmp_path.name}"
+    other, mine = RunDir(tmp_path / "copy"), RunDir(tmp_path / "run")
+    saved(other, 100, 1.0, demo_data)
+    upload_checkpoint(other, 100, url, keep=1)
+    saved(mine, 60, 2.0, demo_data)
+    upload_checkpoint(mine, 60, url, keep=1)
+    fs = s3.fs()
+    assert fs.cat_file(f"{url}/checkpoints/latest") == b"step_60" and mirrored_steps(url) == [60]
+    assert prunable([10, 20, 30, 40], 30, 2) == [10, 40] and prunable([30], 30, 1) == []
+
+
+def test_a_second_run_on_a_mirror_in_use_is_refused(s3, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import pytest
+
+    from flows import lifeline
+    from flows.runlock import FolderInUse
+    from flows.train import owned_mirror
+
+    url = f"s3://{s3.bucket}/mirrors/{tmp_path.name}"
+    holder_code = (
+        "import sys, time\nfrom flows import lifeline\nfrom flows.runlock import acquire\n"
+        "lifeline.become_driver()\nacquire(sys.argv[1], 'flow train (checkpoint.mirror)')\n"
+        "print('held', flush=True)\ntime.sleep(120)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != lifeline.JOB_ENV}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", holder_code, url], stdout=subprocess.PIPE, text=True, cwd=REPO, env=env
+    )
+    recipe = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", [f"checkpoint.mirror={url}"])
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(FolderInUse, match=rf"^{url} is in use by pid {holder.pid} on .*flow train \(checkpoint"):
+            with owned_mirror(recipe, print):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
