@@ -24,13 +24,24 @@ import textwrap
 import types
 import typing
 from pathlib import Path
-from typing import Any, Iterable, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, Iterable, TypeVar, Union, get_args, get_origin
 
 import yaml
 
 from bloomline.errors import ConfigError
 
 T = TypeVar("T")
+
+LOCATION = "bloomline.location"
+Location = Annotated[str, LOCATION]
+"""The type of every setting that names a path or a URL (a file, a folder, a bucket): a string to
+the loader; flows/served.py finds each by this type and checks what a served run may name."""
+
+
+def recipe_of(cls: type) -> Any:
+    """The annotation of a flow parameter holding recipe ``cls`` as a plain mapping (what Prefect
+    passes): ``dict[str, Any]`` to Prefect, ``cls`` to flows/served.py."""
+    return Annotated[dict[str, Any], cls]
 
 
 def load_config(cls: type[T], path: str | Path | None = None, overrides: Iterable[str] = ()) -> T:

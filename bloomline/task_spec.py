@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from bloomline.config import check
+from bloomline.config import Location, check
 from bloomline.errors import DataError
 
 
@@ -19,7 +19,7 @@ class TaskSpec:
 
     name: str = "continuation"
     """The task's name in eval/tasks/'s registry (``continuation``, ``xstorycloze``, ...)."""
-    data: Optional[str] = None
+    data: Optional[Location] = None
     """Its data folder, ``DATA/<lang>.jsonl`` per language, for tasks that read items from files."""
     langs: Optional[list[str]] = None
     """Only these languages (bloomline codes); None: every language the task can run."""

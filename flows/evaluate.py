@@ -11,12 +11,12 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
-from bloomline.config import from_dict, to_dict
+from bloomline.config import Location, from_dict, recipe_of, to_dict
 from bloomline.secrets import mask_text, mask_tree, masks_exceptions
 from eval.publish import run_evaluation
 from eval.result_rows import is_language, of_languages
@@ -90,7 +90,11 @@ def summary_markdown(res: dict[str, Any], top: int = 5) -> str:
 @masks_exceptions
 @owns(lambda checkpoint, data, config, out, local: out or RunDir.of_checkpoint(checkpoint).root, "flow evaluate")
 def evaluate_flow(
-    checkpoint: str, data: str, config: dict[str, Any], out: str | None = None, local: InProcess | None = None
+    checkpoint: Location,
+    data: Location,
+    config: recipe_of(EvalConfig),
+    out: Optional[Location] = None,
+    local: InProcess | None = None,
 ) -> dict[str, Any]:
     """Evaluate one checkpoint per language; results, TensorBoard scalars and two artifacts
     (``local``: flows/params.py, the real settings from a caller in this process)."""

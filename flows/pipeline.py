@@ -27,7 +27,7 @@ from typing import Any, Callable
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
-from bloomline.config import from_dict, to_dict
+from bloomline.config import Location, from_dict, recipe_of, to_dict
 from bloomline.errors import BloomlineError
 from bloomline.io import read_json, write_json_atomic
 from bloomline.secrets import mask_tree, masks_exceptions
@@ -180,7 +180,7 @@ def evaluations_of(folder: RunDir, key: StageKey, restore_from: Path | None = No
 @flow(name="pipeline", persist_result=False)
 @masks_exceptions
 @owns(lambda config, out, local: out, "flow pipeline")
-def pipeline(config: dict[str, Any], out: str, local: InProcess | None = None) -> dict[str, Any]:
+def pipeline(config: recipe_of(PipelineConfig), out: Location, local: InProcess | None = None) -> dict[str, Any]:
     """The main job (see the module docstring); returns the record of every stage and where the
     outputs are (``local``: flows/params.py, the real config and the prepare stage's progress
     display from a caller in this process)."""

@@ -18,7 +18,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 
-from bloomline.config import from_dict, to_dict
+from bloomline.config import Location, from_dict, recipe_of, to_dict
 from bloomline.mirror import drop
 from bloomline.secrets import mask_text, mask_tree, masks_exceptions
 from bloomline.storage import absolute, is_url
@@ -39,7 +39,7 @@ def _as_task(name: str, fn: Callable[[], Any]) -> Any:
 @flow(name="prepare", log_prints=False, persist_result=False)
 @masks_exceptions
 @owns(lambda config, out, local: out, "flow prepare")
-def prepare(config: dict[str, Any], out: str, local: InProcess | None = None) -> dict[str, Any]:
+def prepare(config: recipe_of(PrepareConfig), out: Location, local: InProcess | None = None) -> dict[str, Any]:
     """Raw corpora → length-bucketed Arrow shards + manifest.json in ``out`` (``local``:
     flows/params.py, the real config and a progress display from a caller in this process)."""
     cfg = from_dict(PrepareConfig, unmasked(config, local))

@@ -233,6 +233,8 @@ def owns(folder_of: Callable[..., Any], command: str) -> Callable:
     import inspect
     import typing
 
+    from flows import served
+
     def wrap(fn: Callable) -> Callable:
         sig = inspect.signature(fn)
 
@@ -240,17 +242,16 @@ def owns(folder_of: Callable[..., Any], command: str) -> Callable:
         def run(*args: Any, **kwargs: Any) -> Any:
             from prefect import get_run_logger
 
-            from flows import served
-
             bound = sig.bind(*args, **kwargs)
             bound.apply_defaults()
-            served.check(bound.arguments)  # a run bloomline serve started: before anything is touched
+            served.check(bound.arguments, extras)  # a run bloomline serve started: before anything is touched
             with acquire(folder_of(**bound.arguments), command, say=get_run_logger().warning):
                 return fn(*args, **kwargs)
 
         # the flow's annotations resolved where they were written: Prefect reads them from the
         # wrapper, whose module does not know the flow's own types (flows/params.py InProcess)
         hints = typing.get_type_hints(fn)
+        extras = served.parameters_of(fn)  # which parameters are locations, which recipes
         run.__annotations__ = hints
         run.__signature__ = sig.replace(  # type: ignore[attr-defined]
             parameters=[q.replace(annotation=hints.get(q.name, q.annotation)) for q in sig.parameters.values()],

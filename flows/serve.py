@@ -133,13 +133,24 @@ def require_auth(api_url: str, auth: str, local: bool = False) -> None:
         )
 
 
-def serve_roots(paths: list[Path]) -> list[Path]:
-    """The folders served runs may use (``--root``; the current folder when none), resolved;
-    a BloomlineError for one that is not a folder."""
-    roots = [Path(os.path.realpath(p)) for p in (paths or [Path.cwd()])]
-    for given, root in zip(paths or [Path.cwd()], roots):
+def serve_roots(paths: list[str | Path]) -> list[str]:
+    """The folders served runs may use (``--root``; the current folder when none), resolved, and
+    the URL prefixes, as given; a BloomlineError for a folder that is not one, or a URL with
+    credentials or a '.' or '..' part."""
+    from bloomline.storage import check_no_credentials, is_url
+
+    roots = []
+    for given in paths or [Path.cwd()]:
+        if is_url(str(given)):
+            check_no_credentials(str(given), "--root")
+            if any(p in (".", "..") for p in str(given).split("://", 1)[1].split("/")):
+                raise BloomlineError(f"--root {given}: a URL prefix without '.' or '..' parts")
+            roots.append(str(given).rstrip("/"))
+            continue
+        root = Path(os.path.realpath(given))
         if not root.is_dir():
             raise BloomlineError(f"--root {given}: not a folder")
+        roots.append(str(root))
     return roots
 
 
@@ -186,7 +197,7 @@ def deployments() -> list[Any]:
     ]
 
 
-def serve_deployments(roots: list[Path]) -> None:
+def serve_deployments(roots: list[str]) -> None:
     """Register the deployments on the server at PREFECT_API_URL and run what it schedules
     (blocks); the flow runs may use only ``roots`` (flows/served.py)."""
     from prefect import serve
@@ -202,7 +213,7 @@ def serve_deployments(roots: list[Path]) -> None:
     serve(*deployments(), print_starting_message=True)
 
 
-def serve_command(host: str, port: int, url: str | None, roots: list[Path], say: Callable[..., None]) -> None:
+def serve_command(host: str, port: int, url: str | None, roots: list[str], say: Callable[..., None]) -> None:
     """``bloomline serve``: start a server on ``host:port`` that requires an auth string (or use the
     one at ``url``, which must require it), say how to reach it, and serve the deployments until
     stopped; the server started here stops with it. ``say(text, warning=False)`` prints a line as
@@ -236,7 +247,7 @@ def serve_command(host: str, port: int, url: str | None, roots: list[Path], say:
             stop(server)
 
 
-def _say_how_to_reach(url: str, source: str, roots: list[Path], say: Callable[..., None]) -> None:
+def _say_how_to_reach(url: str, source: str, roots: list[str], say: Callable[..., None]) -> None:
     import shlex
 
     from flows import serve_state
@@ -248,5 +259,5 @@ def _say_how_to_reach(url: str, source: str, roots: list[Path], say: Callable[..
     say("runs may use only: " + ", ".join(map(str, roots)))
     say(
         f'run one: PREFECT_API_URL={url} PREFECT_API_AUTH_STRING="{key}" '
-        f"prefect deployment run 'pipeline/{DEPLOYMENT}' -p out={shlex.quote(str(roots[0] / 'run1'))}"
+        f"prefect deployment run 'pipeline/{DEPLOYMENT}' -p out={shlex.quote(roots[0].rstrip('/') + '/run1')}"
     )

@@ -13,12 +13,13 @@ line and before the run touches anything (flows/runlock.py ``owns`` calls it fir
   ``NCCL_DEBUG_FILE`` and the ``*_DUMP_FILE`` ones write any path, ``NCCL_CONF_FILE`` reads more
   variables), or whose name or value could add a variable where DeepSpeed's launcher writes them
   one a line (a name beyond ``NCCL_[A-Z0-9_]``, a value with a line break or NUL);
-- a path outside the roots: every string under a key that names a path in the flows'
-  parameters and recipes (:data:`PATH_KEYS`; a new path setting must use one of these names or
-  be added here), resolved as the flow would (relative to its working folder, symbolic links
-  followed); for ``checkpoint``, its run folder, where ``evaluate`` writes by default. Recipes'
-  values may also name the bundled recipes and sample corpus (read-only files of this package),
-  and ``model`` a bundled model recipe by its name.
+- a path outside the roots, or a URL not under a URL given as a root: every flow parameter and
+  recipe setting typed :data:`bloomline.config.Location` (found from the types alone, so a new
+  setting of that type cannot be forgotten: :func:`location_keys` lists them), a path resolved
+  as the flow would (relative to its working folder, symbolic links followed); for
+  ``checkpoint``, its run folder, where ``evaluate`` writes by default. Recipes' values may also
+  name the bundled recipes and sample corpus (read-only files of this package), and ``model`` a
+  bundled model recipe by its name.
 
 A run the ``bloomline`` command starts itself is not checked: :data:`ROOTS_ENV` is set only in
 ``bloomline serve``'s process and the flow runs it starts.
@@ -26,13 +27,18 @@ A run the ``bloomline`` command starts itself is not checked: :data:`ROOTS_ENV` 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
+import types
+import typing
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping, Union
 
+from bloomline.config import LOCATION
 from bloomline.errors import BloomlineError
+from bloomline.storage import is_url
 
 ROOTS_ENV = "BLOOMLINE_SERVE_ROOTS"
 """The folders a served run may use: a JSON list of absolute paths (a folder's name may hold
@@ -41,11 +47,6 @@ ROOTS_ENV = "BLOOMLINE_SERVE_ROOTS"
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = (REPO / "configs", REPO / "data_prep" / "sample_corpus")
 """What the deployments' default parameters read: the bundled recipes and the sample corpus."""
-
-PATH_KEYS = frozenset({"out", "data", "checkpoint", "path", "heldout", "reference", "hostfile", "model"})
-"""The names paths go by: the flows' ``out``, ``data`` and ``checkpoint``; sources' ``path``,
-tasks' ``data``, ``tokenizer.model``, ``evaluation.heldout``, ``online.reference``,
-``launch.hostfile``, and the training recipe's ``model`` (a file, or a bundled recipe's name)."""
 
 _NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
 
@@ -56,33 +57,99 @@ kinds is refused unseen)."""
 _NCCL_NAME = re.compile(r"NCCL_[A-Z0-9_]+")
 
 
-def roots() -> list[Path] | None:
-    """The roots ``bloomline serve`` gave its flow runs; None outside a served run."""
+def roots() -> list[str] | None:
+    """The roots ``bloomline serve`` gave its flow runs (folders, and URL prefixes); None outside a served run."""
     value = os.environ.get(ROOTS_ENV)
-    return [Path(r) for r in json.loads(value)] if value else None
+    return [str(r) for r in json.loads(value)] if value else None
 
 
-def check(arguments: Mapping[str, Any]) -> None:
+def check(arguments: Mapping[str, Any], hints: Mapping[str, Any]) -> None:
     """Refuse (:class:`BloomlineError`, naming the parameter) what a served run may not ask for
-    (see the module's docstring); nothing outside a served run."""
+    (see the module's docstring); nothing outside a served run. ``hints``: the flow's annotations
+    with their extras (``typing.get_type_hints(fn, include_extras=True)``), which say which
+    parameter is a location and which a recipe of which dataclass."""
     allowed = roots()
     if allowed is None:
         return
-    _walk(arguments, "", allowed)
+    for name, value in arguments.items():
+        _walk(value, hints.get(name, Any), name, allowed, in_recipe=False)
 
 
-def _walk(node: Any, key: str, allowed: list[Path]) -> None:
+def parameters_of(flow: Any) -> dict[str, Any]:
+    """A flow's (or a flow function's) parameter annotations with their extras, for :func:`check`."""
+    import inspect
+
+    return typing.get_type_hints(inspect.unwrap(getattr(flow, "fn", flow)), include_extras=True)
+
+
+def location_keys(cls: type, prefix: str = "") -> list[str]:
+    """Every setting of recipe ``cls`` that names a path or a URL (typed :data:`Location`), dotted,
+    ``[]`` for a list's items: what :func:`check` checks, derived from the types alone."""
+    out = []
+    for name, tp in typing.get_type_hints(cls, include_extras=True).items():
+        key = f"{prefix}.{name}" if prefix else name
+        if _is_location(tp):
+            out.append(key)
+        for sub in _members(tp):
+            if dataclasses.is_dataclass(sub):
+                out += location_keys(sub, key)
+            elif typing.get_origin(sub) in (list, tuple):
+                item = typing.get_args(sub)[0]
+                if dataclasses.is_dataclass(item):
+                    out += location_keys(item, key + "[]")
+    return out
+
+
+def _members(tp: Any) -> list[Any]:
+    """``tp``'s alternatives (a Union's members; an Annotated type's base), else ``[tp]``."""
+    if typing.get_origin(tp) is Annotated:
+        return _members(typing.get_args(tp)[0])
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        return [m for a in typing.get_args(tp) for m in _members(a)]
+    return [tp]
+
+
+def _is_location(tp: Any) -> bool:
+    if typing.get_origin(tp) is Annotated:
+        return LOCATION in typing.get_args(tp)[1:] or _is_location(typing.get_args(tp)[0])
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        return any(_is_location(a) for a in typing.get_args(tp))
+    return False
+
+
+def _recipe(tp: Any) -> type | None:
+    """The dataclass a flow parameter's mapping holds (``recipe_of(cls)``), or a dataclass type."""
+    if typing.get_origin(tp) is Annotated:
+        found = [m for m in typing.get_args(tp)[1:] if dataclasses.is_dataclass(m)]
+        return found[0] if found else _recipe(typing.get_args(tp)[0])
+    return next((m for m in _members(tp) if dataclasses.is_dataclass(m)), None)
+
+
+def _walk(node: Any, tp: Any, key: str, allowed: list[str], in_recipe: bool) -> None:
+    """Check ``node``, of annotation ``tp``, at dotted ``key``: a location's value, a recipe's
+    settings (each by its field's type), a list's items, a mapping's values."""
+    if isinstance(node, str):
+        if _is_location(tp):
+            _check_path(key, key.rsplit(".", 1)[-1], node, allowed, in_recipe)
+        return
     if isinstance(node, Mapping):
+        cls = _recipe(tp)
+        if cls is not None:
+            hints = typing.get_type_hints(cls, include_extras=True)
+            for k, v in node.items():
+                sub = f"{key}.{k}"
+                _refuse_setting(sub, str(k), v)
+                _walk(v, hints.get(str(k), Any), sub, allowed, in_recipe=True)
+            return
         for k, v in node.items():
-            sub = f"{key}.{k}" if key else str(k)
-            _refuse_setting(sub, str(k), v)
-            if isinstance(v, str) and k in PATH_KEYS:
-                _check_path(sub, str(k), v, allowed, in_recipe="." in sub)
-            else:
-                _walk(v, sub, allowed)
-    elif isinstance(node, (list, tuple)):
+            args = [typing.get_args(m) for m in _members(tp) if typing.get_origin(m) is dict]
+            _refuse_setting(f"{key}.{k}", str(k), v)
+            _walk(v, args[0][1] if args else Any, f"{key}.{k}", allowed, in_recipe)
+        return
+    if isinstance(node, (list, tuple)):
+        items = [typing.get_args(m)[0] for m in _members(tp) if typing.get_origin(m) in (list, tuple)]
         for i, v in enumerate(node):
-            _walk(v, f"{key}[{i}]", allowed)
+            _walk(v, items[0] if items else Any, f"{key}[{i}]", allowed, in_recipe)
 
 
 def _refuse_setting(key: str, name: str, value: Any) -> None:
@@ -103,17 +170,28 @@ def _refuse_setting(key: str, name: str, value: Any) -> None:
         raise BloomlineError(f"parameter '{key}' refused: {why} (bloomline serve)")
 
 
-def _check_path(key: str, name: str, value: str, allowed: list[Path], in_recipe: bool) -> None:
+def _check_path(key: str, name: str, value: str, allowed: list[str], in_recipe: bool) -> None:
     if not value:
         return
     if name == "model" and _NAME.fullmatch(value) and ".." not in value:
         return  # a bundled model recipe's name (training/config: configs/model/NAME.yaml)
+    given = ", ".join(allowed)
+    if is_url(value):
+        # a URL only under a URL given as --root, and no '..' or '.' part to step out of it
+        parts = value.split("://", 1)[1].split("/")
+        inside = any(
+            value.rstrip("/") == r.rstrip("/") or value.startswith(r.rstrip("/") + "/") for r in allowed if is_url(r)
+        )
+        if not inside or any(p in (".", "..") for p in parts):
+            raise BloomlineError(
+                f"parameter '{key}' refused: {value} is not under a URL bloomline serve was given (--root: {given})"
+            )
+        return
     path = Path(os.path.realpath(value))
     if key == "checkpoint":  # evaluate writes to its run folder (RUN_DIR/checkpoints/step_N) unless given out
         path = path.parent.parent
-    places = [*allowed, *BUNDLED] if in_recipe else allowed
+    places = [*(Path(r) for r in allowed if not is_url(r)), *(BUNDLED if in_recipe else ())]
     if not any(path.is_relative_to(p) for p in places):
         raise BloomlineError(
-            f"parameter '{key}' refused: {path} is outside the folders bloomline serve was given "
-            f"(--root: {', '.join(map(str, allowed))})"
+            f"parameter '{key}' refused: {path} is outside the folders bloomline serve was given (--root: {given})"
         )

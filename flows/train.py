@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, Optional, TypedDict
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
-from bloomline.config import from_dict, to_dict
+from bloomline.config import Location, from_dict, recipe_of, to_dict
 from bloomline.errors import BloomlineError
 from bloomline.io import write_json_atomic
 from bloomline.secrets import mask_tree, masks_exceptions
@@ -277,7 +277,7 @@ def run_ranks(
 @flow(name="train", persist_result=False)
 @masks_exceptions
 @owns(lambda recipe, data, out, local: out, "flow train")
-def train(recipe: dict[str, Any], data: str, out: str, local: InProcess | None = None) -> TrainResult:
+def train(recipe: recipe_of(TrainRecipe), data: Location, out: Location, local: InProcess | None = None) -> TrainResult:
     """Train (or resume) the recipe on prepared data; restarts from ``latest`` after a failure
     (``local``: flows/params.py, the real recipe from a caller in this process)."""
     log = get_run_logger()

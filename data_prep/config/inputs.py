@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from bloomline import languages
-from bloomline.config import check
+from bloomline.config import Location, check
 from bloomline.host import available_cpus
 from bloomline.storage import CREDENTIALS_HINT, has_user_part
 
@@ -17,7 +17,7 @@ MIN_GIB = 0.75
 
 @dataclass
 class SourceConfig:
-    path: str
+    path: Location
     """File or directory: JSONL (.jsonl, .jsonl.gz), Parquet, or a dataset saved with ``datasets``."""
     text_field: Optional[str] = None
     """Field holding the text; None: ``read.text_field``."""

@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 from bloomline import languages
-from bloomline.config import check
+from bloomline.config import Location, check
 
 
 @dataclass
 class TokenizerConfig:
-    model: Optional[str] = None
+    model: Optional[Location] = None
     """An existing tokenizer to reuse: a SentencePiece ``.model``, a Hugging Face ``tokenizer.json``
     (byte-level BPE, as BLOOM's), or a model folder holding one; its ids are the shards' ids.
     None: train one of ``kind`` on the corpus."""

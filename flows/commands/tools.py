@@ -127,10 +127,11 @@ def serve(
         help="Use this running Prefect server (http://host:4200/api), which must require an auth string, "
         "instead of starting one.",
     ),
-    root: List[Path] = typer.Option(
+    root: List[str] = typer.Option(
         [],
         "--root",
-        help="A folder the served runs may read and write (repeatable); default: the current folder.",
+        help="A folder, or a URL prefix (s3://bucket/team), the served runs may read and write (repeatable); "
+        "default: the current folder.",
     ),
     debug: Debug = False,
 ) -> None:

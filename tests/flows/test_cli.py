@@ -282,6 +282,8 @@ def train_refusal(data, *overrides) -> str:
             "'batch.blend.max_epochs': 0.001 epochs of every language hold",
         ),
         (["batch.mixture=online", "batch.online.rule=doremi"], "batch.online.rule"),
+        (['launch.master_addr="10.0.0.1\\nNCCL_NET_PLUGIN=/tmp/x.so"'], "is not a host name or an IP address"),
+        (['launch.nccl={NCCL_DEBUG: "INFO\\nLD_PRELOAD=/tmp/x.so"}'], "NCCL_DEBUG: a value holds a line break"),
         (
             ["batch.mixture=online", "batch.online.min_weight=0.05"],
             "'batch.online.min_weight': 59 languages × min_weight 0.05 = 2.95 > 1",

@@ -196,55 +196,104 @@ def test_a_started_server_that_exited_is_not_waited_for_elsewhere(tmp_path):
 
 
 def test_served_parameters_are_checked_against_the_roots(tmp_path, monkeypatch):
-    """The check every flow's arguments pass first under serve (flows/served.py), in-process."""
+    """The check every flow's arguments pass first under serve (flows/served.py), in-process: each
+    setting typed as a location, found from the flows' and recipes' types."""
     from bloomline.errors import BloomlineError
     from flows import served
+    from flows.evaluate import evaluate_flow
+    from flows.pipeline import pipeline
+    from flows.prepare import prepare
     from flows.serve import default_parameters
+    from flows.train import train
 
     root = tmp_path / "runs"
     (root / "data").mkdir(parents=True)
     (tmp_path / "elsewhere").mkdir()
     (root / "link").symlink_to(tmp_path / "elsewhere")
+    bucket = "s3://team-bucket/runs"
     params = default_parameters()
-    ok = {"config": params["train"]["recipe"], "data": str(root / "data"), "out": str(root / "run1"), "local": None}
-    served.check(ok)  # outside serve, nothing is checked...
-    monkeypatch.setenv(served.ROOTS_ENV, json.dumps([str(root)]))
-    served.check(ok)  # ...and the bundled recipes pass under it
-    served.check({"config": params["pipeline"]["config"], "out": str(root / "p")})
-    served.check({"config": {**params["train"]["recipe"], "model": "bloom-tiny"}, "data": str(root), "out": str(root)})
-    served.check({"checkpoint": str(root / "run1/checkpoints/step_10"), "data": str(root / "data"), "out": None})
+    flows = {"pipeline": pipeline, "prepare": prepare, "train": train, "evaluate": evaluate_flow}
 
-    pipeline = json.loads(json.dumps(params["pipeline"]["config"]))
-    pipeline["train"]["launch"]["nccl"]["NCCL_NET_PLUGIN"] = "/tmp/x.so"
+    def check(flow, args):
+        served.check(args, served.parameters_of(flows[flow]))
+
+    ok = {"recipe": params["train"]["recipe"], "data": str(root / "data"), "out": str(root / "run1"), "local": None}
+    check("train", ok)  # outside serve, nothing is checked...
+    monkeypatch.setenv(served.ROOTS_ENV, json.dumps([str(root), bucket]))
+    check("train", ok)  # ...and the bundled recipes pass under it
+    check("pipeline", {"config": params["pipeline"]["config"], "out": str(root / "p")})
+    check(
+        "train", {"recipe": {**params["train"]["recipe"], "model": "bloom-tiny"}, "data": str(root), "out": str(root)}
+    )
+    check("evaluate", {"checkpoint": str(root / "run1/checkpoints/step_10"), "data": str(root / "data"), "out": None})
+    mirrored = json.loads(json.dumps(params["train"]["recipe"]))
+    mirrored["checkpoint"]["mirror"] = f"{bucket}/mirror"  # under a URL root
+    check("train", {"recipe": mirrored, "data": f"{bucket}/data", "out": str(root)})
+
+    pipeline_cfg = json.loads(json.dumps(params["pipeline"]["config"]))
+    pipeline_cfg["train"]["launch"]["nccl"]["NCCL_NET_PLUGIN"] = "/tmp/x.so"
+
+    def recipe(**over):
+        r = json.loads(json.dumps(params["train"]["recipe"]))
+        for dotted, value in over.items():
+            node = r
+            *parents, last = dotted.split("__")
+            for p in parents:
+                node = node[p]
+            node[last] = value
+        return {"recipe": r, "data": str(root), "out": str(root)}
 
     def nccl(name, value):
-        recipe = json.loads(json.dumps(params["train"]["recipe"]))
-        recipe["launch"]["nccl"] = {"NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_DEBUG": "INFO", name: value}
-        return {"config": recipe, "data": str(root), "out": str(root)}
+        return recipe(launch__nccl={"NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_DEBUG": "INFO", name: value})
 
-    served.check(nccl("NCCL_SOCKET_IFNAME", "eth0"))  # a setting that names no file passes
+    check("train", nccl("NCCL_SOCKET_IFNAME", "eth0"))  # a setting that names no file passes
     refused = {
-        "out": {"out": str(tmp_path / "elsewhere")},
-        "out.": {"out": str(root / "link" / "x")},  # a link out of the root
-        "out..": {"out": str(root / ".." / "elsewhere")},
-        "checkpoint": {"checkpoint": "/etc/passwd", "out": str(root)},
-        "checkpoint.": {"checkpoint": str(root / "step_10"), "out": None},  # its run folder is root's parent
-        "config.sources[0].path": {"config": {"sources": [{"path": "/etc"}]}, "out": str(root)},
-        "config.model": {"config": {"model": "../../etc/x.yaml"}, "out": str(root)},
-        "config.dask.address": {"config": {"dask": {"address": "tcp://10.0.0.1:8786"}}, "out": str(root)},
-        "config.data.dask.address": {"config": {"data": {"dask": {"address": "tcp://h:1"}}}, "out": str(root)},
-        "config.launch.launcher_args": {"config": {"launch": {"launcher_args": "-R exec"}}, "out": str(root)},
-        "config.train.launch.nccl.NCCL_NET_PLUGIN": {"config": pipeline, "out": str(root)},
+        "out": ("prepare", {"out": str(tmp_path / "elsewhere")}),
+        "out.": ("prepare", {"out": str(root / "link" / "x")}),  # a link out of the root
+        "out..": ("prepare", {"out": str(root / ".." / "elsewhere")}),
+        "out...": ("prepare", {"out": "s3://other-bucket/x"}),  # a URL under no URL root
+        "out....": ("prepare", {"out": f"{bucket}/../../other/x"}),  # stepping out of one
+        "out.....": ("prepare", {"out": f"{bucket}-evil/x"}),  # a prefix of the name is not a folder of it
+        "checkpoint": ("evaluate", {"checkpoint": "/etc/passwd", "out": str(root)}),
+        "checkpoint.": ("evaluate", {"checkpoint": str(root / "step_10"), "out": None}),  # its run folder
+        "config.sources[0].path": ("prepare", {"config": {"sources": [{"path": "/etc"}]}, "out": str(root)}),
+        "config.tokenizer.model": ("prepare", {"config": {"tokenizer": {"model": "/etc/x"}}, "out": str(root)}),
+        "config.decontaminate.tasks[0].data": (
+            "prepare",
+            {"config": {"decontaminate": {"tasks": [{"name": "x", "data": "/etc"}]}}, "out": str(root)},
+        ),
+        "config.tasks[0].data": ("evaluate", {"config": {"tasks": [{"data": "/etc"}]}, "checkpoint": str(root)}),
+        "recipe.model": ("train", {"recipe": {"model": "../../etc/x.yaml"}, "out": str(root)}),
+        "recipe.train.init_from": ("train", recipe(train__init_from="/home/someone/weights")),
+        "recipe.checkpoint.mirror": ("train", recipe(checkpoint__mirror="s3://attacker/uploads")),
+        "recipe.evaluation.settings.heldout": ("train", recipe(evaluation__settings__heldout="/etc")),
+        "config.dask.address": ("prepare", {"config": {"dask": {"address": "tcp://10.0.0.1:8786"}}, "out": str(root)}),
+        "config.data.dask.address": (
+            "pipeline",
+            {"config": {"data": {"dask": {"address": "tcp://h:1"}}}, "out": str(root)},
+        ),
+        "recipe.launch.launcher_args": ("train", recipe(launch__launcher_args="-R exec")),
+        "config.train.launch.nccl.NCCL_NET_PLUGIN": ("pipeline", {"config": pipeline_cfg, "out": str(root)}),
         # NCCL writes these paths, reads more variables from this one, adds a variable on a new line
-        "config.launch.nccl.NCCL_DEBUG_FILE": nccl("NCCL_DEBUG_FILE", str(root / "x")),
-        "config.launch.nccl.NCCL_TOPO_DUMP_FILE": nccl("NCCL_TOPO_DUMP_FILE", str(root / "x")),
-        "config.launch.nccl.NCCL_GRAPH_DUMP_FILE": nccl("NCCL_GRAPH_DUMP_FILE", str(root / "x")),
-        "config.launch.nccl.NCCL_CONF_FILE": nccl("NCCL_CONF_FILE", str(root / "nccl.conf")),
-        "config.launch.nccl.NCCL_DEBUG": nccl("NCCL_DEBUG", "INFO\nLD_PRELOAD=/tmp/x.so"),
+        "recipe.launch.nccl.NCCL_DEBUG_FILE": ("train", nccl("NCCL_DEBUG_FILE", str(root / "x"))),
+        "recipe.launch.nccl.NCCL_TOPO_DUMP_FILE": ("train", nccl("NCCL_TOPO_DUMP_FILE", str(root / "x"))),
+        "recipe.launch.nccl.NCCL_GRAPH_DUMP_FILE": ("train", nccl("NCCL_GRAPH_DUMP_FILE", str(root / "x"))),
+        "recipe.launch.nccl.NCCL_CONF_FILE": ("train", nccl("NCCL_CONF_FILE", str(root / "nccl.conf"))),
+        "recipe.launch.nccl.NCCL_DEBUG": ("train", nccl("NCCL_DEBUG", "INFO\nLD_PRELOAD=/tmp/x.so")),
     }
-    for key, args in refused.items():
+    for key, (flow, args) in refused.items():
         with pytest.raises(BloomlineError, match=rf"^parameter '{re.escape(key.rstrip('.'))}' refused: "):
-            served.check(args)
+            check(flow, args)
+
+
+def test_every_setting_that_names_a_path_or_url_is_checked_by_its_type():
+    """The list comes from the types: a location setting added to a recipe is in it unwritten."""
+    from flows import served
+    from training.config import TrainRecipe
+
+    keys = served.location_keys(TrainRecipe)
+    for k in ("model", "train.init_from", "checkpoint.mirror", "launch.hostfile", "evaluation.settings.tasks[].data"):
+        assert k in keys, k
 
 
 def test_the_api_address_of_each_host():

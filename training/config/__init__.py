@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from bloomline.config import check
+from bloomline.config import Location, check
 from bloomline.errors import ConfigError
 from training.config.batch import BatchConfig, BlendRuleConfig, OnlineMixtureConfig
 from training.config.evaluation import EvalConfig, EvalParallelConfig, EvaluationConfig
@@ -43,7 +43,7 @@ __all__ = [
 
 @dataclass
 class TrainRecipe:
-    model: Union[str, ModelConfig] = "bloom-tiny"
+    model: Union[Location, ModelConfig] = "bloom-tiny"
     """A recipe name in configs/model/ or the model spelled out."""
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     """TP × PP × DP layout."""

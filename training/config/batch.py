@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from bloomline.config import check
+from bloomline.config import Location, check
 from bloomline.errors import ConfigError
 
 
@@ -50,7 +50,7 @@ class OnlineMixtureConfig:
     the evaluation's ``tasks`` must then include. Either way the rule steers by the drop per
     doubling of the language's tokens seen; a language the task scored over fewer than 20 items
     (training/data/mixture/online.py ``MIN_ITEMS``) gets no push either way."""
-    reference: Optional[str] = None
+    reference: Optional[Location] = None
     """evaluation: another bloomline run's folder (RUN_DIR) whose per-language results are the
     reference, read at equal tokens of each language seen (DoReMi's reference model; a small
     proxy run will do). Its languages, tokenizer and validation data must be this run's."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from bloomline.config import check
+from bloomline.config import Location, check
 from bloomline.task_spec import TaskSpec
 
 
@@ -18,7 +18,7 @@ class EvalParallelConfig:
     """Tensor-parallel degree: must divide the model's heads (any checkpoint layout is re-cut)."""
     pp: int = 1
     """Pipeline stages: at most the model's layers; cut as training cuts them."""
-    hostfile: Optional[str] = None
+    hostfile: Optional[Location] = None
     """A DeepSpeed hostfile (``host slots=N`` lines) whose hosts run the ranks, tp·pp slots in
     all; None: this machine."""
     timeout_s: Optional[float] = None
@@ -66,7 +66,7 @@ class EvalConfig:
     tasks: list[TaskSpec] = field(default_factory=list)
     """Tasks evaluated beside the validation split's loss and bits per byte (which always run):
     ``[{name: continuation}, {name: xstorycloze, data: DIR}]``."""
-    heldout: Optional[str] = None
+    heldout: Optional[Location] = None
     """Other prepared data (``bloomline prepare`` with ``tokenizer.model`` set to the training
     data's tokenizer) whose validation split is evaluated instead of the training data's: a test
     set no run has steered by. Its tokenizer must be the training data's (checked by sha256);

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-from bloomline.config import check
+from bloomline.config import Location, check
 from bloomline.storage import CREDENTIALS_HINT, has_user_part
 
 
@@ -69,7 +69,7 @@ class TrainLoopConfig:
     measures it on a GPU."""
     seed: int = 1234
     """Seed of initialisation, dropout-free training and the sampler."""
-    init_from: Optional[str] = None
+    init_from: Optional[Location] = None
     """Start from existing weights instead of the seed's: a Hugging Face BLOOM folder (config.json
     and safetensors, sharded too) or a bloomline checkpoint (a step folder, or a run folder: its
     latest), of any layout. Weights only: the optimizer, schedule and data order start fresh. The
@@ -103,7 +103,7 @@ class CheckpointConfig:
     """Keep the newest this many checkpoints."""
     max_restarts: int = 3
     """The train flow restarts a failed job from `latest` at most this many times."""
-    mirror: str = ""
+    mirror: Location = ""
     """A URL (``s3://bucket/runs/x``, any fsspec URL) each saved checkpoint is uploaded to, in the
     background, with ``latest`` moved there last (training/checkpoint/mirror.py); a run folder with
     no checkpoint (a fresh node) resumes from the mirror's latest. Credentials from the standard
