@@ -46,10 +46,16 @@ class ReadConfig:
     of parallel work and of resume. Compressed files and Parquet/Arrow files are one chunk each."""
     max_doc_bytes: int = 8 * 1024 * 1024
     """A record larger than this is an error ``too_long`` (it is skipped without being held in memory)."""
+    max_expansion: float = 100.0
+    """A Parquet or Arrow file is read while its rows decode to at most this many times its size
+    on disk (and 64 MiB whatever its size); past that, its remaining rows are one error
+    ``expansion`` (a decompression or dictionary bomb: a few KB whose rows repeat one large value
+    decode to GiB, and would cost hours). Real text compresses 3-10x."""
 
     def validate(self) -> None:
         check(self.chunk_bytes >= 1024, "chunk_bytes", "must be at least 1024")
         check(self.max_doc_bytes >= 16, "max_doc_bytes", "must be at least 16")
+        check(self.max_expansion >= 1, "max_expansion", "must be at least 1")
 
 
 @dataclass

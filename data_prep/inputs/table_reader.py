@@ -26,13 +26,14 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bloomline.errors import DataError
-from bloomline.storage import local_copy, open_input
+from bloomline.storage import local_copy, open_input, upath
 from data_prep.inputs import ipc_sizes
-from data_prep.inputs.row_sizes import SLICE_BYTES, Over, head, is_blank, is_text, plan_batch
+from data_prep.inputs.row_sizes import SLICE_BYTES, Over, head, held_bytes, is_blank, is_text, plan_batch
 from data_prep.steps.document import UNKNOWN_LANG, Document
 from data_prep.steps.step import failure
 
@@ -84,6 +85,13 @@ def _checked(batch: pa.RecordBatch, dictionaries: dict[int, tuple[tuple[int, ...
     return batch
 
 
+class Expansion(Exception):
+    """The rows of a file from ``row`` on would decode past its bound (``read.max_expansion``)."""
+
+    def __init__(self, row: int):
+        self.row = row
+
+
 class TableReader:
     """Parquet and Arrow rows as records, mixed into data_prep/inputs/readers.py ``ChunkReader``, whose
     ``part``, ``cfg``, ``ledger``, ``stats`` and record methods (``_error``, ``_break``,
@@ -95,6 +103,7 @@ class TableReader:
         a batch that fails ends the file with one error naming the row)."""
         c = self.part
         try:
+            self._decoded, self._allowed = 0.0, max(self.cfg.max_expansion * upath(c.path).stat().st_size, SLICE_BYTES)
             if c.fmt == "parquet":
                 pf = open_parquet(c.path)
                 names = set(pf.schema_arrow.names)
@@ -122,12 +131,32 @@ class TableReader:
                 except (OSError, pa.ArrowException) as e:
                     self._break(e, f"row group {i} (rows {first:,} to {first + n - 1:,}) from row {row:,}")
                     group = pa.table({})
-                for batch in group.to_batches():
-                    yield from self._rows(batch, row)
-                    row += batch.num_rows
+                try:
+                    for batch in group.to_batches():
+                        yield from self._rows(batch, row)
+                        row += batch.num_rows
+                except Expansion as e:
+                    self._expanded(e.row, pf.metadata.num_rows)
+                    return
                 row = first + n
             return
-        yield from self._stream(reader, cols)
+        try:
+            yield from self._stream(reader, cols)
+        except Expansion as e:
+            self._expanded(e.row, None)
+
+    def _expanded(self: Any, row: int, rows: int | None) -> None:
+        """Book the rest of a file whose rows decode to more than ``read.max_expansion`` times its
+        size: one error naming them, none of them decoded."""
+        c = self.part
+        rest = f"rows {row:,} to {rows - 1:,}" if rows is not None else f"from row {row:,}"
+        self.stats["records"] += 1
+        self._error(
+            UNKNOWN_LANG,
+            "expansion",
+            f"{c.path}: {rest} not read: its rows decode to more than read.max_expansion="
+            f"{self.cfg.max_expansion:g} times the file's {upath(c.path).stat().st_size:,} bytes",
+        )
 
     def _stream(self: Any, reader: pa.ipc.RecordBatchStreamReader, cols: list[str]) -> Iterator[Document | None]:
         """The rows of an Arrow stream, a batch at a time, each batch's size known before it is
@@ -173,7 +202,14 @@ class TableReader:
         except (pa.ArrowException, ValueError, TypeError) as e:  # a column that cannot be measured
             yield from self._failed(batch.num_rows, first, e)
             return
+        sizes = None
         for step in plan:
+            if not isinstance(step, Over):  # rows to decode: within the file's bound (read.max_expansion)
+                if sizes is None:
+                    sizes = np.cumsum([0.0, *sum((held_bytes(col) for col in batch.columns), np.zeros(batch.num_rows))])
+                self._decoded += sizes[step[1]] - sizes[step[0]]
+                if self._decoded > self._allowed:
+                    raise Expansion(first + step[0])
             if isinstance(step, Over):
                 loc = f"{c.path}:row {first + step.row}"
                 self.stats["records"] += 1

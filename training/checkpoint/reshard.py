@@ -108,7 +108,7 @@ def convert(step_dir: str | Path, layout: dict[str, int]) -> Path:
     shutil.rmtree(out, ignore_errors=True)
     workers = max(1, min(8, available_cpus() - 1))
     args = argparse.Namespace(
-        input_folder=str(step_dir),
+        input_folder=str(_converter_input(step_dir, tmp / "source")),
         output_folder=str(tmp),
         num_extract_workers=workers,
         num_merge_workers=max(1, workers // 4),

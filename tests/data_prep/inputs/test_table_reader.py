@@ -65,6 +65,26 @@ def test_a_dictionary_bomb_is_booked_too_long_row_by_row_without_being_decoded(t
         assert {(r["lang"], r["reason"], r["text"]) for r in rows} == {("en", "too_long", value[:256])}
 
 
+def test_a_bomb_within_the_row_limit_is_read_only_to_its_expansion_bound(tmp_path):
+    """Rows each within read.max_doc_bytes that repeat one value: the file is read while its rows
+    decode to at most read.max_expansion times its size (64 MiB at least), the rest one error
+    ``expansion`` naming them, undecoded: bounded in time as well as in memory."""
+    import time
+
+    value = 512 << 10  # each row within the limit; 1,024 of them: 512 MiB from a file of a few KB
+    for path, ordinary in zip(bombs(tmp_path, value, 1024), (ORDINARY[:4], ORDINARY[4:])):
+        t0 = time.perf_counter()
+        docs, ledger = read(path, ReadConfig(max_doc_bytes=1 << 20))
+        took = time.perf_counter() - t0
+        assert len(docs) <= 128 and all(d.id.startswith("bomb-") for d in docs), path.name  # 64 MiB decoded
+        errors = ledger.to_dict()[UNKNOWN_LANG]["errors"]
+        assert errors == {"expansion": 1}, errors
+        (row,) = [r for r in ledger.log.rows if r["reason"] == "expansion"]
+        assert f"from row {len(docs)}" in row["source"] or f"rows {len(docs)} to 1,0" in row["source"], row
+        assert "read.max_expansion=100 times the file's" in row["source"]
+        assert took < 30, f"{path.name}: {took:.0f} s"
+
+
 def test_fields_over_the_limit_are_booked_as_a_decoded_record_would_be(tmp_path):
     """A long blank text is empty_text, a long text of another type text_not_string, a long id
     or label too_long (as a JSONL line over the limit): none of them decoded."""
