@@ -31,6 +31,12 @@ QUIET = (
 )
 for _name in QUIET:
     logging.getLogger(_name).setLevel(logging.WARNING)
+QUIET_ENV = {"DASK_LOGGING": repr({name: "warning" for name in QUIET})}
+"""The same levels for every process a local cluster spawns, in the environment that Dask's config
+reads when ``distributed`` is imported there (``DASK_LOGGING={'distributed.batched': …}``: one
+variable holding the mapping, as a logger's name has dots that ``DASK_LOGGING__X`` would split). A worker callback (:func:`_worker_logs`) runs only once the worker is
+up: a cluster torn down while a worker was still starting (a prepare stopped at once by a full
+disk) let that worker's "Batched Comm Closed" traceback reach the command's output (CI, issue 48)."""
 
 
 def _ignore_terminal_interrupt(worker: Any = None) -> None:
@@ -83,6 +89,14 @@ def environ_kept() -> Iterator[None]:
         os.environ.update(before)
 
 
+@contextmanager
+def _quiet_spawns() -> Iterator[None]:
+    """:data:`QUIET_ENV` in this process's environment while a local cluster spawns its processes
+    (inside :func:`environ_kept`, which puts the environment back)."""
+    os.environ.update(QUIET_ENV)
+    yield
+
+
 QUIET_WORKERS = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.tick.interval": "1s",
@@ -126,6 +140,7 @@ def dask_client(cfg: PrepareConfig) -> Iterator[Any]:
     # 0.81 -> 0.94 s, and with 200 small tasks after it 1.19 -> 1.34 s.
     with (
         environ_kept(),
+        _quiet_spawns(),
         dask.config.set(QUIET_WORKERS),
         LocalCluster(
             n_workers=cfg.dask.workers(),

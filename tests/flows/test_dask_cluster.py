@@ -1,5 +1,6 @@
 """The Dask cluster a preparation runs on (flows/dask_cluster.py)."""
 
+import json
 import os
 from pathlib import Path
 
@@ -49,3 +50,24 @@ def test_the_local_cluster_refuses_a_client_without_its_credentials():
             except (OSError, TimeoutError):
                 continue
             raise AssertionError(f"a {kind} client reached the cluster at {addr}")
+
+
+def test_a_local_clusters_processes_are_quiet_from_their_first_import():
+    """Every process a local cluster spawns has Dask's connection chatter at WARNING as soon as it
+    imports ``distributed``, before any worker callback could run: a worker torn down while still
+    starting logged "Batched Comm Closed" with a traceback into the command's output (CI)."""
+    import logging
+    import subprocess
+    import sys
+
+    from data_prep.config import PrepareConfig
+    from flows.dask_cluster import QUIET, dask_client
+
+    probe = "import distributed, logging, json; print(json.dumps([logging.getLogger(n).level for n in %r]))" % (QUIET,)
+    cfg = PrepareConfig()
+    cfg.dask.n_workers = 1
+    with dask_client(cfg):  # what the nannies spawn inherits this environment
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == [logging.WARNING] * len(QUIET)
+    after = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert json.loads(after)[QUIET.index("distributed.batched")] == logging.NOTSET  # the driver's environment as before
