@@ -4,9 +4,6 @@ left, refused in one line naming its holder while held; two jobs taking over one
 once: exactly one holds it; a job whose lease was taken stops in one line."""
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,25 +13,15 @@ from bloomline import lease as lease_mod
 from bloomline.lease import LeaseHeld, modified, take
 from flows import lifeline
 from flows.runlock import LOCK_FILE, FolderInUse, acquire
+from tests.support.holder import start_holder
 
 REPO = Path(__file__).resolve().parents[2]
-HOLDER = """
-import sys, time
-from flows import lifeline
-from flows.runlock import acquire
-lifeline.become_driver()
-acquire(sys.argv[1], "test holder")
-print("held", flush=True)
-time.sleep(300)
-"""
 
 
 def test_a_second_job_on_a_url_in_use_is_refused_and_a_released_lease_is_gone(s3):
     url = f"s3://{s3.bucket}/locks/held"
-    env = {k: v for k, v in os.environ.items() if k != lifeline.JOB_ENV}
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, url], stdout=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    holder = start_holder(url)
     try:
-        assert holder.stdout.readline().strip() == "held"
         lease = json.loads(s3.fs().cat_file(f"{url}/{LOCK_FILE}"))
         assert lease["pid"] == holder.pid and lease["command"] == "test holder"
         with pytest.raises(FolderInUse, match=rf"^{url} is in use by pid {holder.pid} on .* \(test holder, since "):
@@ -121,27 +108,10 @@ def test_two_jobs_taking_over_one_stale_lease_at_once_one_holds_it_and_the_other
     got[held[0]].release()
 
 
-LOSER = """
-import sys, time
-from bloomline import lease
-from flows import lifeline
-from flows.runlock import acquire
-lease.LEASE_SECONDS = 1.5
-lifeline.become_driver()
-acquire(sys.argv[1], "test holder")
-print("held", flush=True)
-time.sleep(120)
-"""
-
-
 def test_a_job_whose_lease_was_taken_over_stops_in_one_line(s3):
     url = f"s3://{s3.bucket}/locks/taken"
-    env = {k: v for k, v in os.environ.items() if k != lifeline.JOB_ENV}
-    holder = subprocess.Popen(
-        [sys.executable, "-c", LOSER, url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env
-    )
+    holder = start_holder(url, lease_seconds=1.5)
     try:
-        assert holder.stdout.readline().strip() == "held"
         stale(s3.fs(), f"{url}/{LOCK_FILE}")  # another job's record now: as after a takeover
         _, err = holder.communicate(timeout=60)
     finally:

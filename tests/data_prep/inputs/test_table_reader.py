@@ -72,7 +72,7 @@ def test_a_bomb_within_the_row_limit_is_read_only_to_its_expansion_bound(tmp_pat
     import time
 
     value = 512 << 10  # each row within the limit; 1,024 of them: 512 MiB from a file of a few KB
-    for path, ordinary in zip(bombs(tmp_path, value, 1024), (ORDINARY[:4], ORDINARY[4:])):
+    for path in bombs(tmp_path, value, 1024):
         t0 = time.perf_counter()
         docs, ledger = read(path, ReadConfig(max_doc_bytes=1 << 20))
         took = time.perf_counter() - t0

@@ -67,29 +67,16 @@ def test_latest_is_never_pruned_and_a_copied_runs_future_goes(s3, demo_data, tmp
 
 
 def test_a_second_run_on_a_mirror_in_use_is_refused(s3, tmp_path):
-    import os
-    import subprocess
-    import sys
-
     import pytest
 
-    from flows import lifeline
     from flows.runlock import FolderInUse
     from flows.train import owned_mirror
+    from tests.support.holder import start_holder
 
     url = f"s3://{s3.bucket}/mirrors/{tmp_path.name}"
-    holder_code = (
-        "import sys, time\nfrom flows import lifeline\nfrom flows.runlock import acquire\n"
-        "lifeline.become_driver()\nacquire(sys.argv[1], 'flow train (checkpoint.mirror)')\n"
-        "print('held', flush=True)\ntime.sleep(120)\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != lifeline.JOB_ENV}
-    holder = subprocess.Popen(
-        [sys.executable, "-c", holder_code, url], stdout=subprocess.PIPE, text=True, cwd=REPO, env=env
-    )
+    holder = start_holder(url, "flow train (checkpoint.mirror)")  # another run's train flow holds it
     recipe = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", [f"checkpoint.mirror={url}"])
     try:
-        assert holder.stdout.readline().strip() == "held"
         with pytest.raises(FolderInUse, match=rf"^{url} is in use by pid {holder.pid} on .*flow train \(checkpoint"):
             with owned_mirror(recipe, print):
                 pass
