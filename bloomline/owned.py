@@ -60,6 +60,8 @@ def owned_dir(path: str | Path) -> Path:
         path.mkdir(mode=0o700, parents=True)
     except FileExistsError:
         pass
+    except OSError as e:  # a read-only or missing home, a folder of someone else's above it
+        raise NotOwned(f"{path} cannot be made ({e.strerror}): {_ADVICE}") from None
     why = _why_not(os.lstat(path), "dir")
     if why:
         raise NotOwned(f"{path} is {why}: {_ADVICE}")
