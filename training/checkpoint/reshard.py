@@ -152,10 +152,10 @@ def convert(step_dir: str | Path, layout: dict[str, int]) -> Path:
 def _forked_workers() -> Iterator[None]:
     """Within the block, multiprocessing's default start method is 'fork'. ``ds_to_universal`` starts
     its extract and merge workers (when told to use more than one) with
-    ``ProcessPoolExecutor(max_workers=n)``, no context given, so by the default method: :func:`~training.checkpoint.safe_load.enforced`
-    patches ``torch.load`` in this process, and only a forked worker inherits the patch. A worker
-    started by 'spawn' or 'forkserver' (Python 3.14's default on Linux) imports torch afresh and
-    would load every file with ``weights_only=False``."""
+    ``ProcessPoolExecutor(max_workers=n)``, no context given: by the default method.
+    :func:`~training.checkpoint.safe_load.enforced` patches ``torch.load`` in this process, and only
+    a forked worker inherits the patch; one started by 'spawn' or 'forkserver' (Python 3.14's default
+    on Linux) imports torch afresh and would load every file with ``weights_only=False``."""
     import multiprocessing
 
     before = multiprocessing.get_start_method(allow_none=True)
@@ -228,8 +228,8 @@ def _name_model_states(folder: Path, source: dict[str, int], target: dict[str, i
     """The run metadata under the file names the target layout's ranks read, when ZeRO-3 on either
     side changes how they are named (the metadata is the same on every rank: rank 0's). Its
     ``mp_world_size`` becomes the target's tp: DeepSpeed's loader requires it to equal the number of
-    files it finds for pipeline rank 0, here the target's TP ranks' (with the converter's copies, the
-    source's)."""
+    model-state files it finds, here one per target TP rank (a tp change with ZeRO-3 on one side
+    failed on it: "checkpoint count 1 is different from saved mp_world_size 2")."""
     import torch
 
     if 3 not in (source["zero_stage"], target["zero_stage"]):

@@ -126,7 +126,9 @@ def enforced() -> Iterator[None]:
     :func:`safe_load` does, whatever its caller asked for: DeepSpeed's loaders (its engine's resume,
     the universal converter, ``zero_to_fp32``) pass ``weights_only=False``. So the bytes unpickled
     are the bytes checked, with no window between a check and DeepSpeed's own load in which a
-    file could be swapped (they all call ``torch.load`` through the module, at call time)."""
+    file could be swapped (they all call ``torch.load`` through the module, at call time). A process
+    started otherwise ('spawn', or 'forkserver': Python 3.14's default) imports torch afresh, unpatched:
+    code that lets DeepSpeed start workers inside the block makes them forks (reshard.py, _forked_workers)."""
     import torch
 
     original = torch.load

@@ -1,4 +1,5 @@
-"""The universal-checkpoint merge rules and the conversions we refuse (training/checkpoint/reshard.py)."""
+"""The universal-checkpoint merge rules, the conversions we refuse, and bf16/fp16 reshards that train on
+(training/checkpoint/reshard.py)."""
 
 import json
 import os
@@ -56,7 +57,7 @@ def test_unconvertible_checkpoints_are_refused_with_the_reason(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------
-# Reshards that train on: real runs of bloom-tiny on CPU (gloo), one micro-batch per step. A run's
+# Reshards that train on: real runs of bloom-tiny on CPU (gloo), 2048 tokens a step. A run's
 # launch (~10 s) costs far more than its steps, so each precision has one uninterrupted run at
 # TP=2 x ZeRO-1 (the reference, whose step 2 every reshard starts from) and one chain of reshards.
 
@@ -142,9 +143,10 @@ def _at_step_2(run: Path, dest: Path) -> Path:
 def test_mixed_precision_reshards_both_ways_and_trains_on(precision, demo_data, reference, tmp_path):
     """The reference's step 2 (TP=2 x ZeRO-1) resumed at TP=1 x ZeRO-3 x DP=2 for steps 3-4, and that
     step 4 at TP=2 x ZeRO-1 again for steps 5-6: TP slices merged and cut again, ZeRO-1 to 3 and
-    back, and the run goes on as the uninterrupted one. A bf16 or fp16 checkpoint at TP > 1 without
-    pipeline holds megatron-core's empty ``_extra_state`` entries, which DeepSpeed 0.19.8's converter
-    fails on (reshard.py, _converter_input)."""
+    back, and the run goes on as the uninterrupted one. A checkpoint at TP > 1 without pipeline holds
+    megatron-core's empty ``_extra_state`` entries, which DeepSpeed 0.19.8's converter fails on
+    (reshard.py, _converter_input); a tp change with ZeRO-3 on one side needs the model states'
+    ``mp_world_size`` of the target (_name_model_states)."""
     from training.checkpoint.meta import read_meta
     from training.checkpoint.reshard import MARKER, convert
 
