@@ -121,15 +121,17 @@ def hostile_mirror(s3, demo_data, tmp_path):
 def test_a_checkpoint_url_and_a_resume_refuse_a_mirror_object_named_outside(hostile_mirror, tmp_path, monkeypatch):
     from flows.cli import app
     from flows.train import open_run
-    from training.checkpoint.mirror import fetch_checkpoint
+    from training.checkpoint.mirror import checkpoint_at, fetch_checkpoint
 
+    monkeypatch.setenv("BLOOMLINE_SCRATCH", str(tmp_path / "scratch"))  # where a checkpoint URL's copy goes
     where = f"{hostile_mirror}/checkpoints/step_1"
     with pytest.raises(UnsafeName, match=rf"^{where} names \"../../../../escaped.py\""):
         fetch_checkpoint(where, tmp_path / "cache")
+    with pytest.raises(UnsafeName):
+        checkpoint_at(where)  # what 'bloomline evaluate --checkpoint URL' reads it through
     recipe = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", [f"checkpoint.mirror={hostile_mirror}"])
     with pytest.raises(UnsafeName):
         open_run(recipe, tmp_path / "fresh", None, logging.getLogger("test"))  # a resume from the mirror
-    monkeypatch.setenv("BLOOMLINE_SCRATCH", str(tmp_path / "scratch"))
     for args in (["export", "--checkpoint", where, "--out", str(tmp_path / "hf")],):
         res = CliRunner().invoke(app, args)
         lines = res.stderr.strip().splitlines()
