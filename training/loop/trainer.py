@@ -12,6 +12,7 @@ what training/loop/ds_config.py tells DeepSpeed; the run folder and checkpoints 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -41,6 +42,7 @@ from training.loop.schedule import lr_at, schedule_change
 from training.loop.step_row import StepRow
 from training.loop.stop import stop_voted
 from training.model.bloom import IGNORE_INDEX, Bloom
+from training.model.reduced_on_cpu import needs_fp32_products, reduced_kernels
 from training.parallel.distributed import Mesh, init_distributed
 from training.parallel.parallelize import parallelize
 from training.planning.flops import ForwardTimer, model_pair_weight, model_params, step_flops
@@ -147,6 +149,16 @@ class Trainer:
             recipe, self.index, self.sampler, self.dtype, self.device, self.mesh, self.engine.module
         )
         self.forward_timer = ForwardTimer(self.engine.module)
+        # bf16/fp16 products in fp32 on a CPU without instructions for them (reduced_on_cpu.py);
+        # torch.compile generates its own kernels
+        fp32_products = not recipe.train.compile and needs_fp32_products(self.dtype, self.device)
+        self.products = (lambda: reduced_kernels(self.dtype, self.device)) if fp32_products else contextlib.nullcontext
+        if fp32_products and self.mesh.rank == 0:
+            print(
+                f"train.precision={recipe.train.precision}: matrix products in fp32, rounded to "
+                f"{recipe.train.precision} (this CPU has no {recipe.train.precision} instructions)",
+                flush=True,
+            )
 
     # ----------------------------------------------------------------------------- the loop
     def train(self) -> None:
@@ -175,7 +187,8 @@ class Trainer:
             g["lr"] = lr
         batches = self._prepare(plan)
         skipped_before = self.engine.skipped_steps
-        loss = self._run_checked(batches, plan.gas)
+        with self.products():
+            loss = self._run_checked(batches, plan.gas)
         grad_norm = self.engine.get_global_grad_norm()
         skip = self.guard.verdict(self.engine.skipped_steps > skipped_before, self.loss)
         self.guard.record(self.step, loss, skip)

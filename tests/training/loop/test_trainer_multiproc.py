@@ -347,7 +347,13 @@ def test_zero_data_parallel_without_pp(data, reference, tmp_path, stage):
 
 
 def test_nan_fault_drill_skips_the_batch(data, tmp_path):
-    ok(launch(data, tmp_path, ["train.steps=3"], BLOOMLINE_NAN_AT="2"))
+    res = launch(data, tmp_path, ["train.steps=3"], BLOOMLINE_NAN_AT="2")
+    ok(res)
+    # bf16 on a CPU without bf16 instructions: its products in fp32 (training/model/reduced_on_cpu.py), said
+    from training.model.reduced_on_cpu import needs_fp32_products
+
+    said = "train.precision=bf16: matrix products in fp32, rounded to bf16" in res.stdout
+    assert said == needs_fp32_products(torch.bfloat16, torch.device("cpu")), res.stdout[-2000:]
     got = metrics(tmp_path)
     assert [m["skipped"] for m in got] == [False, True, False]
     assert got[1]["loss"] is None and got[1]["skip_reason"] == "bad_loss" and got[-1]["skipped_batches"] == 1
