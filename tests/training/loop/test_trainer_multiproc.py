@@ -262,37 +262,6 @@ def test_resume_on_another_layout_through_a_universal_checkpoint(data, reference
     assert read_meta(tmp_path / "checkpoints" / "step_4")["layout"]["dp"] == 2  # new checkpoints are in the new layout
 
 
-def test_zero3_resumes_on_another_layout_and_back(data, reference, tmp_path):
-    """ZeRO-3 at DP=2 for two steps, then ZeRO-1 at DP=1; and the reference run's ZeRO-1 step 2
-    resumed at ZeRO-3, DP=2: both go on as the uninterrupted run (DeepSpeed writes and reads the
-    universal form of ZeRO-3 in another shape than ZeRO-1's; reshard.py converts between them)."""
-    from flows.train import reshard_if_needed
-
-    z3, z1 = ["parallel.dp=2", "parallel.zero_stage=3"], []
-    a = tmp_path / "a"
-    ok(launch(data, a, [*z3, "train.steps=2"]))
-    recipe = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", [*BASE, *z1])
-    assert reshard_if_needed(a, recipe, data, a / "reshard.log") == (
-        "step_2: tp=1 pp=1 dp=2 zero_stage=3 -> tp=1 pp=1 dp=1 zero_stage=1"
-    )
-    ok(launch(data, a, z1))
-    b = tmp_path / "b"  # the reference run at its step 2 (ZeRO-1, DP=1)
-    shutil.copytree(REFERENCE_RUN[0], b)
-    shutil.rmtree(b / "checkpoints" / "step_4")
-    (b / "checkpoints" / "latest").write_text("step_2")
-    recipe = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", [*BASE, *z3])
-    assert reshard_if_needed(b, recipe, data, b / "reshard.log") == (
-        "step_2: tp=1 pp=1 dp=1 zero_stage=1 -> tp=1 pp=1 dp=2 zero_stage=3"
-    )
-    ok(launch(data, b, z3))
-    for run in (a, b):
-        got = metrics(run)
-        assert [m["step"] for m in got] == [1, 2, 3, 4]
-        for x, y in zip(got, reference):  # weights, Adam moments and step carried over
-            assert abs(x["loss"] - y["loss"]) < 1e-5 * y["loss"], (run.name, x["loss"], y["loss"])
-        assert read_meta(run / "checkpoints" / "step_4")["layout"]["zero_stage"] == (1 if run is a else 3)
-
-
 def test_optimizer_offload_resumes_and_trains_as_on_the_device(data, reference, tmp_path):
     """The reference run's step 2 (torch's AdamW) resumed with parallel.offload_optimizer=cpu: steps
     3-4, stepped by DeepSpeed's CPU Adam on the CPU's fp32 partition, give the reference's losses.
@@ -316,11 +285,12 @@ def test_optimizer_offload_resumes_and_trains_as_on_the_device(data, reference, 
 
 
 def test_duplicated_parameters_stay_identical_across_tp_ranks(data, tmp_path):
-    """BLOOM-176B lost weeks to LayerNorm weights drifting apart on TP ranks. After 20 bf16 steps
-    at TP=2, load_model finds every TP-replicated parameter bitwise equal on both ranks (it checks
-    before merging); a checkpoint where one copy drifted is refused with the parameter's name."""
-    ok(launch(data, tmp_path, ["parallel.tp=2", "train.steps=20", "checkpoint.interval=20"]))
-    ck = tmp_path / "checkpoints" / "step_20"
+    """BLOOM-176B lost weeks to LayerNorm weights drifting apart on TP ranks. After 8 bf16 steps
+    at TP=2 (one bf16 rounding apart would show after the first), load_model finds every
+    TP-replicated parameter bitwise equal on both ranks (it checks before merging); a checkpoint
+    where one copy drifted is refused with the parameter's name."""
+    ok(launch(data, tmp_path, ["parallel.tp=2", "train.steps=8", "checkpoint.interval=8"]))
+    ck = tmp_path / "checkpoints" / "step_8"
     model, meta = load_model(ck)
     assert sum(v is None for v in meta["tp_rules"].values()) == 4 * 6 + 4  # ln1, ln2, dense.bias, fc2.bias; 2 norms
     assert metrics(tmp_path)[-1]["loss"] < metrics(tmp_path)[0]["loss"]  # and it learns
