@@ -1,7 +1,8 @@
 """Automatic evaluation while ``bloomline train`` runs: a watcher process beside the ranks.
 
 The train flow starts it (``python -m flows.watch``) in its own session at a lower priority
-(``evaluation.nice``, one torch thread unless ``evaluation.settings.threads`` says otherwise) and,
+(``evaluation.nice``, one torch thread unless ``evaluation.settings.threads`` says otherwise, every
+core the process may use once training is over) and,
 while training runs, held to ``evaluation.cpu_share`` of a core (flows/pace.py), so neither a
 slow, a hung nor a busy evaluation can stall training: BLOOM-176B evaluated inside its training
 loop, and one hung evaluation stopped the run for about 18 hours. The watcher evaluates every
@@ -68,17 +69,23 @@ def watch(
     poll_s: float = 1.0,
     evaluate: Callable[..., dict] | None = None,
     pacer: Pacer | None = None,
+    on_drain: Callable[[], None] = lambda: None,
 ) -> list[int]:
     """Evaluate checkpoints as they appear until ``done()`` and none is pending; the steps evaluated.
-    ``pacer`` (installed on the process's forwards) is also settled after each evaluation."""
+    ``pacer`` (installed on the process's forwards) is also settled after each evaluation;
+    ``on_drain`` is called once, when training is found done (what is left has the machine to itself)."""
     folder = RunDir(run_dir)
     settings = to_dict(recipe.evaluation.settings)
-    evaluated = []
+    evaluated: list[int] = []
+    draining = False
     while True:
         settle(run_dir, recipe.evaluation.max_deferred)
         todo = pending(run_dir)
+        if not draining and done():
+            draining = True
+            on_drain()
         if not todo:
-            if done():
+            if draining:
                 return evaluated
             time.sleep(poll_s)
             continue
@@ -120,14 +127,23 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     import torch
 
-    torch.set_num_threads(recipe.evaluation.settings.threads or 1)
+    threads = recipe.evaluation.settings.threads
+    torch.set_num_threads(threads or 1)
     done = RunDir(args.run).training_done.exists
+
+    def drain() -> None:
+        # the ranks have exited: what is left to evaluate may use every core this process may run
+        # on (the demo's three checkpoints left at the end: 44 s on one thread of two cores)
+        if threads is None:
+            torch.set_num_threads(len(os.sched_getaffinity(0)))
+            print(f"training is done: evaluating on {torch.get_num_threads()} threads", flush=True)
+
     pacer = None
     if recipe.evaluation.cpu_share is not None:
         pacer = Pacer(recipe.evaluation.cpu_share, active=lambda: not done())
         install(pacer)
     try:
-        watch(args.run, args.data, recipe, done=done, pacer=pacer)
+        watch(args.run, args.data, recipe, done=done, pacer=pacer, on_drain=drain)
     finally:
         RunDir(args.run).hold_file.unlink(missing_ok=True)
     return 0

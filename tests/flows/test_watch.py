@@ -54,6 +54,28 @@ def test_newest_first_none_skipped_silently(tmp_path):
     assert run.complete_steps() == [40]  # keep=1: the rest were deleted once settled
 
 
+def test_what_is_left_when_training_ends_is_evaluated_after_the_drain_hook(tmp_path):
+    """The watcher calls on_drain once, as soon as it finds training done, before the checkpoints
+    left over are evaluated (main gives them every core there)."""
+    from bloomline.config import load_config
+
+    recipe = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml")
+    run = RunDir(tmp_path)
+    complete(run, 10)
+    events, ends = [], iter([False, True])
+
+    def evaluate(ckpt, data, settings, out, local=None):
+        step = int(ckpt.rsplit("_", 1)[1])
+        events.append(step)
+        if step == 10:
+            complete(run, 10, 20, 30)  # two more saved while step 10 was evaluated; then training ends
+        write_results(out, step, [], [])
+
+    done = lambda: next(ends, True)  # noqa: E731
+    assert watch(tmp_path, tmp_path, recipe, done=done, evaluate=evaluate, on_drain=lambda: events.append("drain"))
+    assert events == [10, "drain", 30, 20]
+
+
 def test_checkpoints_wait_for_their_evaluation_up_to_max_deferred(tmp_path):
     """The watcher's hold keeps the checkpoints it has not released, up to max_deferred; prune logs
     the ones it deletes anyway, and the watcher records them as skipped with that reason."""
