@@ -3,12 +3,11 @@ same seed and batch), on real ranks (DeepSpeed launcher, gloo)."""
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-from training.loop.launch import free_port, run_job
+from training.loop.launch import launcher, run_job
 
 REPO = Path(__file__).resolve().parents[3]
 WORKER = Path(__file__).with_name("equivalence_worker.py")
@@ -19,13 +18,7 @@ WORKER = Path(__file__).with_name("equivalence_worker.py")
 def test_parallel_model_matches_bloom(tmp_path, tp, pp):
     world = tp * pp
     cmd = [
-        sys.executable,
-        "-m",
-        "deepspeed.launcher.runner",
-        "--num_gpus",
-        str(world),
-        "--master_port",
-        str(free_port()),
+        *launcher(world),
         str(WORKER),
         "--tp",
         str(tp),
