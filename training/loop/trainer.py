@@ -42,7 +42,7 @@ from training.loop.schedule import lr_at, schedule_change
 from training.loop.step_row import StepRow
 from training.loop.stop import stop_voted
 from training.model.bloom import IGNORE_INDEX, Bloom
-from training.model.reduced_on_cpu import needs_fp32_products, reduced_kernels
+from training.model.reduced_on_cpu import Fp32Products, needs_fp32_products
 from training.parallel.distributed import Mesh, init_distributed
 from training.parallel.parallelize import parallelize
 from training.planning.flops import ForwardTimer, model_pair_weight, model_params, step_flops
@@ -152,7 +152,7 @@ class Trainer:
         # bf16/fp16 products in fp32 on a CPU without instructions for them (reduced_on_cpu.py);
         # torch.compile generates its own kernels
         fp32_products = not recipe.train.compile and needs_fp32_products(self.dtype, self.device)
-        self.products = (lambda: reduced_kernels(self.dtype, self.device)) if fp32_products else contextlib.nullcontext
+        self.products = (lambda: Fp32Products(self.dtype)) if fp32_products else contextlib.nullcontext
         if fp32_products and self.mesh.rank == 0:
             print(
                 f"train.precision={recipe.train.precision}: matrix products in fp32, rounded to "
