@@ -20,6 +20,37 @@ def private_caches(tmp_path_factory):
         os.environ.setdefault(var, str(root / name))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def prefect_server(tmp_path_factory):
+    """One Prefect server for the session, named in ``PREFECT_API_URL`` (with its auth string) for
+    every command the tests start: a command finds it configured (flows/api_server.py, case 1)
+    instead of starting a temporary server of its own, ~5 s of CPU each on 2 cores. The server is
+    the one a command would start (``api_server.start_early``), keeping its runs in this session's
+    folder. A test that checks the temporary server, or Prefect's database in a home of its own,
+    runs its command with :func:`tests.support.prefect.own_server`."""
+    from flows import api_server
+
+    if os.environ.get("PREFECT_API_URL"):  # the developer's own server: used as it is
+        yield
+        return
+    home = os.environ.get("PREFECT_HOME")
+    os.environ["PREFECT_HOME"] = str(tmp_path_factory.mktemp("prefect-server"))
+    try:
+        api_server.start_early()
+    finally:
+        if home is None:
+            os.environ.pop("PREFECT_HOME")
+        else:
+            os.environ["PREFECT_HOME"] = home
+    api_server.wait_ready()
+    server = dict(api_server._server)
+    api_server._server.clear()  # in this process, as in a command: the server is configured, not its own
+    yield
+    api_server._server.update(server)
+    api_server.stop()
+    api_server._server.clear()
+
+
 @pytest.fixture
 def sample_corpus() -> Path:
     return SAMPLE

@@ -13,19 +13,24 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.prefect import own_server
+
 REPO = Path(__file__).resolve().parents[2]
 BLOOMLINE = [sys.executable, "-m", "flows.cli"]
 
 
 def cli(*args, timeout=600, **kw):
-    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    """The command's result; ``env``: variables to add. Given a ``PREFECT_HOME`` of its own, the
+    command keeps its runs there, on the temporary server it starts, not the session's."""
+    extra = kw.pop("env", {})
+    env = {**(own_server() if "PREFECT_HOME" in extra else os.environ), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     return subprocess.run(
         [*BLOOMLINE, *map(str, args)],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=REPO,
-        env={**env, **kw.pop("env", {})},
+        env={**env, **{k: str(v) for k, v in extra.items()}},
         **kw,
     )
 
@@ -326,7 +331,10 @@ def test_train_flow_stops_at_once_on_a_user_error(demo_data, tmp_path):
     blob[len(blob) // 2] ^= 0xFF
     victim.write_bytes(bytes(blob))
     out = tmp_path / "run"
-    res = cli("train", "--data", data, "--out", out, "-o", "checkpoint.max_restarts=2")
+    # with a temporary server of its own, as a user's command: checked below
+    res = cli(
+        "train", "--data", data, "--out", out, "-o", "checkpoint.max_restarts=2", env={"PREFECT_HOME": tmp_path / "p"}
+    )
     assert res.returncode == 2, res.stderr[-3000:]
     errors = [l for l in res.stderr.splitlines() if l.startswith("error: ")]
     assert len(errors) == 1 and errors[0].startswith(f"error: training stopped: shard {victim} is corrupt"), errors

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from eval.results import read_generations
+from tests.support.prefect import own_server
 
 REPO = Path(__file__).resolve().parents[2]
 BLOOMLINE = [sys.executable, "-m", "flows.cli"]
@@ -26,10 +27,9 @@ def pipeline(out, *overrides, timeout=900, prefect_home=None):
     # setting in the recipe, which reaches the ranks' environment: neither may reach any log,
     # artifact, file or database
     env = {
-        **os.environ,
+        **(own_server(home=prefect_home) if prefect_home else os.environ),  # its own: the temporary server, as a user's
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "HF_TOKEN": SECRET,
-        **({"PREFECT_HOME": str(prefect_home)} if prefect_home else {}),
     }
     args = [a for o in [f"train.launch.nccl.NCCL_TEST_AUTH_TOKEN={RECIPE_SECRET}", *overrides] for a in ("-o", o)]
     return subprocess.run(
@@ -163,7 +163,7 @@ def test_demo_pipeline_end_to_end_reuse_failure_and_rerun(demo_run):
 def test_a_password_in_the_dask_address_is_refused_without_showing_it(tmp_path):
     """Dask addresses take no credentials: one masked line, before any server starts (a Dask
     error quoting the address, scheme cut off, used to carry the password into the log)."""
-    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_HOME": str(tmp_path / "home")}
+    env = {**own_server(home=tmp_path / "home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     for how in (
         ["--dask-address", f"tcp://bloomline:{SECRET}@127.0.0.1:9"],
         ["-o", f"dask.address=tcp://bloomline:{SECRET}@127.0.0.1:9"],

@@ -1,13 +1,16 @@
 """torch.distributed and megatron-core's model-parallel groups for one rank.
 
-:func:`init_distributed` starts torch.distributed (gloo on CPU, nccl on GPUs) and megatron-core's
-groups; their rank order — tp fastest, then dp, then pp — is the order of DeepSpeed's
-``PipeModelDataParallelTopology``, so both frameworks agree on every group (checked).
+:func:`init_distributed` starts torch.distributed (gloo on CPU, nccl on GPUs) and, where the layout
+has TP or PP, megatron-core's groups; their rank order — tp fastest, then dp, then pp — is the order
+of DeepSpeed's ``PipeModelDataParallelTopology``, so both frameworks agree on every group (checked).
+Data parallelism alone needs no megatron-core: every rank is a replica and DeepSpeed's own world
+group is the DP group.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +56,6 @@ def rank_env_from_launcher(env: Any = os.environ) -> None:
 
 def init_distributed(parallel: ParallelConfig, seed: int) -> Mesh:
     import deepspeed
-    from megatron.core import parallel_state, tensor_parallel
 
     rank_env_from_launcher()
     backend = parallel.backend
@@ -71,37 +73,44 @@ def init_distributed(parallel: ParallelConfig, seed: int) -> Mesh:
         unlink_own_buffer(torch.distributed.get_rank())  # no kill can leave it in /dev/shm (training/parallel/shm.py)
     world = torch.distributed.get_world_size()
     parallel.check_world(world)
-    parallel_state.initialize_model_parallel(
-        tensor_model_parallel_size=parallel.tp, pipeline_model_parallel_size=parallel.pp
-    )
     rank = torch.distributed.get_rank()
-    mesh = Mesh(
-        rank,
-        world,
-        parallel.tp,
-        parallel.dp,
-        parallel.pp,
-        parallel_state.get_tensor_model_parallel_rank(),
-        parallel_state.get_data_parallel_rank(),
-        parallel_state.get_pipeline_model_parallel_rank(),
-    )
+    if parallel.tp == 1 and parallel.pp == 1:
+        # No megatron-core import at all: it pulls in torch.compile's whole stack (inductor, sympy,
+        # networkx), 4-5 s of CPU per rank on a 2-core AMD EPYC, twice what torch itself costs.
+        mesh = Mesh(rank, world, 1, world, 1, 0, rank, 0)
+    else:
+        from megatron.core import parallel_state, tensor_parallel
+
+        parallel_state.initialize_model_parallel(
+            tensor_model_parallel_size=parallel.tp, pipeline_model_parallel_size=parallel.pp
+        )
+        mesh = Mesh(
+            rank,
+            world,
+            parallel.tp,
+            parallel.dp,
+            parallel.pp,
+            parallel_state.get_tensor_model_parallel_rank(),
+            parallel_state.get_data_parallel_rank(),
+            parallel_state.get_pipeline_model_parallel_rank(),
+        )
     # Cross-check with DeepSpeed's topology: the two frameworks must agree on who is who.
     from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
 
     topo = PipeModelDataParallelTopology(num_pp=parallel.pp, num_mp=parallel.tp, num_dp=parallel.dp)
     coord = topo.get_coord(rank)
     assert (coord.pipe, coord.data, coord.model) == (mesh.pp_rank, mesh.dp_rank, mesh.tp_rank), (coord, mesh)
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() and parallel.tp > 1:
         # megatron's CUDA RNG tracker, which its TP layers expect to exist
         tensor_parallel.model_parallel_cuda_manual_seed(seed)
     return mesh
 
 
 def tp_rank_and_size() -> tuple[int, int]:
-    """(TP rank, TP size); (0, 1) before megatron's groups exist."""
-    from megatron.core import parallel_state
-
-    if not parallel_state.model_parallel_is_initialized():
+    """(TP rank, TP size); (0, 1) where megatron's groups do not exist (before they are made, or
+    never, with data parallelism alone)."""
+    parallel_state = sys.modules.get("megatron.core.parallel_state")  # never imported just to ask
+    if parallel_state is None or not parallel_state.model_parallel_is_initialized():
         return 0, 1
     return parallel_state.get_tensor_model_parallel_rank(), parallel_state.get_tensor_model_parallel_world_size()
 

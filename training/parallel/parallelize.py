@@ -151,8 +151,6 @@ def build_on_device(
     """Allocate a meta module on ``device`` and fill each parameter with this TP rank's slice of
     ``source(bloom_name)``; tag the sliced ones as megatron does (DeepSpeed's gradient norm sums
     them over TP ranks and counts replicated ones once)."""
-    from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
-
     rank, size = tp_rank_and_size()
     module.to_empty(device=device)
     with torch.no_grad():
@@ -162,6 +160,8 @@ def build_on_device(
             p.copy_(tp_slice(name, source(name), rank, size, rows))
             dim = tp_dim(name)
             if size > 1 and dim is not None:
+                from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
+
                 for attr in ("tensor_model_parallel", "partition_dim", "partition_stride"):
                     if hasattr(p, attr):
                         delattr(p, attr)
@@ -269,7 +269,8 @@ def parallelize(
         raise ValueError("parallelize() takes a Bloom built on the meta device; it materialises each rank's part")
     shapes = full_shapes(model.cfg)
     source = init or (lambda name: initial_value(name, shapes[name], model.cfg, seed))
-    apply_tp(model, megatron_config(parallel, dtype))  # 1
+    if parallel.tp > 1:
+        apply_tp(model, megatron_config(parallel, dtype))  # 1
     if activation_checkpointing:
         apply_ac(model)  # 2
     if compile:
@@ -281,7 +282,8 @@ def parallelize(
     else:
         for name, layer in model.layers():
             build(name, layer)
-        module, mpu = model, DeepSpeedMPU()
+        # without TP every rank is a replica: DeepSpeed's default groups (no mpu) are the layout's
+        module, mpu = model, (DeepSpeedMPU() if parallel.tp > 1 else None)
     # Saved in every checkpoint: how DeepSpeed's universal converter merges this layout's TP slices.
     module.universal_checkpoint_info = universal_info(model.cfg, layout_of(parallel))
     engine, _, _, _ = deepspeed.initialize(
