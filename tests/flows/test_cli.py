@@ -467,7 +467,8 @@ def test_evaluate_publishes_results_tensorboard_and_artifacts_and_refuses_bad_ch
     (items / "sw.jsonl").write_text((json.dumps(rec) + "\n") * 3)
     (items / "id.jsonl").write_text(json.dumps(rec) + "\n" + '{"premise": "x",\n')
     tasks = f"tasks=[{{name: continuation, limit: 4}}, {{name: xcopa, data: {items}}}]"
-    for step, more in ((2, []), (4, []), (4, ["-o", tasks])):  # step 4 twice: its rows are replaced, not duplicated
+    # step 4 twice: its rows are replaced, not duplicated; the last run's artifacts read from its own Prefect home
+    for step, more, env in ((2, [], {}), (4, [], {}), (4, ["-o", tasks], home)):
         res = cli(
             "evaluate",
             "--checkpoint",
@@ -477,7 +478,7 @@ def test_evaluate_publishes_results_tensorboard_and_artifacts_and_refuses_bad_ch
             "-o",
             "max_tokens_per_lang=300",
             *more,
-            env=home,
+            env=env,
         )
         assert res.returncode == 0, res.stderr[-3000:]
         assert f"done: step {step}" in res.stdout + res.stderr

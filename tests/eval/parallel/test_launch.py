@@ -24,12 +24,15 @@ def checkpoint(demo: Path, folder: Path) -> Path:
 
 def ranks_of_this_test() -> list[psutil.Process]:
     """This process's live children, but the reaper that an earlier in-process test made this
-    process a job's driver with (flows/lifeline.py: it lives as long as its driver)."""
+    process a job's driver with (flows/lifeline.py: it lives as long as its driver) and the
+    session's Prefect server (tests/conftest.py)."""
     me = psutil.Process()
     return [
         p
         for p in me.children(recursive=True)
-        if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and "flows.lifeline" not in _cmdline(p)
+        if p.is_running()
+        and p.status() != psutil.STATUS_ZOMBIE
+        and not any(s in _cmdline(p) for s in ("flows.lifeline", "prefect.server.api.server"))
     ]
 
 

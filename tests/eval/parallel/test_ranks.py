@@ -50,11 +50,13 @@ def settings(tp: int = 1, pp: int = 1) -> EvalConfig:
 
 @pytest.fixture(scope="module")
 def checkpoints(demo_data, tmp_path_factory):
-    """Step 2 (fp32) of a TP2×PP2 run and of a DP2 ZeRO-1 run."""
+    """Step 2 (fp32) of a TP2×PP2 run and of a DP2 ZeRO-1 run, of 8,192 tokens a step: the
+    checkpoints whose margins test_fair measured."""
     out = {}
+    batch = ["batch.tokens_per_step=8192", "batch.micro_batch_tokens=2048"]
     for name, layout in {"tp2pp2": ["parallel.tp=2", "parallel.pp=2"], "dp2": ["parallel.dp=2"]}.items():
         run = tmp_path_factory.mktemp(name)
-        ok(launch(demo_data, run, ["train.steps=2", "train.precision=fp32", *layout]))
+        ok(launch(demo_data, run, ["train.steps=2", "train.precision=fp32", *batch, *layout]))
         out[name] = run / "checkpoints" / "step_2"
     return out
 
