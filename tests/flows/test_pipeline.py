@@ -384,7 +384,7 @@ def test_a_reused_export_must_load_in_transformers(tmp_path):
 
 @pytest.mark.slow
 def test_the_main_job_survives_its_driver_killed_anywhere(demo_run, tmp_path):
-    """bench/chaos.py on the demo recipe with a few kills (the bench runs one at every target):
+    """bench/chaos.py on the demo recipe with two kills (the bench runs one at every target):
     SIGKILL the driver of `bloomline pipeline` at moments drawn at random from every stage, seeded
     by the commit under test and printed (BLOOMLINE_CHAOS_SEED replays a draw), rerun each time; no process of a killed job outlives it
     by 20 s, none leaves a buffer in /dev/shm, and the finished run equals the uninterrupted one:
@@ -397,7 +397,7 @@ def test_the_main_job_survives_its_driver_killed_anywhere(demo_run, tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     seed = commit_seed(REPO)
     print(f"BLOOMLINE_CHAOS_SEED={seed}")  # pytest shows it with a failure: rerun with it set
-    plan = draw(random.Random(seed), 3, windows)
+    plan = draw(random.Random(seed), 2, windows)  # two of the targets, another two for another commit
     assert all(t in TARGETS for t, _ in plan) and [t for t, _ in plan] == sorted(
         (t for t, _ in plan), key=TARGETS.index
     )
