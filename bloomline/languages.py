@@ -20,11 +20,25 @@ language. None means the model cannot verify it: it has no such label, or, for Y
 label was measured to match only 10% of real Yoruba documents in ../shared/corpus, so a
 "mismatch" would be noise. Documents in those languages keep their source label (counted as
 ``trusted_label`` in the language-ID step's stats).
+
+Any other language is an ISO 639 code (639-1 where one exists, else 639-3) with an optional ISO
+15924 script: ``de``, ``tr``, ``th``, ``deu_Latn``, ``sr-Cyrl``. It is read, validated and written
+in its BCP 47 form (``deu_Latn`` → ``de-Latn``) by ``langcodes`` (CLDR's data: which codes exist,
+their names, each language's likely script), and gets a registry entry in the group ``added``:
+its English name, its script (given, else CLDR's likely one), and lid.176's label when the model
+has one for the language in that script (lid.176 covers 176 languages, :data:`LID176_LABELS`;
+the others keep their source label, as above). BLOOM's own languages under another spelling are
+BLOOM's (``eng_Latn`` → ``en``, ``zho_Hant`` → ``zh-Hant``). Not languages: ``und``, ``mul``,
+``mis``, ``zxx``, private-use codes, and a bare ``zh`` (BLOOM tells Simplified from Traditional).
+Programming-language names win over the ISO codes they spell: ``lua`` is Lua (Luba-Lulua is
+``lua-Latn``), ``cpp`` is C++; ``cs`` is Czech (C# is ``c#`` or ``csharp``).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 from bloomline.errors import BloomlineError
@@ -39,9 +53,10 @@ class Language:
     kind: Literal["natural", "code"]
     """Natural language or programming language."""
     group: str
-    """BLOOM's grouping in the model card: ``niger-congo``, ``indic``, ``other`` or ``code``."""
+    """BLOOM's grouping in the model card: ``niger-congo``, ``indic``, ``other`` or ``code``; ``added``
+    for a language BLOOM was not trained on."""
     family: str
-    """Linguistic family (natural languages) or ``programming``."""
+    """Linguistic family (natural languages) or ``programming``; empty for an added language."""
     script: str
     """ISO 15924 script code (``Latn``, ``Deva``, ...); ``Zyyy`` (common) for code."""
     bloom_share: float | None = None
@@ -135,7 +150,7 @@ LANGUAGES: tuple[Language, ...] = (
     # --- programming languages (13)
     _code("c", "C", files=134537),
     _code("cpp", "C++", files=3463225, aliases=("c++",)),
-    _code("csharp", "C#", files=1577347, aliases=("c#", "cs")),
+    _code("csharp", "C#", files=1577347, aliases=("c#",)),  # not "cs": that is Czech
     _code("go", "Go", files=227763),
     _code("java", "Java", files=5407724),
     _code("javascript", "JavaScript", files=1905518, aliases=("js",)),
@@ -149,8 +164,22 @@ LANGUAGES: tuple[Language, ...] = (
 )
 
 BY_CODE: dict[str, Language] = {lang.code: lang for lang in LANGUAGES}
-GROUPS: tuple[str, ...] = tuple(dict.fromkeys(lang.group for lang in LANGUAGES))
-"""BLOOM's groups of languages (``Language.group``), in the table's order: niger-congo, indic, other, code."""
+"""BLOOM's 59 languages by canonical code (an added language is not here: :func:`get` makes it)."""
+ADDED = "added"
+GROUPS: tuple[str, ...] = ("niger-congo", "indic", "other", ADDED, "code")
+"""The groups of languages (``Language.group``), in the tables' order: BLOOM's three groups of
+natural languages, the languages added to them, and programming languages."""
+
+# fastText lid.176's labels (the model the language-ID step runs; listed from the model by
+# tests/bloomline/test_languages.py): ISO 639-1 codes where they exist, else 639-3 or Wikipedia's.
+LID176_LABELS = frozenset(
+    """af als am an ar arz as ast av az azb ba bar bcl be bg bh bn bo bpy br bs bxr ca cbk ce ceb ckb co
+    cs cv cy da de diq dsb dty dv el eml en eo es et eu fa fi fr frr fy ga gd gl gn gom gu gv he hi hif hr
+    hsb ht hu hy ia id ie ilo io is it ja jbo jv ka kk km kn ko krc ku kv kw ky la lb lez li lmo lo lrc lt
+    lv mai mg mhr min mk ml mn mr mrj ms mt mwl my myv mzn nah nap nds ne new nl nn no oc or os pa pam pfl
+    pl pms pnb ps pt qu rm ro ru rue sa sah sc scn sco sd sh si sk sl so sq sr su sv sw ta te tg th tk tl
+    tr tt tyv ug uk ur uz vec vep vi vls vo wa war wuu xal xmf yi yo yue zh""".split()
+)
 _ALIASES: dict[str, str] = {}
 for _lang in LANGUAGES:
     _ALIASES[_lang.code.lower()] = _lang.code
@@ -162,21 +191,68 @@ class UnknownLanguageError(BloomlineError):
     pass
 
 
+KNOWN = "BLOOM's languages, or an ISO 639 code with an optional script (de, th, deu_Latn, sr-Cyrl)"
+"""What a language label may be, for messages that refuse one."""
+
+_ISO_FORM = re.compile(r"[A-Za-z]{2,3}(?:[-_][A-Za-z]{4})?")
+_NOT_LANGUAGES = {"und", "mul", "mis", "zxx"}
+_PART_OF = {"Kore": ("Hang",), "Jpan": ("Hira", "Kana")}  # kor_Hang is Korean as written (FLORES' code)
+
+
 def resolve(label: str) -> str | None:
-    """Canonical code for a language label, or None if it is not one of BLOOM's languages."""
+    """Canonical code for a language label (see the module's docstring), or None if it names no language."""
     if not isinstance(label, str):
         return None
-    return _ALIASES.get(label.strip().lower())
+    label = label.strip()
+    return _ALIASES.get(label.lower()) or _iso(label)
+
+
+@lru_cache(maxsize=4096)
+def _iso(label: str) -> str | None:
+    """The BCP 47 tag of an ISO 639 code with an optional script, BLOOM's code where it is one of
+    BLOOM's languages; None for anything else."""
+    if not _ISO_FORM.fullmatch(label):
+        return None
+    import langcodes  # CLDR's registry of codes, names and likely scripts
+
+    try:
+        # 639-3 → 639-1 where one exists (deu → de), an individual language → its macrolanguage (swh → sw)
+        tag = langcodes.Language.get(label.replace("_", "-")).prefer_macrolanguage()
+    except (ValueError, LookupError):
+        return None
+    lang = tag.language
+    if not lang or not tag.is_valid() or lang in _NOT_LANGUAGES or "qaa" <= lang <= "qtz":
+        return None
+    if lang == "zh":  # BLOOM's zh-Hans and zh-Hant; a bare zh says neither
+        return _ALIASES.get(tag.to_tag().lower())
+    likely = langcodes.Language.make(language=lang).maximize().script
+    if tag.script not in (None, likely, *_PART_OF.get(likely, ())):  # another script than its usual one: sr-Latn
+        return tag.to_tag()
+    bloom = _ALIASES.get(lang)  # the usual script goes without saying: deu_Latn is de, eng_Latn is en
+    if bloom is None:
+        return lang
+    return bloom if BY_CODE[bloom].kind == "natural" else f"{lang}-{likely}"  # lua is Lua; lua-Latn Luba-Lulua
+
+
+@lru_cache(maxsize=None)
+def _added(code: str) -> Language:
+    import langcodes
+
+    tag = langcodes.Language.get(code)
+    likely = langcodes.Language.make(language=tag.language).maximize().script
+    script = tag.script or likely or "Zyyy"
+    # lid.176 knows a language in its usual script; another script's text would read as a mismatch
+    label = tag.language if tag.language in LID176_LABELS and script == likely else None
+    return Language(code, tag.display_name(), "natural", ADDED, "", script, None, None, label, ())
 
 
 def get(code: str) -> Language:
-    """The registry entry for a canonical code or alias; raises on an unknown language."""
+    """The registry entry for a canonical code or alias: one of BLOOM's 59, or an added language
+    (the module's docstring); raises on a label that names no language."""
     canonical = resolve(code)
     if canonical is None:
-        raise UnknownLanguageError(
-            f"unknown language '{code}': not one of BLOOM's 59 languages (see bloomline.languages)"
-        )
-    return BY_CODE[canonical]
+        raise UnknownLanguageError(f"unknown language '{code}': not one of {KNOWN}")
+    return BY_CODE.get(canonical) or _added(canonical)
 
 
 def natural() -> list[Language]:

@@ -89,7 +89,7 @@ def scores_of(texts: list[str], lang: str, recipe: Any) -> list[dict[str, float 
     from data_prep.steps.filters import batch_scores
     from data_prep.steps.scores import TextBatch
 
-    han = languages.BY_CODE[lang].script in ("Hans", "Hant")
+    han = languages.get(lang).script in ("Hans", "Hant")
     return [r for i in range(0, len(texts), 256) for r in batch_scores(TextBatch(texts[i : i + 256], han), recipe)]
 
 
@@ -156,7 +156,7 @@ def derive_all(cfg: Any, docs: Docs) -> dict[str, dict[str, float]]:
     return {
         lang: derive_for(lang, ds, cfg.filters.defaults)
         for lang, ds in sorted(docs.items())
-        if languages.BY_CODE[lang].kind != "code"
+        if languages.get(lang).kind != "code"
     }
 
 
@@ -169,7 +169,7 @@ def held_out_sources(cfg: Any, docs: Docs, lid: set[str] | None = None) -> dict[
     lid = langid_drops(cfg, docs) if lid is None else lid
     out: dict[str, Verdict | None] = {}
     for lang, ds in sorted(docs.items()):
-        if languages.BY_CODE[lang].kind == "code":
+        if languages.get(lang).kind == "code":
             continue
         sources = sorted({d.source for d in ds})
         if len(sources) < 2:
@@ -198,7 +198,7 @@ def in_sample(cfg: Any, docs: Docs, lid: set[str] | None = None) -> dict[str, Ve
     lid = langid_drops(cfg, docs) if lid is None else lid
     out = {}
     for lang, ds in sorted(docs.items()):
-        if languages.BY_CODE[lang].kind == "code":
+        if languages.get(lang).kind == "code":
             drops = Counter(
                 f[0] for d in ds if (f := first_failure(code_scores(d.text), cfg.filters.code, CODE_CHECKS))
             )

@@ -30,7 +30,7 @@ class SourceConfig:
         check(bool(self.path), "path", "must not be empty")
         check(not has_user_part(self.path), "path", CREDENTIALS_HINT)
         if self.lang is not None:
-            check(languages.resolve(self.lang) is not None, "lang", f"'{self.lang}' is not one of BLOOM's languages")
+            check(languages.resolve(self.lang) is not None, "lang", f"'{self.lang}' is not one of {languages.KNOWN}")
 
 
 @dataclass

@@ -91,5 +91,5 @@ class BlendConfig:
     def validate(self) -> None:
         check(0.0 < self.alpha <= 1.0, "alpha", "must be in (0, 1]")
         for lang, w in self.weights.items():
-            check(languages.resolve(lang) is not None, f"weights.{lang}", "not one of BLOOM's languages")
+            check(languages.resolve(lang) is not None, f"weights.{lang}", f"not one of {languages.KNOWN}")
             check(w >= 0, f"weights.{lang}", "must be >= 0")

@@ -91,7 +91,7 @@ class FilterConfig:
 
     def validate(self) -> None:
         for lang in self.languages:
-            check(languages.resolve(lang) is not None, f"languages.{lang}", "not one of BLOOM's languages")
+            check(languages.resolve(lang) is not None, f"languages.{lang}", f"not one of {languages.KNOWN}")
             self.for_language(lang)  # type-checks the override keys
 
     def for_language(self, lang: str) -> QualityThresholds:

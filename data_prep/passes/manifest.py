@@ -130,8 +130,8 @@ def language_entries(ledger: Ledger, part_results: list[dict], train_tokens: dic
     for lang, e in langs.items():
         e.setdefault("valid_docs", 0)
         e["train_tokens"] = train_tokens.get(lang, 0)
-        if lang in languages.BY_CODE:
-            e["name"] = languages.BY_CODE[lang].name
+        if languages.resolve(lang) is not None:
+            e["name"] = languages.get(lang).name
     return langs
 
 

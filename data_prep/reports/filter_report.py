@@ -77,7 +77,7 @@ def parse_set(items: list[str], cfg: FilterConfig) -> FilterConfig:
         else:
             lang = languages.resolve(where)
             if lang is None:
-                raise ConfigError("--set", f"{where!r} is not one of BLOOM's languages")
+                raise ConfigError("--set", f"{where!r} is not one of {languages.KNOWN}")
             entry = next((k for k in new.languages if languages.resolve(k) == lang), lang)
             new.languages[entry] = {**new.languages.get(entry, {}), field_: v}
     new.validate()
@@ -214,7 +214,7 @@ def _drops_section(drops: dict[str, dict[str, Any]], selected: bool) -> list[str
     if not drops:
         lines += ["No document was dropped" + (" for this selection." if selected else "."), ""]
     for lg, reasons in drops.items():
-        lines += [f"### {md_text(lg)} ({md_text(languages.BY_CODE[lg].name if lg in languages.BY_CODE else lg)})", ""]
+        lines += [f"### {md_text(lg)} ({md_text(languages.get(lg).name if languages.resolve(lg) else lg)})", ""]
         for key, e in reasons.items():
             lines.append(f"- **{key}**: {e['count']:,}")
             for r in e["examples"]:
@@ -296,7 +296,7 @@ def report(
     if lang:
         code = languages.resolve(lang)
         if code is None:
-            raise DataError(f"--lang {lang}: not one of BLOOM's languages")
+            raise DataError(f"--lang {lang}: not one of {languages.KNOWN}")
     if examples < 0:
         raise DataError("--examples must be >= 0")
     cfg = from_dict(FilterConfig, m["config"]["filters"])

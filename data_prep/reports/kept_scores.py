@@ -25,7 +25,7 @@ EDGE = 0.10
 
 def checks_of(lang: str, cfg: FilterConfig) -> tuple[tuple[Check, ...], Any]:
     """The checks and thresholds that apply to ``lang``."""
-    if languages.BY_CODE[lang].kind == "code":
+    if languages.get(lang).kind == "code":
         return CODE_CHECKS, cfg.code
     return CHECKS, cfg.for_language(lang)
 

@@ -203,7 +203,7 @@ class QualityFilter(BatchStep):
             by_lang.setdefault(d.lang, []).append(i)
         scored: list[Any] = [None] * len(docs)
         for code, idx in by_lang.items():
-            lang = languages.BY_CODE[code]
+            lang = languages.get(code)
             if lang.kind == "code":
                 t, checks, han = self.cfg.code, CODE_CHECKS, False
             else:

@@ -47,7 +47,7 @@ class LanguageIdFilter(PipelineStep):
         self.trusted: set[str] = set()
 
     def process(self, doc: Document) -> Document | None:
-        lang = languages.BY_CODE[doc.lang]
+        lang = languages.get(doc.lang)
         if lang.kind == "code":
             self.stats["code_skipped"] += 1
             return doc

@@ -184,7 +184,7 @@ class DedupSigner(BatchStep):
             doc.meta["exact"] = exact_key(doc.text)
         if not self.cfg.near:
             return docs
-        hans = [languages.BY_CODE[d.lang].script in ("Hans", "Hant") for d in docs]
+        hans = [languages.get(d.lang).script in ("Hans", "Hant") for d in docs]
         hashes = shingle_hashes([d.text for d in docs], self.cfg.shingle_words, hans)
         signed = [i for i, h in enumerate(hashes) if len(h)]
         sigs = minhasher(self.cfg.num_perm).signatures([hashes[i] for i in signed])

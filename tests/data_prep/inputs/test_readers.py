@@ -42,6 +42,18 @@ def test_bad_records_are_booked_with_reason_and_location(tmp_path, bad_inputs):
     assert ledger.totals()["docs_in"] == 12
 
 
+def test_a_language_outside_blooms_is_read_under_its_iso_code(tmp_path):
+    """de, deu_Latn and kor_Hang are languages like BLOOM's (bloomline/languages.py): read, booked under
+    one code each; a label that names no language is still booked unknown_lang."""
+    f = tmp_path / "extra.jsonl"
+    rows = [("a", "de"), ("b", "deu_Latn"), ("c", "kor_Hang"), ("d", "tr"), ("e", "xx")]
+    f.write_text("".join(json.dumps({"id": i, "text": f"text {i}", "lang": lang}) + "\n" for i, lang in rows))
+    docs, ledger = read_all(f)
+    assert [(d.id, d.lang) for d in docs] == [("a", "de"), ("b", "de"), ("c", "ko"), ("d", "tr")]
+    led = ledger.to_dict()
+    assert led[UNKNOWN_LANG]["errors"] == {"unknown_lang": 1} and led["de"]["docs_in"] == 2
+
+
 def test_strict_mode_stops_at_the_first_bad_record(tmp_path, bad_inputs):
     f = tmp_path / "bad.jsonl"
     bad_inputs(f)

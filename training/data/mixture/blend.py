@@ -117,10 +117,10 @@ class Blend:
     def _named_weights(self, weights: dict[str, float]) -> dict[str, float]:
         w: dict[str, float] = {}
         for name, v in weights.items():
-            # an alias of a BLOOM language, or the code as the data names it
+            # a language code or alias, or the code as the data names it
             code = languages.resolve(name) or (name if name in self.tokens else None)
             if code is None:
-                raise ConfigError(f"{KEY}.weights.{name}", "not one of BLOOM's languages")
+                raise ConfigError(f"{KEY}.weights.{name}", f"not one of {languages.KNOWN}")
             w[code] = float(v)
         missing = sorted(k for k, v in w.items() if v > 0 and k not in self.tokens)
         if missing:
