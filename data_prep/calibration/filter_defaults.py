@@ -88,8 +88,9 @@ def scores_of(texts: list[str], lang: str, recipe: Any) -> list[dict[str, float 
     from bloomline import languages
     from data_prep.steps.filters import batch_scores
     from data_prep.steps.scores import TextBatch
+    from data_prep.steps.text import unspaced_letters
 
-    han = languages.get(lang).script in ("Hans", "Hant")
+    han = unspaced_letters(languages.get(lang).script) or False
     return [r for i in range(0, len(texts), 256) for r in batch_scores(TextBatch(texts[i : i + 256], han), recipe)]
 
 

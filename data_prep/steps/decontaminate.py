@@ -51,8 +51,8 @@ from bloomline.task_spec import task_records
 from data_prep.steps.document import Document, Ledger
 from data_prep.steps.minhash import mix64
 from data_prep.steps.step import PipelineStep
+from data_prep.steps.text import UNSPACED_SCRIPTS
 
-UNSPACED_SCRIPTS = frozenset({"Hans", "Hant", "Jpan", "Thai", "Mymr", "Khmr", "Laoo", "Tibt"})
 _P = np.uint64(0x9E3779B97F4A7C15)  # odd multiplier of the window polynomial (the golden ratio's bits)
 _TABLE: Optional[dict[int, str]] = None
 

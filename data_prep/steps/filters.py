@@ -53,6 +53,7 @@ from data_prep.steps.scores import (
     word_repetition_ratios,
 )
 from data_prep.steps.step import BatchStep
+from data_prep.steps.text import unspaced_letters
 
 
 @dataclass(frozen=True)
@@ -207,7 +208,7 @@ class QualityFilter(BatchStep):
             if lang.kind == "code":
                 t, checks, han = self.cfg.code, CODE_CHECKS, False
             else:
-                t, checks, han = self.thresholds(code), CHECKS, lang.script in ("Hans", "Hant")
+                t, checks, han = self.thresholds(code), CHECKS, unspaced_letters(lang.script) or False
             rows = batch_scores(TextBatch([docs[i].text for i in idx], han), t, checks)
             for i, row in zip(idx, rows):
                 scored[i] = (row, first_failure(row, t, checks))

@@ -13,6 +13,7 @@ repeated n-gram). The results are the per-document definitions' own, value for v
 from __future__ import annotations
 
 import math
+import re
 from functools import cached_property, partial
 from itertools import chain
 
@@ -21,10 +22,12 @@ import numpy as np
 from data_prep.steps.text import HAN_RE, codepoints, special_chars, special_re, special_table, strip_edges
 
 
-def words(text: str, han_chars: bool = False) -> list[str]:
+def words(text: str, han_chars: "bool | re.Pattern[str]" = False) -> list[str]:
     """The text split on whitespace, special characters stripped from both ends of each word,
     empty words dropped; with ``han_chars``, a word with a Han character counts each of its
-    non-special characters as a word (ROOTS used a SentencePiece model for zh)."""
+    non-special characters as a word (ROOTS used a SentencePiece model for zh). ``han_chars`` may
+    instead be the letters of a script written without spaces (``text.unspaced_letters``): a word
+    with one of them is split the same way (Thai, Japanese, Khmer...)."""
     out = []
     special = special_chars()
     edge = special.__contains__
@@ -34,14 +37,16 @@ def words(text: str, han_chars: bool = False) -> list[str]:
             if not w:
                 continue
         out.append(w)
-    return _han_split(out) if han_chars else out
+    if not han_chars:
+        return out
+    return _han_split(out, HAN_RE if han_chars is True else han_chars)
 
 
-def _han_split(ws: list[str]) -> list[str]:
-    """Each word with a Han character as its non-special characters, one word each (Chinese
+def _han_split(ws: list[str], letters: "re.Pattern[str]") -> list[str]:
+    """Each word with one of ``letters`` as its non-special characters, one word each (Chinese
     writes no spaces: a "word" here is a run of a sentence, its punctuation inside)."""
     out: list[str] = []
-    has_han, unspecial = HAN_RE.search, partial(special_re().sub, "")
+    has_han, unspecial = letters.search, partial(special_re().sub, "")
     for w in ws:
         if has_han(w):
             out.extend(unspecial(w))
@@ -120,7 +125,7 @@ class TextBatch:
     on first use: the code points of all texts, the words of each (:func:`words`), all words
     lower-cased."""
 
-    def __init__(self, texts: list[str], han: bool = False):
+    def __init__(self, texts: list[str], han: "bool | re.Pattern[str]" = False):
         self.texts = texts
         self.han = han
         self.words = [words(t, han) for t in texts]

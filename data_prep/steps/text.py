@@ -124,6 +124,25 @@ def special_re() -> re.Pattern:
 HAN_RE = re.compile("[\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002ffff\uf900-\ufaff]")
 """One Han ideograph (the ranges of :func:`is_han`)."""
 
+UNSPACED_SCRIPTS = frozenset({"Hans", "Hant", "Jpan", "Thai", "Mymr", "Khmr", "Laoo", "Tibt"})
+"""ISO 15924 scripts written without spaces between words."""
+UNSPACED_RE = re.compile(
+    "[\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002ffff\uf900-\ufaff"  # Han (Japanese writes kanji too)
+    "\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f"  # Hiragana, Katakana (and its extensions, half-width forms)
+    "\u0e00-\u0eff\u1780-\u17ff\u19e0-\u19ff\u1000-\u109f\ua9e0-\ua9ff\uaa60-\uaa7f\u0f00-\u0fff]"
+    # Thai, Lao; Khmer (and its symbols); Myanmar (and extensions A, B); Tibetan
+)
+"""One letter of a script written without spaces (:data:`UNSPACED_SCRIPTS`)."""
+
+
+def unspaced_letters(script: str) -> "re.Pattern[str] | None":
+    """For a script written without spaces, the letters whose words count each letter as a word
+    (the quality checks' words, :func:`data_prep.steps.scores.words`); None for a spaced script.
+    Chinese: Han alone, as its thresholds were fitted; the others: their own letters, and Han."""
+    if script in ("Hans", "Hant"):
+        return HAN_RE
+    return UNSPACED_RE if script in UNSPACED_SCRIPTS else None
+
 
 @lru_cache(maxsize=1)
 def punct_or_symbol_chars() -> frozenset[str]:

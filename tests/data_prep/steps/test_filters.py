@@ -102,6 +102,27 @@ def test_real_corpus_mostly_passes(shared_corpus):
         assert kept / len(lines) >= 0.9, (lang, kept)
 
 
+def test_languages_written_without_spaces_count_their_letters_as_words(shared_corpus):
+    """Thai, Japanese: a language BLOOM never saw, with no thresholds of its own, is filtered with
+    ROOTS' defaults, its words its letters (as Chinese's): real text is kept. Split on spaces alone,
+    every Japanese document had fewer than 10 words."""
+    import json
+
+    from bloomline import languages
+    from data_prep.steps.text import unspaced_letters
+
+    extra = shared_corpus.parent / "corpus-extra" / "text"
+    if not extra.is_dir():
+        pytest.skip("../shared/corpus-extra not present")
+    assert words("สวัสดีครับ, ผม", unspaced_letters("Thai")) == list("สวัสดีครับผม")
+    assert words("東京へ行く。 Tokyo!", unspaced_letters("Jpan")) == [*"東京へ行く", "Tokyo"]
+    for lang in ("th", "ja", "de", "ko"):
+        lines = (extra / f"{lang}.jsonl").read_text().splitlines()[:60]
+        letters = unspaced_letters(languages.get(lang).script) or False
+        kept = sum(quality_reason(json.loads(l)["text"], QualityThresholds(), letters) is None for l in lines)
+        assert kept / len(lines) >= 0.9, (lang, kept)
+
+
 def test_the_check_table_is_the_one_list_of_checks():
     """Each check is one row (data_prep/steps/filters.py Check); the scores recorded, the derived
     thresholds and the recipe's validation read it, so a new row reaches all of them."""
