@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bloomline.config import from_dict, load_config
 from bloomline.errors import ConfigError
@@ -53,6 +54,25 @@ def test_bloom_176b_recipe_is_the_published_one():
     assert r.batch.rampup_increment_tokens == 16 * 2048
     assert (r.optim.lr, r.optim.beta2, r.optim.clip_grad) == (6e-5, 0.95, 1.0)
     assert r.train.precision == "bf16" and r.train.activation_checkpointing
+
+
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("bloom-560m", 559_214_592),
+        ("bloom-1b1", 1_065_314_304),
+        ("bloom-1b7", 1_722_408_960),
+        ("bloom-3b", 3_002_557_440),
+        ("bloom-7b1", 7_069_016_064),
+    ],
+)
+def test_the_published_blooms_have_their_model_recipes(name, params):
+    """Each model recipe holds the published model's parameters, as transformers counts them
+    (``BloomForCausalLM.num_parameters()``: the tied embedding once)."""
+    from training.model.bloom import full_shapes
+
+    cfg = from_dict(ModelConfig, yaml.safe_load((REPO / "configs" / "model" / f"{name}.yaml").read_text()))
+    assert sum(s.numel() for s in full_shapes(cfg).values()) == params
 
 
 def test_lr_schedule():
