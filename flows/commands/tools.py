@@ -12,6 +12,7 @@ import typer
 from bloomline.errors import BloomlineError
 from flows.commands.base import Debug, console, local_out, no_credentials, overrides, run_command
 from flows.config import DEFAULT_RECIPES
+from training.planning.planner import DEVICES
 
 
 def export(
@@ -90,7 +91,7 @@ def plan(
         "--config",
         help="Training recipe (configs/train/) or pipeline recipe (configs/pipeline/).",
     ),
-    gpu: str = typer.Option("a100-80gb", "--gpu", help="a100-80gb, h100-80gb, h200, or cpu (this machine)."),
+    gpu: str = typer.Option("a100-80gb", "--gpu", help=f"{', '.join(DEVICES)}, or cpu (this machine)."),
     nodes: int = typer.Option(None, "--nodes", help="Plan on N nodes: DP becomes N·devices-per-node/(TP·PP)."),
     iteration_seconds: float = typer.Option(
         None, "--iteration-seconds", help="A measured iteration time: gives TFLOP/s per GPU."

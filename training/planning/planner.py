@@ -75,7 +75,18 @@ class Device:
 
 
 DEVICES: dict[str, Device] = {
-    # A100 SXM4 80GB: 81920 MiB, 312 TFLOP/s bf16 dense, PCIe 4.0 x16 (32 GB/s nominal)
+    # 24 GB. A10: 23028 MiB, 125 TFLOP/s bf16 dense; L4: 23034 MiB, 121 (datasheets: twice that with
+    # sparsity); both PCIe 4.0 x16
+    "a10-24gb": Device("NVIDIA A10", 22.5, 125.0, 25.0),
+    "l4-24gb": Device("NVIDIA L4", 22.5, 121.0, 25.0),
+    # 40 GB. A100 SXM4 40GB: 40960 MiB, 312 TFLOP/s bf16 dense, PCIe 4.0 x16
+    "a100-40gb": Device("NVIDIA A100-SXM4-40GB", 40.0, 312.0, 25.0),
+    # 48 GB. A40: 46068 MiB, 149.7 TFLOP/s bf16 dense; L40S: 46068 MiB, 362; RTX A6000: 49140 MiB,
+    # 154.8; all PCIe 4.0 x16
+    "a40-48gb": Device("NVIDIA A40", 45.0, 149.7, 25.0),
+    "l40s-48gb": Device("NVIDIA L40S", 45.0, 362.0, 25.0),
+    "a6000-48gb": Device("NVIDIA RTX A6000", 48.0, 154.8, 25.0),
+    # 80 GB. A100 SXM4 80GB: 81920 MiB, 312 TFLOP/s bf16 dense, PCIe 4.0 x16 (32 GB/s nominal)
     "a100-80gb": Device("NVIDIA A100-SXM4-80GB", 80.0, 312.0, 25.0),
     # H100 SXM5 80GB: 81559 MiB, 989 TFLOP/s bf16 dense, PCIe 5.0 x16 (64 GB/s nominal)
     "h100-80gb": Device("NVIDIA H100-SXM5-80GB", 79.6, 989.0, 50.0),

@@ -186,3 +186,23 @@ def test_the_overhead_against_a_published_figure_it_was_not_fitted_on():
     assert abs(stage0 - observed_gib) / observed_gib <= 0.10, (stage0, observed_gib)
     without = stage0 - p["stages"][0]["parts_gib"]["overhead"]
     assert abs(without - observed_gib) / observed_gib > 0.10, (without, observed_gib)
+
+
+def test_cards_of_24_40_and_48_gb_are_planned_on():
+    """bloom-560m at 4,096-token micro-batches needs one stage of ~26 GiB: it fits the 40 and 48 GB
+    cards, not the 24 GB ones, whose plan says what it needs and how much the card has."""
+    r = load_config(TrainRecipe, REPO / "configs/train/bloom-560m.yaml", ["batch.micro_batch_tokens=4096"])
+    got = {
+        name: plan(r, DEVICES[name])
+        for name in ("a10-24gb", "l4-24gb", "a100-40gb", "a40-48gb", "l40s-48gb", "a6000-48gb")
+    }
+    assert {n: p["fits"] for n, p in got.items()} == {
+        "a10-24gb": False,
+        "l4-24gb": False,
+        "a100-40gb": True,
+        "a40-48gb": True,
+        "l40s-48gb": True,
+        "a6000-48gb": True,
+    }
+    assert "more than the 22.5 GiB of a NVIDIA A10" in got["a10-24gb"]["reason"]
+    assert got["a100-40gb"]["stages"][0]["memory_gib"] == pytest.approx(25.9, abs=0.1)
