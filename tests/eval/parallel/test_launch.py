@@ -24,15 +24,19 @@ def checkpoint(demo: Path, folder: Path) -> Path:
 
 def ranks_of_this_test() -> list[psutil.Process]:
     """This process's live children, but the reaper that an earlier in-process test made this
-    process a job's driver with (flows/lifeline.py: it lives as long as its driver) and the
-    session's Prefect server (tests/conftest.py)."""
+    process a job's driver with (flows/lifeline.py: it lives as long as its driver), the
+    session's Prefect server (tests/conftest.py) and multiprocessing's resource tracker (started by
+    an earlier in-process test's pool; it lives as long as this process)."""
     me = psutil.Process()
     return [
         p
         for p in me.children(recursive=True)
         if p.is_running()
         and p.status() != psutil.STATUS_ZOMBIE
-        and not any(s in _cmdline(p) for s in ("flows.lifeline", "prefect.server.api.server"))
+        and not any(
+            s in _cmdline(p)
+            for s in ("flows.lifeline", "prefect.server.api.server", "multiprocessing.resource_tracker")
+        )
     ]
 
 
@@ -54,7 +58,8 @@ def test_an_evaluation_past_its_timeout_is_stopped_in_one_line_with_no_rank_left
         evaluate(step, demo_data, cfg, "run")
     assert time.monotonic() - t0 < 30
     assert "\n" not in str(e.value) and "ran past parallel.timeout_s=1 s and was stopped" in str(e.value)
-    assert not ranks_of_this_test()
+    left = ranks_of_this_test()
+    assert not left, [_cmdline(p) for p in left]
 
 
 def test_a_ranks_refusal_reaches_the_user_as_its_own_line(demo_data, tmp_path):
@@ -69,4 +74,5 @@ def test_a_ranks_refusal_reaches_the_user_as_its_own_line(demo_data, tmp_path):
     with pytest.raises(EvaluationFailed) as e:
         evaluate(step, demo_data, from_dict(EvalConfig, {"parallel": {"pp": 2}}), "run")
     assert "\n" not in str(e.value) and str(e.value).startswith(str(f)), e.value
-    assert not ranks_of_this_test()
+    left = ranks_of_this_test()
+    assert not left, [_cmdline(p) for p in left]
