@@ -225,7 +225,7 @@ def _iso(label: str) -> str | None:
         return None
     if lang == "zh":  # BLOOM's zh-Hans and zh-Hant; a bare zh says neither
         return _ALIASES.get(tag.to_tag().lower())
-    likely = langcodes.Language.make(language=lang).maximize().script
+    likely = _likely_script(lang)
     if tag.script not in (None, likely, *_PART_OF.get(likely, ())):  # another script than its usual one: sr-Latn
         return tag.to_tag()
     bloom = _ALIASES.get(lang)  # the usual script goes without saying: deu_Latn is de, eng_Latn is en
@@ -235,17 +235,26 @@ def _iso(label: str) -> str | None:
 
 
 @lru_cache(maxsize=None)
+def _likely_script(lang: str) -> str | None:
+    """CLDR's likely script of a language subtag (``th`` → ``Thai``, ``sr`` → ``Cyrl``)."""
+    import langcodes
+
+    return langcodes.Language.make(language=lang).maximize().script
+
+
+@lru_cache(maxsize=None)
 def _added(code: str) -> Language:
     import langcodes
 
     tag = langcodes.Language.get(code)
-    likely = langcodes.Language.make(language=tag.language).maximize().script
+    likely = _likely_script(tag.language)
     script = tag.script or likely or "Zyyy"
     # lid.176 knows a language in its usual script; another script's text would read as a mismatch
     label = tag.language if tag.language in LID176_LABELS and script == likely else None
     return Language(code, tag.display_name(), "natural", ADDED, "", script, None, None, label, ())
 
 
+@lru_cache(maxsize=4096)  # per document in the language-ID, filter and MinHash steps: a dict lookup once seen
 def get(code: str) -> Language:
     """The registry entry for a canonical code or alias: one of BLOOM's 59, or an added language
     (the module's docstring); raises on a label that names no language."""
