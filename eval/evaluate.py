@@ -29,12 +29,12 @@ from data_prep.storage.shards import load_manifest, manifest_path, tokenizer_fil
 from eval.generate import generate
 from eval.metrics import GROUPS, group_of
 from eval.model import EvalModel, LocalModel, resolve_device
+from eval.published import PUBLISHED, SETTING, evaluated_meta, load_whole
 from eval.tasks import make, validation_spec
 from eval.tasks.base import Context, Task
 from eval.tasks.validation import language_samples
-from training.checkpoint.load import load_model
-from training.checkpoint.meta import PRECISIONS, model_config, read_meta, trained_on
-from training.checkpoint.run_dir import META_FILE
+from training.checkpoint.meta import PRECISIONS, model_config
+from training.checkpoint.run_dir import RunDir
 from training.config import EvalConfig, ParallelConfig
 from training.data.shard_reader import ShardIndex, verify_once
 from training.parallel.layout import layout_label
@@ -121,10 +121,13 @@ def evaluate(
     run: str,
     stamp: Optional[Path] = None,
     progress: Callable[[str], None] = lambda msg: None,
+    logs: Optional[Path] = None,
 ) -> Evaluation:
-    """Evaluate the checkpoint ``ckpt_dir`` on ``data_dir``'s validation splits and ``cfg.tasks``:
-    in this process, or on ``cfg.parallel``'s tp·pp ranks (eval/parallel/). Everything a user can
-    get wrong is refused here, in one line, before a model is loaded or a rank started."""
+    """Evaluate the checkpoint ``ckpt_dir`` (or a published model's folder: eval/published.py) on
+    ``data_dir``'s validation splits and ``cfg.tasks``: in this process, or on ``cfg.parallel``'s
+    tp·pp ranks (eval/parallel/), whose log goes to ``logs`` (default: the checkpoint's run's).
+    Everything a user can get wrong is refused here, in one line, before a model is loaded or a
+    rank started."""
     ckpt_dir, url = Path(ckpt_dir), data_dir
     data_dir = prepared(data_dir)  # data at a URL: this node's cache of it
     meta = checked(ckpt_dir, data_dir, cfg)
@@ -133,31 +136,45 @@ def evaluate(
             ShardIndex(data_dir, "valid").fetch_all()
         from eval.parallel.launch import evaluate_on_ranks
 
-        got = evaluate_on_ranks(ckpt_dir, data_dir, cfg, run, meta, stamp, progress)
+        logs = logs or RunDir.of_checkpoint(ckpt_dir).logs
+        got = evaluate_on_ranks(ckpt_dir, data_dir, cfg, run, meta, logs, stamp, progress)
         return Evaluation(got["rows"], got["generations"], got["seconds"], got["tokens"], got["task_seconds"])
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     device = resolve_device(cfg.device)
-    bloom, meta = load_model(ckpt_dir, PRECISIONS[precision_of(cfg, device)])
+    bloom = load_whole(ckpt_dir, meta, data_dir, PRECISIONS[precision_of(cfg, device)])
     return evaluate_with(LocalModel(bloom, device), meta, ckpt_dir, data_dir, cfg, run, stamp, progress)
 
 
 def checked(ckpt_dir: Path, data_dir: Path, cfg: EvalConfig) -> dict[str, Any]:
-    """The checkpoint's bloomline.json, once the settings, the tasks, the device and the layout
-    are known to fit it and the data is the data it trained on."""
+    """The checkpoint's bloomline.json (or a published folder's equivalent: eval/published.py), once
+    the settings, the tasks, the device and the layout are known to fit it and the data is the data
+    it trained on (a published model's: text cut by its own tokenizer)."""
     for spec in [validation_spec(), *cfg.tasks]:
         make(spec)  # an unknown task, or one without its data
     if cfg.parallel.hostfile is None:  # (ranks on other hosts check their own devices)
         resolve_device(cfg.device)
-    meta = read_meta(ckpt_dir)
-    if not trained_on(meta, data_dir):
-        raise CheckpointError(
-            f"{ckpt_dir / META_FILE}: field 'data_manifest_sha256' is not the sha256 of "
-            f"{manifest_path(data_dir)}: the checkpoint was trained on other data; evaluate it "
-            f"with the --data it was trained on"
-        )
+    meta = evaluated_meta(ckpt_dir, data_dir)
     check_eval_layout(cfg, model_config(meta))
     return meta
+
+
+def check_published(folder: Path, cfg: EvalConfig) -> None:
+    """Before ``--text`` is prepared: the folder is a Hugging Face BLOOM with its tokenizer, and the
+    tasks, the device and the layout fit it (eval/published.py)."""
+    from training.checkpoint.init_from import open_source
+    from training.config import ModelConfig
+
+    src = open_source(folder, SETTING)
+    if src.kind != PUBLISHED:
+        raise CheckpointError(f"{SETTING}: {folder} is a bloomline checkpoint: give it as --checkpoint")
+    if src.tokenizer is None:
+        raise CheckpointError(f"{SETTING}: {folder} has no tokenizer.json; a model is evaluated on text cut by its own")
+    for spec in [validation_spec(), *cfg.tasks]:
+        make(spec)
+    if cfg.parallel.hostfile is None:
+        resolve_device(cfg.device)
+    check_eval_layout(cfg, ModelConfig(vocab_size=src.rows, **src.shape))
 
 
 def check_eval_layout(cfg: EvalConfig, model: Any, prefix: str = "") -> None:
@@ -239,7 +256,7 @@ def _identity(model: EvalModel, meta: dict[str, Any], ckpt_dir: Path, cfg: EvalC
         "step": int(meta["step"]),
         "checkpoint": str(ckpt_dir.resolve()),
         "precision": precision_of(cfg, model.device),
-        "layout": layout_label(meta["layout"]),
+        "layout": PUBLISHED if meta.get("kind") == PUBLISHED else layout_label(meta["layout"]),
         "eval_layout": model.layout,
         "data_manifest_sha256": meta["data_manifest_sha256"],
         "evaluated_at": dt.datetime.now(dt.timezone.utc),

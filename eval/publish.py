@@ -15,6 +15,7 @@ import pyarrow as pa
 from bloomline.errors import ConfigError
 from eval.evaluate import evaluate
 from eval.metrics import regressions
+from eval.published import PUBLISHED
 from eval.result_rows import VALIDATION, ResultRow, ValidationRow, is_language, of_languages, validation_rows
 from eval.results import SCHEMA, forget_after, read_results, write_results
 from training.checkpoint.run_dir import RunDir
@@ -93,31 +94,45 @@ def run_evaluation(
     out: str | Path | None = None,
     progress: Callable[[str], None] = lambda msg: None,
 ) -> Evaluation:
-    """Evaluate one checkpoint and publish its results into ``out`` (default: the checkpoint's run)."""
+    """Evaluate one checkpoint (or published model folder) and publish its results into ``out``
+    (default: the checkpoint's run), the log of a parallel evaluation in its ``logs/``."""
     ckpt_dir = Path(ckpt_dir)
     run_dir = Path(out).resolve() if out else RunDir.of_checkpoint(ckpt_dir).root
     if cfg.heldout and run_dir == RunDir.of_checkpoint(ckpt_dir).root.resolve():
         # the run's own results, and what its mixture steers by, are of its validation split
         raise ConfigError("heldout", "results on held-out data go to a folder of their own: give --out")
-    ev = evaluate(ckpt_dir, data_dir, cfg, run=run_dir.name, stamp=RunDir(run_dir).eval_stamp, progress=progress)
+    ev = evaluate(
+        ckpt_dir,
+        data_dir,
+        cfg,
+        run=run_dir.name,
+        stamp=RunDir(run_dir).eval_stamp,
+        progress=progress,
+        logs=RunDir(run_dir).logs,
+    )
     step = ev.rows[0]["step"]
     before = previous_rows(run_dir, step)
     path = write_results(run_dir, step, ev.rows, ev.generations)
     val = validation_rows(pa.Table.from_pylist(ev.rows, schema=SCHEMA))
-    # what an online mixture steered by evaluations reads (training/data/mixture/online.py)
     langs = of_languages(val)
-    continuation = {  # the continuation task's accuracy and items per language it scored (batch.online.signal)
-        r["lang"]: (r["value"], r["n"])
-        for r in ev.rows
-        if r["task"] == "continuation" and r["scope"] == "language" and r["metric"] == "acc" and r["value"] is not None
-    }
-    write_feedback(
-        run_dir,
-        step,
-        {r["lang"]: r["bpb"] for r in langs},
-        {r["lang"]: r["tokens_seen"] for r in langs},
-        continuation,
-    )
+    # what an online mixture steered by evaluations reads (training/data/mixture/online.py); a
+    # published model's evaluation steers no run
+    if ev.rows[0]["layout"] != PUBLISHED:
+        continuation = {  # the continuation task's accuracy and items per language it scored (batch.online.signal)
+            r["lang"]: (r["value"], r["n"])
+            for r in ev.rows
+            if r["task"] == "continuation"
+            and r["scope"] == "language"
+            and r["metric"] == "acc"
+            and r["value"] is not None
+        }
+        write_feedback(
+            run_dir,
+            step,
+            {r["lang"]: r["bpb"] for r in langs},
+            {r["lang"]: r["tokens_seen"] for r in langs},
+            continuation,
+        )
     write_tensorboard(run_dir, ev.rows)
     from eval.dashboard import build  # the dashboard reads the results table this module writes
 

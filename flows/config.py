@@ -39,6 +39,8 @@ DEFAULT_RECIPES = {
 }
 """The recipe a command reads without ``--config``, by its folder under configs/ (a key of
 :data:`SCHEMAS`); ``bloomline serve``'s deployments start from them too."""
+HELDOUT_RECIPE = CONFIGS / "data" / "heldout.yaml"
+"""How ``bloomline evaluate --text`` prepares the text a published model is evaluated on."""
 
 
 EXPORT_DTYPES = ("fp32", "bf16")

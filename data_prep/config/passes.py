@@ -53,7 +53,8 @@ class PackConfig:
     """Sample lengths in tokens, ascending; the largest is the sequence length."""
     valid_fraction: float = 0.01
     """Share of each language's documents held out for validation (chosen by a seeded hash of
-    the document, so the choice does not depend on corpus order)."""
+    the document, so the choice does not depend on corpus order). 1: every document, for text
+    that is only evaluated on (``bloomline evaluate --model … --text``); training refuses such data."""
     valid_min_docs: int = 1
     """Hold out at least this many documents per language (when the language has more)."""
     max_open_samples: int = 256
@@ -69,7 +70,7 @@ class PackConfig:
         check(len(b) >= 1, "buckets", "needs at least one length")
         check(all(x >= 8 for x in b), "buckets", "lengths must be at least 8 tokens")
         check(b == sorted(set(b)), "buckets", f"must be strictly ascending, got {b}")
-        check(0.0 <= self.valid_fraction < 1.0, "valid_fraction", "must be in [0, 1)")
+        check(0.0 <= self.valid_fraction <= 1.0, "valid_fraction", "must be in [0, 1]")
         check(self.valid_min_docs >= 0, "valid_min_docs", "must be >= 0")
         check(self.max_open_samples >= 1, "max_open_samples", "must be >= 1")
         check(self.part_bytes >= 1024, "part_bytes", "must be at least 1024")

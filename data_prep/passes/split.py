@@ -50,9 +50,13 @@ def validation_rules(draws: dict[str, SplitDraws], fraction: float, min_docs: in
     """Per language ``[op, threshold]``: a kept document is held out when ``draw op threshold``.
 
     The held-out documents are the k with the smallest draws, where k is the count under the
-    fraction, raised to ``min_docs`` and capped so that training keeps at least one document."""
+    fraction, raised to ``min_docs`` and capped so that training keeps at least one document; a
+    fraction of 1 holds out every document (text to evaluate on only: ``bloomline evaluate --text``)."""
     rules: dict[str, list] = {}
     for lang, d in draws.items():
+        if fraction >= 1.0:
+            rules[lang] = ["le", 1.0]  # every draw is in [0, 1)
+            continue
         lo, hi = min(min_docs, d.docs - 1), d.docs - 1
         if d.under < lo:
             rules[lang] = ["le", d.smallest[lo - 1]]

@@ -17,7 +17,6 @@ from typing import Any, Callable, Optional
 
 from bloomline.config import to_dict
 from bloomline.errors import BloomlineError
-from training.checkpoint.run_dir import RunDir
 from training.config import EvalConfig
 from training.config.launch import LaunchConfig
 from training.loop.launch import EXIT_USER_ERROR, TIMED_OUT, check_hostfile, launcher, run_job
@@ -61,15 +60,16 @@ def evaluate_on_ranks(
     cfg: EvalConfig,
     run: str,
     meta: dict[str, Any],
+    logs: Path,
     stamp: Optional[Path] = None,
     progress: Callable[[str], None] = lambda msg: None,
 ) -> dict[str, Any]:
-    """eval/evaluate.py ``evaluate`` on ``cfg.parallel``'s ranks: its Evaluation's fields, as rank 0 found them."""
+    """eval/evaluate.py ``evaluate`` on ``cfg.parallel``'s ranks, logged in ``logs``: its Evaluation's
+    fields, as rank 0 found them."""
     par = cfg.parallel
     world = par.world_size
     launch = LaunchConfig(hostfile=par.hostfile)
     check_hostfile(launch, world)
-    logs = RunDir.of_checkpoint(ckpt_dir).logs
     logs.mkdir(parents=True, exist_ok=True)
     log_file = logs / f"eval_step_{int(meta['step']):08d}.log"
     with tempfile.TemporaryDirectory(prefix="bloomline-eval-") as tmp:

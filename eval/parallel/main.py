@@ -73,16 +73,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _stage_runner(args: argparse.Namespace, cfg: EvalConfig) -> tuple[StageRunner, dict[str, Any], int]:
-    """Join the ranks and build this rank's stage of the checkpoint (its layers, its tp shard) on its
-    device: (the stage's runner, the checkpoint's meta, this rank)."""
+    """Join the ranks and build this rank's stage of the checkpoint or published model (its layers,
+    its tp shard) on its device: (the stage's runner, the checkpoint's meta, this rank)."""
     import torch
 
     from eval.evaluate import precision_of
     from eval.model import resolve_device
     from eval.parallel.ranks import StageRunner
     from eval.parallel.stage import build_stage
+    from eval.published import evaluated_meta, weights_of
     from training.checkpoint.load import check_files
-    from training.checkpoint.meta import PRECISIONS, read_meta
+    from training.checkpoint.meta import PRECISIONS
     from training.config import ParallelConfig
     from training.parallel.distributed import init_distributed
 
@@ -96,10 +97,12 @@ def _stage_runner(args: argparse.Namespace, cfg: EvalConfig) -> tuple[StageRunne
     if device.type == "cuda":
         device = torch.device("cuda", torch.cuda.current_device())  # init_distributed chose it by LOCAL_RANK
     dtype = PRECISIONS[precision_of(cfg, device)]
-    meta = read_meta(args.checkpoint)
-    check_files(args.checkpoint, meta)
+    meta = evaluated_meta(args.checkpoint, args.data)
+    if meta.get("kind") is None:  # a checkpoint's files agree with its layout
+        check_files(args.checkpoint, meta)
     t0 = time.perf_counter()
-    stage = build_stage(args.checkpoint, meta, tp, pp, mesh.pp_rank, device, dtype)
+    weights, together = weights_of(args.checkpoint, meta, args.data)
+    stage = build_stage(weights, together, meta, tp, pp, mesh.pp_rank, device, dtype)
     if mesh.rank == 0:
         print(
             f"progress: rank 0 built its stage ({len(stage.layers)} layers) in {time.perf_counter() - t0:.1f} s",

@@ -14,13 +14,12 @@ gathers a model-parallel rank's partitions all at once, so their stage's layers 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional
 
 import torch
 from torch import nn
 
-from training.checkpoint.load import merged_weights
+from eval.published import Weights
 from training.checkpoint.meta import model_config
 from training.config import ParallelConfig
 from training.model.bloom import Bloom, Embedding
@@ -51,9 +50,18 @@ def stage_layers(cfg: Any, pp: int, pp_rank: int) -> tuple[list[str], bool]:
 
 
 def build_stage(
-    step_dir: Path, meta: dict[str, Any], tp: int, pp: int, pp_rank: int, device: torch.device, dtype: torch.dtype
+    weights: Weights,
+    together: bool,
+    meta: dict[str, Any],
+    tp: int,
+    pp: int,
+    pp_rank: int,
+    device: torch.device,
+    dtype: torch.dtype,
 ) -> Stage:
-    """Stage ``pp_rank`` of a tp × pp layout for this TP rank (megatron-core's groups must exist)."""
+    """Stage ``pp_rank`` of a tp × pp layout for this TP rank (megatron-core's groups must exist),
+    from ``weights`` (eval/published.py ``weights_of``: a checkpoint's or a published folder's),
+    read layer by layer unless the layers must be read ``together``."""
     cfg = model_config(meta)
     with torch.device("meta"):
         model = Bloom(cfg)
@@ -61,11 +69,11 @@ def build_stage(
     modules = dict(model.layers())
     names, last = stage_layers(cfg, pp, pp_rank)
     wanted = [*names, *(["embedding"] if last and "embedding" not in names else [])]
-    whole = merged_weights(step_dir, meta, set(wanted)) if meta["layout"]["zero_stage"] == 3 else None
+    whole = weights(set(wanted)) if together else None
     for name in wanted:
-        weights = whole if whole is not None else merged_weights(step_dir, meta, {name})
-        build_on_device(modules[name], name + ".", weights.__getitem__, device).to(dtype).eval()
-        del weights
+        tensors = whole if whole is not None else weights({name})
+        build_on_device(modules[name], name + ".", tensors.__getitem__, device).to(dtype).eval()
+        del tensors
     return Stage(
         layers=[(n, modules[n]) for n in names],
         projection=model.embedding if last else None,

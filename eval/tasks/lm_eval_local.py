@@ -52,6 +52,34 @@ def lm_eval_yaml(family: str, task: str) -> Path:
     raise DataError(f"lm-eval {lm_eval_version()} has no task '{task}' under {root}")
 
 
+LM_EVAL_CODES = {"zh": "zh-Hans", "jp": "ja"}
+"""lm-eval's language suffixes that are not ISO 639 codes of one language: its ``zh`` tasks are in
+Simplified Chinese, its ``jp`` is Japanese."""
+
+
+@lru_cache(maxsize=None)
+def lm_eval_languages(family: str, prefix: str) -> dict[str, str]:
+    """bloomline language → lm-eval task, for every ``<prefix><code>`` task lm-eval defines under
+    ``lm_eval/tasks/<family>/`` (its codes, ``deu_Latn`` or ``de``, read by bloomline/languages.py):
+    a language added to a task by lm-eval is one bloomline evaluates, with no table to keep. Read
+    from the YAML files without importing lm-eval (seconds)."""
+    import re
+    from importlib.util import find_spec
+
+    from bloomline import languages
+
+    spec = find_spec("lm_eval")
+    root = Path(list(spec.submodule_search_locations or [])[0]) / "tasks" / family  # type: ignore[union-attr]
+    pattern = re.compile(rf"^task: ({re.escape(prefix)}(\S+))\s*$", re.M)
+    out: dict[str, str] = {}
+    for path in sorted(root.rglob("*.yaml")):
+        for task, code in pattern.findall(path.read_text(encoding="utf-8")):
+            lang = languages.resolve(LM_EVAL_CODES.get(code, code))
+            if lang is not None:
+                out.setdefault(lang, task)
+    return out
+
+
 def lm_eval_version() -> str:
     from importlib.metadata import version
 

@@ -2,13 +2,13 @@
 scored by lm-eval's ``xcopa_<lang>`` (its connector words per language) over ``DATA/<lang>.jsonl``.
 Chance 1/2."""
 
-from eval.tasks.lm_eval_local import LocalLmEvalTask
+from eval.tasks.lm_eval_local import LocalLmEvalTask, lm_eval_languages
 
 
 class XCopa(LocalLmEvalTask):
     name = "xcopa"
     family = "xcopa"
-    subtasks = {l: f"xcopa_{l}" for l in ("id", "sw", "ta", "vi")} | {"zh-Hans": "xcopa_zh"}
+    subtasks = lm_eval_languages("xcopa", "xcopa_")
     fields = ("premise", "choice1", "choice2", "question", "label")
     text_fields = ("premise", "choice1", "choice2")
     chance = {"acc": 1 / 2, "acc_norm": 1 / 2, "acc_bytes": 1 / 2}

@@ -2,13 +2,13 @@
 BLOOM's rank evaluation), scored by lm-eval's ``xnli_<lang>`` (its prompt words per language)
 over ``DATA/<lang>.jsonl``. Chance 1/3."""
 
-from eval.tasks.lm_eval_local import LocalLmEvalTask
+from eval.tasks.lm_eval_local import LocalLmEvalTask, lm_eval_languages
 
 
 class XNli(LocalLmEvalTask):
     name = "xnli"
     family = "xnli"
-    subtasks = {l: f"xnli_{l}" for l in ("ar", "en", "es", "fr", "hi", "sw", "ur", "vi")} | {"zh-Hans": "xnli_zh"}
+    subtasks = lm_eval_languages("xnli", "xnli_")
     fields = ("premise", "hypothesis", "label")
     text_fields = ("premise", "hypothesis")
     chance = {"acc": 1 / 3, "acc_norm": 1 / 3, "acc_bytes": 1 / 3}

@@ -1,15 +1,13 @@
 """``xstorycloze``: pick the right ending of a four-sentence story (XStoryCloze, BLOOM's rank
 evaluation), scored by lm-eval's ``xstorycloze_<lang>`` over ``DATA/<lang>.jsonl``. Chance 1/2."""
 
-from eval.tasks.lm_eval_local import LocalLmEvalTask
+from eval.tasks.lm_eval_local import LocalLmEvalTask, lm_eval_languages
 
 
 class XStoryCloze(LocalLmEvalTask):
     name = "xstorycloze"
     family = "xstorycloze"
-    subtasks = {l: f"xstorycloze_{l}" for l in ("ar", "en", "es", "eu", "hi", "id", "sw", "te")} | {
-        "zh-Hans": "xstorycloze_zh"
-    }
+    subtasks = lm_eval_languages("xstorycloze", "xstorycloze_")
     fields = (
         "input_sentence_1",
         "input_sentence_2",

@@ -5,7 +5,7 @@ early, flows/api_server.py) is waited for, then runs its flow (base.py ``run_flo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List
+from typing import TYPE_CHECKING, List
 
 import typer
 
@@ -14,7 +14,10 @@ from bloomline.storage import absolute, is_url, join
 from bloomline.terminal import rich_escape
 from flows.api_server import start_early
 from flows.commands.base import Debug, console, local_out, no_credentials, overrides, owned, run_command, run_flow
-from flows.config import DEFAULT_RECIPES
+from flows.config import DEFAULT_RECIPES, HELDOUT_RECIPE
+
+if TYPE_CHECKING:
+    from data_prep.config import PrepareConfig
 
 
 def prepare(
@@ -165,51 +168,121 @@ def train(
 
 def evaluate(
     checkpoint: str = typer.Option(
-        ...,
+        None,
         "--checkpoint",
         help="A checkpoint folder (RUN_DIR/checkpoints/step_N), any layout, or its URL (a checkpoint.mirror's: "
         "then give --out).",
     ),
-    data: Path = typer.Option(
-        ..., "--data", help="The prepared data it was trained on (its validation splits are evaluated)."
+    model: Path = typer.Option(
+        None,
+        "--model",
+        help="Instead of --checkpoint: a Hugging Face BLOOM folder (config.json, safetensors, tokenizer.json), "
+        "evaluated as published; give --text (or --data) and --out.",
+    ),
+    text: List[str] = typer.Option(
+        None,
+        "--text",
+        help="With --model: the text to evaluate on (JSONL / Parquet files or folders, local or at a URL; repeat "
+        "the option), prepared with the model's tokenizer into OUT/data.",
+    ),
+    text_config: Path = typer.Option(
+        HELDOUT_RECIPE, "--text-config", help="How --text is prepared (a data recipe, configs/data/)."
+    ),
+    data: str = typer.Option(
+        None,
+        "--data",
+        help="The prepared data the checkpoint was trained on (its validation splits are evaluated), local or at a "
+        "URL; with --model, data prepared with the model's tokenizer.",
     ),
     out: Path = typer.Option(None, "--out", help="Run folder for the results (default: the checkpoint's run)."),
     config: Path = typer.Option(DEFAULT_RECIPES["eval"], "--config", help="Evaluation recipe (YAML, configs/eval/)."),
     override: List[str] = overrides("precision=bf16, -o parallel.tp=2"),
     debug: Debug = False,
 ) -> None:
-    """Evaluate a checkpoint per language: loss, perplexity, bits per byte; results in RUN_DIR/eval/."""
+    """Evaluate a checkpoint or a published model per language: loss, perplexity, bits per byte and
+    every task; results, dashboard and report in RUN_DIR/eval/."""
 
     def body() -> None:
         from bloomline.config import load_config, to_dict
         from training.config import EvalConfig
 
-        no_credentials(checkpoint=checkpoint)
+        no_credentials(checkpoint=checkpoint, data=data, text=text)
         local_out(out, "the results go into a local run folder")
-
+        what = _evaluated(checkpoint, model, text, data, out)
         cfg = load_config(EvalConfig, config, override)
         if cfg.heldout:  # the flow may run elsewhere: the folder as the user named it here
             cfg.heldout = str(Path(cfg.heldout).resolve())
+        prep = _text_recipe(text_config, text, model) if text else None
         start_early()  # while the checkpoint is checked (its parameter names: torch, ~1.5 s)
-        from eval.evaluate import checked
+        from data_prep.storage.data_cache import prepared
+        from eval.evaluate import check_published, checked
         from flows.evaluate import evaluate_flow
         from flows.summary import print_evaluated
         from training.checkpoint.mirror import checkpoint_at
         from training.checkpoint.run_dir import RunDir
         from training.checkpoint.safe_load import check_folder
 
-        if is_url(checkpoint) and out is None:
-            raise BloomlineError(f"--checkpoint {checkpoint} is a URL: give --out, the run folder for its results")
-        local = checkpoint_at(checkpoint)  # a URL: a copy on this machine
+        if model is not None:
+            check_published(model, cfg)  # not a BLOOM, no tokenizer, a layout that does not cut it
+            local = model
+        else:
+            local = checkpoint_at(what)  # a URL: a copy on this machine
+        where = absolute(data) if data else str((out / "data").resolve())
+        if prep is not None:
+            from flows.prepare import run_prepare
 
+            with owned(Path(where), "bloomline evaluate --text", bars=True) as bars:
+                run_prepare(prep, where, progress=bars)
         # a bad checkpoint folder, other data, an unknown task, device=cuda without a GPU, a layout
         # that does not cut the model: one line here, before the flow's server and logs
-        checked(local, data, cfg)
+        checked(local, prepared(where), cfg)
         check_folder(local)  # a file that names code, or is cut short, too (memory-mapped: fast)
-        at = str(local.resolve()), str(data.resolve())
+        at = str(local.resolve()), where
         to = str(out.resolve()) if out else None
         folder = out or RunDir.of_checkpoint(local).root
         res = run_flow("bloomline evaluate", folder, to_dict(cfg), lambda p, i: evaluate_flow(*at, p, to, local=i))
         print_evaluated(res, console)
 
-    run_command(body, debug, driver=True, out=out or (None if is_url(checkpoint) else Path(checkpoint)))
+    run_command(
+        body,
+        debug,
+        driver=True,
+        out=out or (None if checkpoint is None or is_url(checkpoint) else Path(checkpoint)),
+    )
+
+
+def _evaluated(
+    checkpoint: str | None, model: Path | None, text: list[str] | None, data: str | None, out: Path | None
+) -> str:
+    """What ``evaluate`` was given, checked in one line: the checkpoint (or model folder)."""
+    if (checkpoint is None) == (model is None):
+        raise BloomlineError("give --checkpoint (a bloomline checkpoint) or --model (a Hugging Face BLOOM folder)")
+    if checkpoint is not None:
+        if text:
+            raise BloomlineError(
+                "--text goes with --model; a checkpoint is evaluated on other text prepared with its data's "
+                "tokenizer: -o heldout=DIR"
+            )
+        if data is None:
+            raise BloomlineError("--checkpoint needs --data, the prepared data it was trained on")
+        if is_url(checkpoint) and out is None:
+            raise BloomlineError(f"--checkpoint {checkpoint} is a URL: give --out, the run folder for its results")
+        return checkpoint
+    if bool(text) == (data is not None):
+        raise BloomlineError("--model needs --text (the text to evaluate on) or --data (prepared with its tokenizer)")
+    if out is None:
+        raise BloomlineError("--model needs --out, the folder for the results (and for the prepared --text)")
+    return str(model)
+
+
+def _text_recipe(recipe: Path, text: list[str], model: Path | None) -> "PrepareConfig":
+    """The data recipe ``--text`` is prepared with: its sources the given paths, its tokenizer the model's."""
+    from bloomline.config import load_config
+    from data_prep.config import PrepareConfig, SourceConfig
+    from data_prep.pipeline import preflight
+
+    cfg = load_config(PrepareConfig, recipe, [])
+    cfg.sources = [SourceConfig(path=p if is_url(p) else str(Path(p).resolve())) for p in text]
+    cfg.tokenizer.model = str(Path(model).resolve())  # type: ignore[arg-type]
+    preflight(cfg)
+    return cfg

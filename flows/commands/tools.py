@@ -24,8 +24,10 @@ def export(
     out: Path = typer.Option(
         ..., "--out", help="Folder for the Hugging Face model (safetensors, config.json, tokenizer)."
     ),
-    data: Path = typer.Option(
-        None, "--data", help="The run's prepared data, for its tokenizer (default: the checkpoint's data_dir)."
+    data: str = typer.Option(
+        None,
+        "--data",
+        help="The run's prepared data, for its tokenizer, local or at a URL (default: the checkpoint's data_dir).",
     ),
     dtype: str = typer.Option("fp32", "--dtype", help="fp32 or bf16."),
     debug: Debug = False,
@@ -35,7 +37,7 @@ def export(
     def body() -> None:
         from flows.config import EXPORT_DTYPES
 
-        no_credentials(checkpoint=checkpoint)
+        no_credentials(checkpoint=checkpoint, data=data)
         local_out(out, "export to a local folder, then copy it (huggingface-cli upload, aws s3 sync)")
         if dtype not in EXPORT_DTYPES:
             raise BloomlineError(f"--dtype {dtype}: use {' or '.join(EXPORT_DTYPES)}")
@@ -66,7 +68,7 @@ def dashboard(
 
 
 def filters(
-    data: Path = typer.Argument(..., help="A prepared data folder (bloomline prepare --out)."),
+    data: str = typer.Argument(..., help="A prepared data folder (bloomline prepare --out), local or at a URL."),
     lang: str = typer.Option(None, "--lang", help="Only this language."),
     reason: str = typer.Option(None, "--reason", help="Only this drop reason (e.g. char_repetition)."),
     examples: int = typer.Option(3, "--examples", help="Example texts per language and reason."),
@@ -80,6 +82,7 @@ def filters(
     def body() -> None:
         from data_prep.reports.filter_report import report
 
+        no_credentials(data=data)
         print(report(data, lang, reason, examples, set_), end="")
 
     run_command(body, debug)

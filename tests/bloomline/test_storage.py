@@ -33,8 +33,24 @@ def test_user_parts_are_told_from_at_signs_in_paths():
         ["export", "--checkpoint", f"{URL}/checkpoints/step_1", "--out", "{tmp}/x"],
         ["train", "--data", "{tmp}", "--out", "{tmp}/r", "-o", f"checkpoint.mirror={URL}"],
         ["train", "--data", "{tmp}", "--out", "{tmp}/r", "-o", f"train.init_from={URL}"],
+        ["evaluate", "--checkpoint", "{tmp}", "--data", URL, "--out", "{tmp}/e"],
+        ["evaluate", "--model", "{tmp}", "--text", URL, "--out", "{tmp}/e"],
+        ["export", "--checkpoint", "{tmp}", "--data", URL, "--out", "{tmp}/x"],
+        ["filters", URL],
     ],
-    ids=["train-data", "prepare-out", "prepare-input", "evaluate", "export", "mirror", "init_from"],
+    ids=[
+        "train-data",
+        "prepare-out",
+        "prepare-input",
+        "evaluate",
+        "export",
+        "mirror",
+        "init_from",
+        "evaluate-data",
+        "evaluate-text",
+        "export-data",
+        "filters",
+    ],
 )
 def test_a_credentialed_url_is_refused_in_one_line_before_anything_starts(args, tmp_path):
     from flows.cli import app

@@ -84,13 +84,14 @@ class Source:
         return {"path": str(self.path.resolve()), "kind": self.kind, "sha256": self.digest()}
 
 
-def open_source(path: str | Path) -> Source:
-    """The weights ``train.init_from`` names; CheckpointError in one line for anything else."""
+def open_source(path: str | Path, setting: str = "train.init_from") -> Source:
+    """The weights ``setting`` names (``train.init_from``, or ``evaluate --model``); CheckpointError
+    in one line, naming ``setting``, for anything else."""
     p = Path(path)
     if not p.exists():
-        raise CheckpointError(f"train.init_from: {p} not found")
+        raise CheckpointError(f"{setting}: {p} not found")
     if (p / "config.json").is_file():
-        return _hf_source(p)
+        return _hf_source(p, setting)
     from training.checkpoint.run_dir import META_FILE, RunDir
 
     if not (p / META_FILE).is_file() and RunDir(p).latest_step() is not None:
@@ -98,39 +99,39 @@ def open_source(path: str | Path) -> Source:
     if (p / META_FILE).is_file():
         return _bloomline_source(p)
     raise CheckpointError(
-        f"train.init_from: {p} is neither a Hugging Face BLOOM folder (config.json) nor a bloomline "
+        f"{setting}: {p} is neither a Hugging Face BLOOM folder (config.json) nor a bloomline "
         f"checkpoint (RUN_DIR/checkpoints/step_N, or its run folder)"
     )
 
 
-def _hf_source(p: Path) -> Source:
+def _hf_source(p: Path, setting: str) -> Source:
     try:
         conf = json.loads((p / "config.json").read_text(encoding="utf-8"))
     except ValueError as e:
         raise CheckpointError(f"{p / 'config.json'} is not JSON: {e}") from None
     if conf.get("model_type") != "bloom":
-        raise CheckpointError(f"train.init_from: {p} holds a '{conf.get('model_type')}' model, not BLOOM")
+        raise CheckpointError(f"{setting}: {p} holds a '{conf.get('model_type')}' model, not BLOOM")
     if conf.get("apply_residual_connection_post_layernorm") or conf.get("tie_word_embeddings") is False:
         raise CheckpointError(
-            f"train.init_from: {p} is a BLOOM variant bloomline does not train (post-LayerNorm residual or untied head)"
+            f"{setting}: {p} is a BLOOM variant bloomline does not train (post-LayerNorm residual or untied head)"
         )
     found = {k: next((conf[n] for n in names if n in conf), None) for k, names in _HF_KEYS.items()}
     if None in found.values():
         raise CheckpointError(f"{p / 'config.json'} lacks {[_HF_KEYS[k][-1] for k, v in found.items() if v is None]}")
-    where = _hf_weights(p)
+    where = _hf_weights(p, setting)
     files = sorted(set(where.values()))
     shape = {k: found[k] for k in SHAPE_KEYS if k in found} | {"ffn_mult": 4}  # HF BLOOM's MLP is 4 x hidden
 
     def tensor(name: str) -> torch.Tensor:
         if name not in where:
-            raise CheckpointError(f"train.init_from: {p} has no weights for {name}")
+            raise CheckpointError(f"{setting}: {p} has no weights for {name}")
         return _read(str(where[name]), name)
 
     tok = p / "tokenizer.json"
     return Source(p, "hf", shape, int(found["rows"]), files, tensor, tok if tok.is_file() else None)
 
 
-def _hf_weights(p: Path) -> dict[str, Path]:
+def _hf_weights(p: Path, setting: str) -> dict[str, Path]:
     """Bloom name → the file that holds it, from the index or the single file."""
     for index, single in (
         ("model.safetensors.index.json", "model.safetensors"),
@@ -139,10 +140,10 @@ def _hf_weights(p: Path) -> dict[str, Path]:
         if (p / index).is_file():
             names = json.loads((p / index).read_text(encoding="utf-8"))["weight_map"]
             # the index's file names stay inside the folder (bloomline/names.py)
-            return _checked(p, {k: confined(p, f, str(p / index)) for k, f in names.items()})
+            return _checked(p, {k: confined(p, f, str(p / index)) for k, f in names.items()}, setting)
         if (p / single).is_file():
-            return _checked(p, {k: p / single for k in _keys(p / single)})
-    raise CheckpointError(f"train.init_from: {p} holds no model.safetensors (nor pytorch_model.bin)")
+            return _checked(p, {k: p / single for k in _keys(p / single)}, setting)
+    raise CheckpointError(f"{setting}: {p} holds no model.safetensors (nor pytorch_model.bin)")
 
 
 def _keys(f: Path) -> list[str]:
@@ -154,7 +155,7 @@ def _keys(f: Path) -> list[str]:
     return list(_bin(str(f)))
 
 
-def _checked(p: Path, names: dict[str, Path]) -> dict[str, Path]:
+def _checked(p: Path, names: dict[str, Path], setting: str) -> dict[str, Path]:
     """The HF names mapped to ours; one that is neither a parameter nor the tied head is refused."""
     out, unknown = {}, []
     for hf, f in names.items():
@@ -164,7 +165,7 @@ def _checked(p: Path, names: dict[str, Path]) -> dict[str, Path]:
         elif hf.removeprefix("transformer.") != TIED_HEAD and not hf.endswith("attn.masked_bias"):
             unknown.append(hf)
     if unknown:
-        raise CheckpointError(f"train.init_from: {p} holds weights that are not BLOOM's: {unknown[:3]}")
+        raise CheckpointError(f"{setting}: {p} holds weights that are not BLOOM's: {unknown[:3]}")
     return out
 
 
