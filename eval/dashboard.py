@@ -98,7 +98,7 @@ def figures(run_dir: Path, threshold: float) -> list[Figure]:
     langs = of_languages(rows)
     names = sorted({r["lang"] for r in langs})
     figs = [bpb_lines(langs, names), bpb_heatmap(rows, langs, names), groups(rows)]
-    if any(r["step"] == 0 for r in langs):  # a run started from imported weights: step 0 is that model
+    if any(r["step"] == 0 for r in langs) and any(r["step"] > 0 for r in langs):  # step 0: the imported model
         figs.insert(0, change_from_import(langs))
     tasks = overview(run_dir)
     if tasks is not None:

@@ -182,8 +182,8 @@ def evaluate(
     text: List[str] = typer.Option(
         None,
         "--text",
-        help="With --model: the text to evaluate on (JSONL / Parquet files or folders, local or at a URL; repeat "
-        "the option), prepared with the model's tokenizer into OUT/data.",
+        help="Text to evaluate on (JSONL / Parquet files or folders, local or at a URL; repeat the option), "
+        "prepared with the model's tokenizer into OUT/data; with --checkpoint, instead of its validation split.",
     ),
     text_config: Path = typer.Option(
         HELDOUT_RECIPE, "--text-config", help="How --text is prepared (a data recipe, configs/data/)."
@@ -212,7 +212,6 @@ def evaluate(
         cfg = load_config(EvalConfig, config, override)
         if cfg.heldout:  # the flow may run elsewhere: the folder as the user named it here
             cfg.heldout = str(Path(cfg.heldout).resolve())
-        prep = _text_recipe(text_config, text, model) if text else None
         start_early()  # while the checkpoint is checked (its parameter names: torch, ~1.5 s)
         from data_prep.storage.data_cache import prepared
         from eval.evaluate import check_published, checked
@@ -228,11 +227,17 @@ def evaluate(
         else:
             local = checkpoint_at(what)  # a URL: a copy on this machine
         where = absolute(data) if data else str((out / "data").resolve())
-        if prep is not None:
+        if text:  # prepared with the model's tokenizer: the published folder's, or the checkpoint's data's
+            from data_prep.storage.shards import load_manifest, tokenizer_file
             from flows.prepare import run_prepare
 
-            with owned(Path(where), "bloomline evaluate --text", bars=True) as bars:
-                run_prepare(prep, where, progress=bars)
+            at_text = str((out / "data").resolve())
+            own = model if model is not None else tokenizer_file(prepared(where), load_manifest(prepared(where)))
+            prep = _text_recipe(text_config, text, own)
+            with owned(Path(at_text), "bloomline evaluate --text", bars=True) as bars:
+                run_prepare(prep, at_text, progress=bars)
+            if model is None:  # the checkpoint keeps its data (what it trained on) and is evaluated on this
+                cfg.heldout = at_text
         # a bad checkpoint folder, other data, an unknown task, device=cuda without a GPU, a layout
         # that does not cut the model: one line here, before the flow's server and logs
         checked(local, prepared(where), cfg)
@@ -258,11 +263,8 @@ def _evaluated(
     if (checkpoint is None) == (model is None):
         raise BloomlineError("give --checkpoint (a bloomline checkpoint) or --model (a Hugging Face BLOOM folder)")
     if checkpoint is not None:
-        if text:
-            raise BloomlineError(
-                "--text goes with --model; a checkpoint is evaluated on other text prepared with its data's "
-                "tokenizer: -o heldout=DIR"
-            )
+        if text and out is None:
+            raise BloomlineError("--text needs --out, the folder for the results on that text (and for the text)")
         if data is None:
             raise BloomlineError("--checkpoint needs --data, the prepared data it was trained on")
         if is_url(checkpoint) and out is None:
@@ -275,14 +277,15 @@ def _evaluated(
     return str(model)
 
 
-def _text_recipe(recipe: Path, text: list[str], model: Path | None) -> "PrepareConfig":
-    """The data recipe ``--text`` is prepared with: its sources the given paths, its tokenizer the model's."""
+def _text_recipe(recipe: Path, text: list[str], tokenizer: Path) -> "PrepareConfig":
+    """The data recipe ``--text`` is prepared with: its sources the given paths, its tokenizer the
+    model's (a model folder, or a tokenizer file)."""
     from bloomline.config import load_config
     from data_prep.config import PrepareConfig, SourceConfig
     from data_prep.pipeline import preflight
 
     cfg = load_config(PrepareConfig, recipe, [])
     cfg.sources = [SourceConfig(path=p if is_url(p) else str(Path(p).resolve())) for p in text]
-    cfg.tokenizer.model = str(Path(model).resolve())  # type: ignore[arg-type]
+    cfg.tokenizer.model = str(Path(tokenizer).resolve())
     preflight(cfg)
     return cfg

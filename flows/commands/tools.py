@@ -52,17 +52,29 @@ def export(
 
 
 def dashboard(
-    run: Path = typer.Argument(..., help="A run folder (bloomline train --out) with evaluation results."),
+    runs: List[Path] = typer.Argument(
+        ...,
+        help="A run folder (bloomline train --out) with evaluation results; or several, compared side by side, the "
+        "first as the base (an evaluated published model's --out is one too).",
+    ),
+    out: Path = typer.Option(Path("compare.html"), "--out", help="With several runs: where the comparison page goes."),
     debug: Debug = False,
 ) -> None:
-    """Write RUN_DIR/dashboard/index.html: one self-contained page, works offline from file://."""
+    """Write RUN_DIR/dashboard/index.html, or with several runs one page comparing them: self-contained, works
+    offline from file://."""
 
     def body() -> None:
-        from eval.dashboard import build
+        for run in runs:
+            if not run.is_dir():
+                raise BloomlineError(f"{run} is not a folder")
+        if len(runs) == 1:
+            from eval.dashboard import build
 
-        if not run.is_dir():
-            raise BloomlineError(f"{run} is not a folder")
-        console.print(f"[bold green]done[/]: {build(run)}")
+            console.print(f"[bold green]done[/]: {build(runs[0])}")
+            return
+        from eval.compare import compare
+
+        console.print(f"[bold green]done[/]: {compare(runs, out)}")
 
     run_command(body, debug)
 

@@ -144,7 +144,7 @@ def test_what_cannot_be_evaluated_is_one_line(hf_bloom, demo_data, tmp_path):
         (["--model", model, "--text", text], "--model needs --out"),
         (["--model", model, "--out", out], "--model needs --text (the text to evaluate on) or --data"),
         (["--model", model, "--checkpoint", model, "--data", text], "give --checkpoint (a bloomline checkpoint) or"),
-        (["--checkpoint", model, "--text", text, "--data", text], "--text goes with --model"),
+        (["--checkpoint", model, "--text", text, "--data", text], "--text needs --out"),
         (["--model", str(bare), "--text", text, "--out", out], "has no tokenizer.json"),
         (["--model", str(gpt), "--text", text, "--out", out], "holds a 'gpt2' model, not BLOOM"),
         (["--model", model, "--data", str(demo_data), "--out", out], "tokenized with another tokenizer than"),

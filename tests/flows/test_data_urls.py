@@ -1,6 +1,6 @@
 """Every command that reads prepared data or text takes it at a URL as well as in a folder
 (``s3://`` on a local S3 server, tests/support/s3.py): ``filters``, ``export --data``,
-``evaluate --data`` and ``evaluate --model … --text``; ``train --data`` is covered by the trainer's
+``evaluate --data`` and ``evaluate --text`` (of a checkpoint and of a published model); ``train --data`` is covered by the trainer's
 own S3 test (tests/training/loop/test_trainer_multiproc.py). Before, each of these options was a
 ``Path``, and ``s3://b/x`` became the local folder ``s3:/b/x``."""
 
@@ -44,14 +44,15 @@ def test_every_command_that_reads_data_takes_its_url(s3, demo_data, hf_bloom, tm
     invoke("export", "--checkpoint", step, "--data", f"{url}/data", "--out", tmp_path / "hf")
     assert (tmp_path / "hf" / "spiece.model").read_bytes() == (demo_data / "tokenizer" / "tokenizer.model").read_bytes()
 
-    invoke(
-        "evaluate", "--checkpoint", step, "--data", f"{url}/data", "--out", tmp_path / "eval",
-        "-o", "max_tokens_per_lang=300", "-o", "prompts_per_lang=0", "-o", "tasks=[]",
-    )  # fmt: skip
-    assert {r["step"] for r in read_results(tmp_path / "eval").to_pylist()} == {1}
-
     docs = (REPO / "data_prep/sample_corpus/text/sw.jsonl").read_text(encoding="utf-8").splitlines()
     s3.fs().pipe_file(f"{url}/text/sw.jsonl", "".join(d + "\n" for d in docs[:3]).encode())
+    invoke(
+        "evaluate", "--checkpoint", step, "--data", f"{url}/data", "--text", f"{url}/text", "--out", tmp_path / "eval",
+        "-o", "max_tokens_per_lang=300", "-o", "prompts_per_lang=0", "-o", "tasks=[]",
+    )  # fmt: skip
+    rows = read_results(tmp_path / "eval").to_pylist()  # the checkpoint on the text, cut by its data's tokenizer
+    assert {r["step"] for r in rows} == {1} and {r["lang"] for r in rows if r["scope"] == "language"} == {"sw"}
+
     invoke(
         "evaluate", "--model", hf_bloom / "model", "--text", f"{url}/text", "--out", tmp_path / "published",
         "-o", "prompts_per_lang=0", "-o", "tasks=[]",
