@@ -88,7 +88,15 @@ def replicate(dst: Path, times: int) -> int:
 def run_prepare(inputs: Path, out: Path, overrides: list[str]) -> tuple[float, float, dict]:
     """Run the CLI, sampling the RSS of its process tree; returns (peak MiB, seconds, run_stats)."""
     shutil.rmtree(out, ignore_errors=True)
-    cmd = cli_command("prepare", "--out", out, inputs, *[x for o in [*BASE_OVERRIDES, *overrides] for x in ("-o", o)])
+    cmd = cli_command(
+        "prepare",
+        "--out",
+        out,
+        inputs,
+        "--config",
+        REPO / "configs/data/demo.yaml",
+        *[x for o in [*BASE_OVERRIDES, *overrides] for x in ("-o", o)],
+    )
     t0 = time.time()
     proc = subprocess.Popen(
         cmd,

@@ -47,7 +47,15 @@ def prepare(wd: Path, name: str = "data", extra: list[str] = ()) -> Path:
     out = wd / name
     if not (out / "manifest.json").exists():
         settings = ["tokenizer.vocab_size=8000", "pack.buckets=[64,128,256,512]", "pack.valid_fraction=0.02", *extra]
-        cli("prepare", "--out", out, SHARED, *[x for o in settings for x in ("-o", o)])
+        cli(
+            "prepare",
+            "--out",
+            out,
+            SHARED,
+            "--config",
+            REPO / "configs/data/demo.yaml",
+            *[x for o in settings for x in ("-o", o)],
+        )
     return out
 
 

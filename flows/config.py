@@ -31,6 +31,8 @@ from training.config import DATA_SHAPED, EvalConfig, ModelConfig, TrainRecipe
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
+SAMPLE_CORPUS = REPO / "data_prep" / "sample_corpus"
+"""The bundled sample corpus (the demo recipes' input)."""
 DEFAULT_RECIPES = {
     "data": CONFIGS / "data" / "demo.yaml",
     "train": CONFIGS / "train" / "bloom-tiny.yaml",
@@ -81,6 +83,8 @@ class PipelineConfig:
             if recipe is not None:
                 path = Path(recipe) if Path(recipe).is_absolute() else base / recipe
                 loaded = to_dict(load_config(schema, path))
+                if schema is PrepareConfig:  # the manifest names the recipe the data was made by
+                    loaded["recipe"] = str(recipe)
                 if schema is TrainRecipe:  # the data's, unless this recipe sets them (or -o does, later)
                     own = section.get("model") if isinstance(section.get("model"), dict) else {}
                     loaded["model"].update({k: None for k in DATA_SHAPED if k not in own})

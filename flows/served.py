@@ -39,13 +39,14 @@ from typing import Annotated, Any, Mapping, Union
 from bloomline.config import LOCATION
 from bloomline.errors import BloomlineError
 from bloomline.storage import is_url
+from flows.config import SAMPLE_CORPUS
 
 ROOTS_ENV = "BLOOMLINE_SERVE_ROOTS"
 """The folders a served run may use: a JSON list of absolute paths (a folder's name may hold
 ``os.pathsep``)."""
 
 REPO = Path(__file__).resolve().parents[1]
-BUNDLED = (REPO / "configs", REPO / "data_prep" / "sample_corpus")
+BUNDLED = (REPO / "configs", SAMPLE_CORPUS)
 """What the deployments' default parameters read: the bundled recipes and the sample corpus."""
 
 _NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")

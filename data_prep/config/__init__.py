@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from bloomline.config import check
 from bloomline.errors import ConfigError, DataError
@@ -78,6 +78,10 @@ class PrepareConfig:
     dropped_text_chars: int = 500
     """Characters of each dropped document's text kept in the drop log (``DIR/dropped/``); 0
     keeps none (ids, sources, reasons and scores are always kept)."""
+    recipe: Optional[str] = None
+    """The recipe file these settings were read from, as the command was given it (set by
+    ``bloomline prepare`` and the main job): recorded in the manifest beside :meth:`summary`, not
+    part of what the data depends on (its settings are)."""
     memory_gib: float = 2.0
     """Memory each process of the run may hold (the driver and every Dask worker), in GiB.
     Partition counts and batch sizes of the corpus-wide steps derive from it; a unit of work that
@@ -100,7 +104,7 @@ class PrepareConfig:
         from bloomline.tokenizer import tokenizer_files
 
         c = to_dict(self)
-        for where in ("dask", "keep_work", "memory_gib", "strict"):  # strict: beside it, in the fingerprint
+        for where in ("dask", "keep_work", "memory_gib", "strict", "recipe"):  # strict: beside it, in the fingerprint
             c.pop(where, None)
         if c["tokenizer"].get("model"):
             if not Path(c["tokenizer"]["model"]).exists():
@@ -119,6 +123,26 @@ class PrepareConfig:
         inputs = sha256_tree([content_digest([s["path"]])[0] for s in sources])
         c["sources"] = [{k: v for k, v in s.items() if k != "path"} for s in sources]
         return {"config": c, "inputs": inputs}
+
+    def summary(self) -> str:
+        """The recipe in force, in one line: its file, the tokenizer, the buckets and where the
+        quality thresholds come from (printed when ``prepare`` starts, kept in the manifest)."""
+        t = self.tokenizer
+        if t.model:
+            tok = f"tokenizer {t.model}" + (f" grown by {t.extend_with:,}" if t.extend_with else "")
+        else:
+            tok = f"a {t.kind} tokenizer of {t.vocab_size:,} trained"
+        if not self.filters.enabled:
+            thresholds = "quality filters off"
+        else:
+            fitted = len(self.filters.languages)
+            thresholds = (
+                f"thresholds fitted for {fitted} language(s), ROOTS' defaults for the rest"
+                if fitted
+                else ("ROOTS' default thresholds for every language")
+            )
+        held = f"{self.pack.valid_fraction:.0%} held out" if self.pack.valid_fraction < 1 else "every document held out"
+        return f"{self.recipe or 'settings'}: {tok}; buckets {self.pack.buckets}; {thresholds}; {held}"
 
     def validate(self) -> None:
         check(self.dropped_text_chars >= 0, "dropped_text_chars", "must be >= 0")

@@ -11,7 +11,7 @@ from bloomline import languages
 from bloomline.config import to_dict
 from bloomline.errors import DataError
 from bloomline.io import write_json_atomic
-from bloomline.secrets import mask_tree
+from bloomline.secrets import mask_text, mask_tree
 from bloomline.tokenizer import open_tokenizer
 from data_prep.config import PrepareConfig
 from data_prep.passes.alpha import alpha_weights
@@ -79,10 +79,12 @@ def write_manifest(
         },
         "scores": {"path": SCORES_DIR},
         "config": mask_tree(to_dict(cfg)),  # no URL password or token in a file people share
+        "recipe": {"file": cfg.recipe, "summary": mask_text(cfg.summary())},
     }
     if plan_.get("decontaminate"):  # what the data was cleaned against: each task file's sha256, items, n-grams
         manifest["decontaminated_against"] = plan_["decontaminate"]
     manifest["config"].pop("dask", None)
+    manifest["config"].pop("recipe", None)  # beside it, under "recipe"
     manifest["config"].pop("strict", None)  # in the fingerprint: a finished run had no bad record to stop at
     write_json_atomic(paths.manifest, manifest)
     return manifest

@@ -14,7 +14,7 @@ from bloomline.storage import absolute, is_url, join
 from bloomline.terminal import rich_escape
 from flows.api_server import start_early
 from flows.commands.base import Debug, console, local_out, no_credentials, overrides, owned, run_command, run_flow
-from flows.config import DEFAULT_RECIPES, HELDOUT_RECIPE
+from flows.config import DEFAULT_RECIPES, HELDOUT_RECIPE, SAMPLE_CORPUS
 
 if TYPE_CHECKING:
     from data_prep.config import PrepareConfig
@@ -29,7 +29,12 @@ def prepare(
     out: str = typer.Option(
         ..., "--out", help="Output folder (shards, tokenizer, manifest.json), local or at a URL (s3://bucket/run)."
     ),
-    config: Path = typer.Option(DEFAULT_RECIPES["data"], "--config", help="Recipe (YAML)."),
+    config: Path = typer.Option(
+        None,
+        "--config",
+        help="Recipe (YAML): configs/data/bloom.yaml for real work; without it, the bundled sample's "
+        "configs/data/demo.yaml, which takes no other corpus.",
+    ),
     override: List[str] = overrides("dedup.near=false"),
     strict: bool = typer.Option(
         False, "--strict", help="Stop at the first bad record instead of booking it as an error."
@@ -49,13 +54,16 @@ def prepare(
         from data_prep.pipeline import preflight
 
         no_credentials(out=out, inputs=inputs)
-        cfg = load_config(PrepareConfig, config, override)
+        recipe = config or _sample_recipe(inputs)
+        cfg = load_config(PrepareConfig, recipe, override)
+        cfg.recipe = str(recipe)
         if inputs:
             cfg.sources = [SourceConfig(path=p if is_url(p) else str(Path(p).resolve())) for p in inputs]
         if dask_address:
             cfg.dask.address = dask_address
         cfg.strict = cfg.strict or strict
         preflight(cfg)
+        console.print(f"[bold]recipe[/] {rich_escape(cfg.summary())}", highlight=False)
         start_early()
         from flows.prepare import run_prepare
         from flows.summary import print_summary
@@ -68,6 +76,20 @@ def prepare(
         console.print(f"[bold green]done[/]: {rich_escape(join(out, 'manifest.json'))}")
 
     run_command(body, debug, driver=True, out=out)
+
+
+def _sample_recipe(inputs: list[str] | None) -> Path:
+    """The recipe of a ``prepare`` given no ``--config``: the demo's, for the bundled sample only. Its
+    sizes (a 4,000-token vocabulary, samples of at most 512 tokens) would shape a real corpus
+    without a word; BLOOM's (a 250,680-token vocabulary) would make the sample a week's work. The
+    user chooses, once, in one line."""
+    for p in inputs or []:
+        if is_url(p) or not Path(p).resolve().is_relative_to(SAMPLE_CORPUS):
+            raise BloomlineError(
+                f"{p} is not the bundled sample: choose a recipe, --config configs/data/bloom.yaml (BLOOM's "
+                f"sizes: real work) or --config configs/data/demo.yaml (the sample's small sizes: a quick try)"
+            )
+    return DEFAULT_RECIPES["data"]
 
 
 def pipeline(

@@ -16,6 +16,7 @@ import pytest
 from tests.support.prefect import own_server
 
 REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "configs/data/demo.yaml"
 BLOOMLINE = [sys.executable, "-m", "flows.cli"]
 
 
@@ -95,7 +96,9 @@ def prepare_refusal(inputs=(), config=None, overrides=()) -> str:
 
 def test_misuse_gives_one_line_errors(tmp_path):
     """The command once (one line, exit status 2), the other refusals in-process."""
-    one_line_error(cli("prepare", "--out", tmp_path / "o", tmp_path / "missing.jsonl"), "input not found")
+    one_line_error(
+        cli("prepare", "--out", tmp_path / "o", tmp_path / "missing.jsonl", "--config", DEMO), "input not found"
+    )
     bad_cfg = tmp_path / "c.yaml"
     bad_cfg.write_text("dedup:\n  treshold: 0.5\n")
     assert "did you mean 'threshold'" in prepare_refusal(config=bad_cfg)
@@ -119,7 +122,18 @@ def test_a_budget_too_small_for_the_data_is_a_one_line_error(tmp_path):
     line = json.dumps({"id": "x", "text": "A sentence of an ordinary English document. " * 40, "lang": "en"}) + "\n"
     with gzip.open(big, "wt", compresslevel=1) as f:
         f.write(line * (80_000_000 // len(line)))
-    res = cli("prepare", "--out", tmp_path / "o", big, "-o", "memory_gib=0.75", "-o", "tokenizer.sample_bytes=1000000")
+    res = cli(
+        "prepare",
+        "--out",
+        tmp_path / "o",
+        big,
+        "--config",
+        DEMO,
+        "-o",
+        "memory_gib=0.75",
+        "-o",
+        "tokenizer.sample_bytes=1000000",
+    )
     one_line_error(
         res,
         f"input {big}, read as one chunk of about 76 MiB of records (its trailer, agreeing with a "
@@ -144,6 +158,27 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
+def test_prepare_of_another_corpus_without_a_recipe_names_the_two_recipes(tmp_path):
+    """The demo recipe's sizes would shape a real corpus without a word: without --config, only the
+    bundled sample is prepared (in-process)."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    (tmp_path / "mine.jsonl").write_text(json.dumps({"id": "1", "text": "Merhaba dünya", "lang": "tr"}) + "\n")
+    for given in (tmp_path / "mine.jsonl", "s3://corpora/mine"):
+        res = CliRunner().invoke(
+            app, ["prepare", "--out", str(tmp_path / "o"), str(REPO / "data_prep/sample_corpus"), str(given)]
+        )
+        lines = res.stderr.strip().splitlines()
+        assert res.exit_code == 2 and len(lines) == 1, res.stderr
+        assert lines[0] == (
+            f"error: {given} is not the bundled sample: choose a recipe, --config configs/data/bloom.yaml "
+            "(BLOOM's sizes: real work) or --config configs/data/demo.yaml (the sample's small sizes: a quick try)"
+        )
+    assert not (tmp_path / "o").exists()
+
+
 def test_prepare_end_to_end_and_resume_after_kill(tmp_path, bad_inputs):
     bad = tmp_path / "bad.jsonl"
     bad_inputs(bad)
@@ -153,6 +188,8 @@ def test_prepare_end_to_end_and_resume_after_kill(tmp_path, bad_inputs):
         None,
         REPO / "data_prep/sample_corpus",
         bad,
+        "--config",
+        DEMO,
         "-o",
         "pack.part_bytes=4096",
         "-o",
@@ -177,6 +214,10 @@ def test_prepare_end_to_end_and_resume_after_kill(tmp_path, bad_inputs):
     assert {r["lang"] for r in table} >= {"en", "sw", "code-python"}
     assert "per-language summary" in res.stderr and "done" in res.stderr
     m = json.loads((ref / "manifest.json").read_text())
+    # the recipe in force, said when the run starts and kept with the data
+    said = f"{DEMO}: a sentencepiece tokenizer of 4,000 trained; buckets [64, 128, 256, 512]; thresholds fitted for 46"
+    assert m["recipe"]["file"] == str(DEMO) and m["recipe"]["summary"].startswith(said), m["recipe"]
+    assert "recipe " + said in " ".join(res.stderr.split()), res.stderr[:2000]
     # every input record is booked: counted here from the files themselves, not from the manifest
     # (JSONL records end at b"\n" only: the junk line holds other line-break bytes)
     records = sum(
@@ -224,7 +265,7 @@ def test_dedup_is_the_same_on_one_worker_or_two_and_after_a_kill_during_it(tmp_p
     """A corpus with hundreds of exact and near copies: one worker and two give the same bytes,
     and so does a run SIGKILLed while its dedup pass runs (the dedup job's first files are on
     disk, the stage's marker is not), then run again."""
-    args = ["prepare", "--out", None, dup_inputs, "-o", "keep_work=true"]
+    args = ["prepare", "--out", None, dup_inputs, "--config", DEMO, "-o", "keep_work=true"]
     one = tmp_path / "one"
     res = cli(*[a if a is not None else one for a in args], "-o", "dask.n_workers=1")
     assert res.returncode == 0, res.stderr[-3000:]
@@ -254,7 +295,7 @@ def test_dedup_is_the_same_on_one_worker_or_two_and_after_a_kill_during_it(tmp_p
 def test_strict_fails_fast(tmp_path, bad_inputs):
     bad = tmp_path / "bad.jsonl"
     bad_inputs(bad)
-    res = cli("prepare", "--strict", "--out", tmp_path / "o", bad)
+    res = cli("prepare", "--strict", "--out", tmp_path / "o", bad, "--config", DEMO)
     assert res.returncode == 2
     assert "bad.jsonl:2: malformed_json" in res.stderr
 
@@ -844,6 +885,8 @@ def test_prepare_on_a_dask_cluster_sharing_no_filesystem_from_and_to_s3_is_the_l
             res = cli(
                 "prepare",
                 source,
+                "--config",
+                DEMO,
                 "--out",
                 out,
                 "--dask-address",

@@ -219,6 +219,7 @@ def test_prepare_on_a_dictionary_bomb_keeps_every_process_under_2_gib(tmp_path):
     assert inputs[0].stat().st_size < 16 << 10  # a few KB on disk
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "flows.cli", "prepare", "--out", str(out), *map(str, inputs)]
+    cmd += ["--config", str(REPO / "configs/data/demo.yaml")]
     cmd += ["-o", "dask.n_workers=2", "-o", "tokenizer.vocab_size=500"]
     cmd += ["-o", "dask.memory_limit=2GiB"]  # should this regress, a worker is stopped, not the machine
     res = run_sampled(cmd, REPO, env={**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
