@@ -24,7 +24,7 @@ import textwrap
 import types
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Iterable, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, Callable, Iterable, TypeVar, Union, get_args, get_origin
 
 import yaml
 
@@ -36,6 +36,53 @@ LOCATION = "bloomline.location"
 Location = Annotated[str, LOCATION]
 """The type of every setting that names a path or a URL (a file, a folder, a bucket): a string to
 the loader; flows/served.py finds each by this type and checks what a served run may name."""
+
+
+def is_location(tp: Any) -> bool:
+    """Whether a field's annotation is a :data:`Location` (alone, optional, or in a union)."""
+    if get_origin(tp) is Annotated:
+        return LOCATION in get_args(tp)[1:] or is_location(get_args(tp)[0])
+    if get_origin(tp) in (Union, types.UnionType):
+        return any(is_location(a) for a in get_args(tp))
+    return False
+
+
+def members(tp: Any) -> list[Any]:
+    """``tp``'s alternatives (a Union's members; an Annotated type's base), else ``[tp]``."""
+    if get_origin(tp) is Annotated:
+        return members(get_args(tp)[0])
+    if get_origin(tp) in (Union, types.UnionType):
+        return [m for a in get_args(tp) for m in members(a)]
+    return [tp]
+
+
+def map_locations(tp: Any, node: Any, fn: Callable[[str], str]) -> Any:
+    """``node`` (a recipe's raw value of annotation ``tp``: a mapping for a dataclass) with ``fn``
+    applied to each string set in a :data:`Location` field, in lists and mappings too. A field that
+    also takes a dataclass (``model: bloom-560m``) holds a recipe's name, not a path: left alone."""
+    kinds = members(tp)
+    if isinstance(node, str):
+        return fn(node) if is_location(tp) and not any(dataclasses.is_dataclass(m) for m in kinds) else node
+    if isinstance(node, dict):
+        cls = next((m for m in kinds if dataclasses.is_dataclass(m)), None)
+        if cls is not None:
+            hints = typing.get_type_hints(cls, include_extras=True)
+            return {k: map_locations(hints.get(str(k), Any), v, fn) for k, v in node.items()}
+        values = [get_args(m)[1] for m in kinds if get_origin(m) is dict]
+        return {k: map_locations(values[0] if values else Any, v, fn) for k, v in node.items()}
+    if isinstance(node, list):
+        items = [get_args(m)[0] for m in kinds if get_origin(m) in (list, tuple)]
+        return [map_locations(items[0] if items else Any, v, fn) for v in node]
+    return node
+
+
+def against(base: Path) -> Callable[[str], str]:
+    """A relative local path made absolute against ``base``; a URL, an absolute path or "" as is."""
+
+    def resolve(v: str) -> str:
+        return v if not v or "://" in v or Path(v).is_absolute() else str((base / v).resolve())
+
+    return resolve
 
 
 def recipe_of(cls: type) -> Any:
@@ -61,11 +108,13 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: Iterabl
         base_dir = path.resolve().parent
     if hasattr(cls, "expand_raw"):  # e.g. a training recipe naming its model recipe
         raw = cls.expand_raw(raw, base_dir)
-    raw = apply_overrides(raw, overrides)
+    # The one path rule (docs/configuration.md): a relative path written in a recipe file is
+    # relative to that file's folder, so the recipe means the same from any directory; one given
+    # with -o is relative to the current directory, as a command's own arguments are.
+    raw = map_locations(cls, raw, against(base_dir))
+    raw = map_locations(cls, apply_overrides(raw, overrides), against(Path.cwd()))
     cfg = from_dict(cls, raw)
-    # Relative paths in a recipe are relative to the recipe's folder, so a recipe means the
-    # same thing whatever directory the command is run from.
-    if hasattr(cfg, "resolve_paths"):
+    if hasattr(cfg, "resolve_paths"):  # what else a recipe names by path (a model recipe)
         cfg.resolve_paths(base_dir)
     return cfg
 

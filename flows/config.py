@@ -31,8 +31,6 @@ from training.config import DATA_SHAPED, EvalConfig, ModelConfig, TrainRecipe
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
-SAMPLE_CORPUS = REPO / "data_prep" / "sample_corpus"
-"""The bundled sample corpus (the demo recipes' input)."""
 DEFAULT_RECIPES = {
     "data": CONFIGS / "data" / "demo.yaml",
     "train": CONFIGS / "train" / "bloom-tiny.yaml",
@@ -93,7 +91,6 @@ class PipelineConfig:
         return raw
 
     def resolve_paths(self, base: Path) -> None:
-        self.data.resolve_paths(base)
         self.train.resolve_paths(base)
 
 

@@ -31,21 +31,21 @@ import dataclasses
 import json
 import os
 import re
-import types
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Mapping, Union
+from typing import Annotated, Any, Mapping
 
-from bloomline.config import LOCATION
+from bloomline.config import is_location, members
 from bloomline.errors import BloomlineError
 from bloomline.storage import is_url
-from flows.config import SAMPLE_CORPUS
 
 ROOTS_ENV = "BLOOMLINE_SERVE_ROOTS"
 """The folders a served run may use: a JSON list of absolute paths (a folder's name may hold
 ``os.pathsep``)."""
 
 REPO = Path(__file__).resolve().parents[1]
+SAMPLE_CORPUS = REPO / "data_prep" / "sample_corpus"
+"""The bundled sample corpus (the demo recipes' input)."""
 BUNDLED = (REPO / "configs", SAMPLE_CORPUS)
 """What the deployments' default parameters read: the bundled recipes and the sample corpus."""
 
@@ -89,9 +89,9 @@ def location_keys(cls: type, prefix: str = "") -> list[str]:
     out = []
     for name, tp in typing.get_type_hints(cls, include_extras=True).items():
         key = f"{prefix}.{name}" if prefix else name
-        if _is_location(tp):
+        if is_location(tp):
             out.append(key)
-        for sub in _members(tp):
+        for sub in members(tp):
             if dataclasses.is_dataclass(sub):
                 out += location_keys(sub, key)
             elif typing.get_origin(sub) in (list, tuple):
@@ -101,36 +101,19 @@ def location_keys(cls: type, prefix: str = "") -> list[str]:
     return out
 
 
-def _members(tp: Any) -> list[Any]:
-    """``tp``'s alternatives (a Union's members; an Annotated type's base), else ``[tp]``."""
-    if typing.get_origin(tp) is Annotated:
-        return _members(typing.get_args(tp)[0])
-    if typing.get_origin(tp) in (Union, types.UnionType):
-        return [m for a in typing.get_args(tp) for m in _members(a)]
-    return [tp]
-
-
-def _is_location(tp: Any) -> bool:
-    if typing.get_origin(tp) is Annotated:
-        return LOCATION in typing.get_args(tp)[1:] or _is_location(typing.get_args(tp)[0])
-    if typing.get_origin(tp) in (Union, types.UnionType):
-        return any(_is_location(a) for a in typing.get_args(tp))
-    return False
-
-
 def _recipe(tp: Any) -> type | None:
     """The dataclass a flow parameter's mapping holds (``recipe_of(cls)``), or a dataclass type."""
     if typing.get_origin(tp) is Annotated:
         found = [m for m in typing.get_args(tp)[1:] if dataclasses.is_dataclass(m)]
         return found[0] if found else _recipe(typing.get_args(tp)[0])
-    return next((m for m in _members(tp) if dataclasses.is_dataclass(m)), None)
+    return next((m for m in members(tp) if dataclasses.is_dataclass(m)), None)
 
 
 def _walk(node: Any, tp: Any, key: str, allowed: list[str], in_recipe: bool) -> None:
     """Check ``node``, of annotation ``tp``, at dotted ``key``: a location's value, a recipe's
     settings (each by its field's type), a list's items, a mapping's values."""
     if isinstance(node, str):
-        if _is_location(tp):
+        if is_location(tp):
             _check_path(key, key.rsplit(".", 1)[-1], node, allowed, in_recipe)
         return
     if isinstance(node, Mapping):
@@ -143,12 +126,12 @@ def _walk(node: Any, tp: Any, key: str, allowed: list[str], in_recipe: bool) -> 
                 _walk(v, hints.get(str(k), Any), sub, allowed, in_recipe=True)
             return
         for k, v in node.items():
-            args = [typing.get_args(m) for m in _members(tp) if typing.get_origin(m) is dict]
+            args = [typing.get_args(m) for m in members(tp) if typing.get_origin(m) is dict]
             _refuse_setting(f"{key}.{k}", str(k), v)
             _walk(v, args[0][1] if args else Any, f"{key}.{k}", allowed, in_recipe)
         return
     if isinstance(node, (list, tuple)):
-        items = [typing.get_args(m)[0] for m in _members(tp) if typing.get_origin(m) in (list, tuple)]
+        items = [typing.get_args(m)[0] for m in members(tp) if typing.get_origin(m) in (list, tuple)]
         for i, v in enumerate(node):
             _walk(v, items[0] if items else Any, f"{key}[{i}]", allowed, in_recipe)
 

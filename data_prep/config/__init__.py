@@ -151,13 +151,3 @@ class PrepareConfig:
             "memory_gib",
             f"must be at least {MIN_GIB} (a worker's own baseline and one chunk of input)",
         )
-
-    def resolve_paths(self, base: Path) -> None:
-        for s in self.sources:
-            if not Path(s.path).is_absolute() and "://" not in s.path:
-                s.path = str((base / s.path).resolve())
-        for t in self.decontaminate.tasks:
-            if t.data and not Path(t.data).is_absolute():
-                t.data = str((base / t.data).resolve())
-        if self.tokenizer.model and not Path(self.tokenizer.model).is_absolute():
-            self.tokenizer.model = str((base / self.tokenizer.model).resolve())

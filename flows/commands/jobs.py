@@ -14,7 +14,8 @@ from bloomline.storage import absolute, is_url, join
 from bloomline.terminal import rich_escape
 from flows.api_server import start_early
 from flows.commands.base import Debug, console, local_out, no_credentials, overrides, owned, run_command, run_flow
-from flows.config import DEFAULT_RECIPES, HELDOUT_RECIPE, SAMPLE_CORPUS
+from flows.config import DEFAULT_RECIPES, HELDOUT_RECIPE
+from flows.served import SAMPLE_CORPUS
 
 if TYPE_CHECKING:
     from data_prep.config import PrepareConfig
@@ -232,8 +233,6 @@ def evaluate(
         local_out(out, "the results go into a local run folder")
         what = _evaluated(checkpoint, model, text, data, out)
         cfg = load_config(EvalConfig, config, override)
-        if cfg.heldout:  # the flow may run elsewhere: the folder as the user named it here
-            cfg.heldout = str(Path(cfg.heldout).resolve())
         start_early()  # while the checkpoint is checked (its parameter names: torch, ~1.5 s)
         from data_prep.storage.data_cache import prepared
         from eval.evaluate import check_published, checked

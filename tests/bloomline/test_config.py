@@ -50,12 +50,46 @@ def test_missing_and_invalid_yaml_files(tmp_path):
         load_config(PrepareConfig, bad)
 
 
-def test_relative_source_paths_resolve_against_the_recipe(tmp_path):
-    (tmp_path / "sub").mkdir()
-    f = tmp_path / "sub" / "c.yaml"
-    f.write_text("sources:\n  - path: ../data\n")
-    cfg = load_config(PrepareConfig, f)
-    assert cfg.sources[0].path == str((tmp_path / "data").resolve())
+def test_one_path_rule_the_recipe_s_folder_in_a_file_the_current_one_with_o(tmp_path, monkeypatch):
+    """In every recipe kind, a relative path written in the file is the file's folder's; one given
+    with -o is the current directory's; URLs, absolute paths and model recipe names are as given."""
+    from flows.config import PipelineConfig
+    from training.config import EvalConfig, TrainRecipe
+
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    at, here = (tmp_path / "recipes").resolve(), (tmp_path / "here").resolve()
+    data = at / "d.yaml"
+    data.write_text(
+        "sources: [{path: ../corpus}, {path: s3://b/x}, {path: /abs/y}]\n"
+        "tokenizer: {model: tok.json}\ndecontaminate: {tasks: [{name: xnli, data: items}]}\n"
+    )
+    cfg = load_config(PrepareConfig, data)
+    assert [s.path for s in cfg.sources] == [str(tmp_path / "corpus"), "s3://b/x", "/abs/y"]
+    assert cfg.tokenizer.model == str(at / "tok.json") and cfg.decontaminate.tasks[0].data == str(at / "items")
+    cfg = load_config(PrepareConfig, data, ["tokenizer.model=mine.json", "sources=[{path: corpus}]"])
+    assert cfg.tokenizer.model == str(here / "mine.json") and cfg.sources[0].path == str(here / "corpus")
+
+    ev = at / "e.yaml"
+    ev.write_text("heldout: held\ntasks: [{name: xnli, data: xnli}]\n")
+    cfg = load_config(EvalConfig, ev, ["tasks=[{name: xnli, data: xnli}, {name: continuation}]"])
+    assert cfg.heldout == str(at / "held") and cfg.tasks[0].data == str(here / "xnli") and cfg.tasks[1].data is None
+
+    train = at / "t.yaml"
+    train.write_text("model: bloom-tiny\ntrain: {init_from: ../models/m}\n")
+    cfg = load_config(TrainRecipe, train, ["checkpoint.mirror=s3://b/mirror"])
+    assert cfg.train.init_from == str(tmp_path / "models/m") and cfg.checkpoint.mirror == "s3://b/mirror"
+    assert cfg.model.hidden_size == load_config(TrainRecipe, train, ["model=bloom-tiny"]).model.hidden_size
+    assert load_config(TrainRecipe, train, ["train.init_from=m"]).train.init_from == str(here / "m")
+
+    pipe = at / "p.yaml"  # the pipeline file's own values are its folder's; its data recipe's, that recipe's
+    pipe.write_text("data: {recipe: d.yaml, tokenizer: {model: ../models/m}}\ntrain: {recipe: t.yaml}\n")
+    cfg = load_config(PipelineConfig, pipe, ["train.train.init_from=m"])
+    assert cfg.data.tokenizer.model == str(tmp_path / "models/m") and cfg.data.sources[0].path == str(
+        tmp_path / "corpus"
+    )
+    assert cfg.train.train.init_from == str(here / "m")
 
 
 def test_every_config_field_has_a_docstring():

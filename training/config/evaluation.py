@@ -20,7 +20,7 @@ class EvalParallelConfig:
     """Pipeline stages: at most the model's layers; cut as training cuts them."""
     hostfile: Optional[Location] = None
     """A DeepSpeed hostfile (``host slots=N`` lines) whose hosts run the ranks, tp·pp slots in
-    all; None: this machine."""
+    all; None: the machine the command runs on."""
     timeout_s: Optional[float] = None
     """An evaluation that runs longer is stopped, every rank killed, and fails with that reason;
     None: no limit."""

@@ -38,7 +38,7 @@ class LaunchConfig:
     may resume on other machines."""
 
     hostfile: Optional[Location] = None
-    """DeepSpeed hostfile (``host slots=N`` per line); None: this machine, tp·pp·dp local ranks."""
+    """DeepSpeed hostfile (``host slots=N`` per line); None: the machine the command runs on, tp·pp·dp local ranks."""
     launcher: str = "pdsh"
     """How DeepSpeed reaches the other nodes: pdsh (ssh), openmpi, slurm (srun), mpich, impi, mvapich."""
     launcher_args: str = ""
