@@ -54,6 +54,19 @@ def rank_env_from_launcher(env: Any = os.environ) -> None:
             return
 
 
+def _without_cpu_shm_all_reduce() -> None:
+    """DeepSpeed's CPU backend compiles a shared-memory all-reduce kernel (about 50 s on a fresh
+    machine, once) and starts it in every rank, each with a 66 MiB buffer in /dev/shm that it never
+    frees (training/parallel/shm.py). Only its inference all-reduce uses that kernel
+    (deepspeed/comm/torch.py ``inference_all_reduce``, for DeepSpeed-Inference's injected layers);
+    training's and evaluation's collectives go through torch.distributed. So bloomline's ranks go
+    without it: DeepSpeed takes a missing kernel as one its machine cannot build."""
+    import importlib
+
+    # by module name: the package's attribute ``deepspeed.comm.torch`` is PyTorch (``from .comm import *``)
+    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
+
+
 def init_distributed(parallel: ParallelConfig, seed: int) -> Mesh:
     import deepspeed
 
@@ -67,6 +80,8 @@ def init_distributed(parallel: ParallelConfig, seed: int) -> Mesh:
         # modulo: launchers that give each process one GPU (srun) still number LOCAL_RANK 0..n-1
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
     if not torch.distributed.is_initialized():
+        if not torch.cuda.is_available():
+            _without_cpu_shm_all_reduce()
         # rank 0's store listens on MASTER_ADDR only, not on every interface (training/parallel/rendezvous.py)
         deepspeed.init_distributed(dist_backend=backend, verbose=False, init_method=INIT_METHOD)
         torch.distributed.barrier()  # every rank has mapped every rank's CPU all-reduce buffer by now

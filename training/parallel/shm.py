@@ -1,5 +1,9 @@
 """Release the shared memory DeepSpeed's CPU all-reduce leaves behind.
 
+bloomline's ranks no longer start that kernel (training/parallel/distributed.py
+``_without_cpu_shm_all_reduce``), so they make no such buffer; what follows stays as the net for a
+DeepSpeed whose backend makes one another way.
+
 On CPU, DeepSpeed's communication backend creates one shared-memory buffer per rank, named
 ``deepspeed_allreduce_buffer_{uid}_{master_addr}_{master_port}_{rank}``
 (deepspeed/ops/csrc/cpu/comm/shm.cpp, ``shm_initialize``), and never unlinks it — not at a clean

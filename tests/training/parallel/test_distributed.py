@@ -17,6 +17,9 @@ from training.parallel.distributed import init_distributed, tp_rank_and_size
 
 mesh = init_distributed(ParallelConfig(tp={tp}, pp=1, dp=1, backend="gloo"), seed=0)
 print(mesh.tp_rank, mesh.dp_rank, mesh.pp_rank, tp_rank_and_size(), any(m.startswith("megatron") for m in sys.modules))
+import torch.distributed as dist
+from deepspeed.comm import comm
+print("shm kernel:", comm.cdb.shm_comm_op is not None, "collectives:", dist.get_backend())
 """
 
 
@@ -28,8 +31,10 @@ def rank(tp: int) -> str:
         [sys.executable, "-c", RANK.format(tp=tp)], capture_output=True, text=True, timeout=300, cwd=REPO, env=env
     )
     assert res.returncode == 0, res.stderr[-3000:]
-    return res.stdout.strip().splitlines()[-1]
+    return res.stdout.strip().splitlines()[-2:]
 
 
-def test_data_parallel_alone_imports_no_megatron_core():
-    assert rank(1) == "0 0 0 (0, 1) False"
+def test_data_parallel_alone_imports_no_megatron_core_and_a_rank_builds_no_shared_memory_kernel():
+    """Nor does any rank build or start DeepSpeed's CPU shared-memory all-reduce (only DeepSpeed's
+    inference uses it): no compile on a fresh machine, no buffer in /dev/shm; collectives are gloo's."""
+    assert rank(1) == ["0 0 0 (0, 1) False", "shm kernel: False collectives: gloo"]
