@@ -23,12 +23,11 @@ from bloomline.errors import CheckpointError
 from bloomline.io import copy_atomic, write_json_atomic
 from bloomline.tokenizer import kind_of, tokenizer_files
 from data_prep.storage.data_cache import prepared
-from data_prep.storage.shards import manifest_path, tokenizer_file
+from data_prep.storage.shards import tokenizer_file
 from training.checkpoint.hf_names import hf_name
 from training.checkpoint.load import load_model
-from training.checkpoint.meta import PRECISIONS, trained_on
+from training.checkpoint.meta import PRECISIONS, check_trained_on
 from training.checkpoint.mirror import checkpoint_at
-from training.checkpoint.run_dir import META_FILE
 from training.parallel.layout import EMBEDDING
 
 
@@ -126,12 +125,9 @@ def export(ckpt_dir: str | Path, out: str | Path, data_dir: Optional[str | Path]
     where = data_dir or meta["data_dir"]  # a URL where the run trained from one
     data = prepared(where)
     manifest = load_manifest(data)
-    if not trained_on(meta, data):
-        raise CheckpointError(
-            f"{ckpt_dir / META_FILE}: field 'data_manifest_sha256' is not the hash of "
-            f"{manifest_path(data)}: the tokenizer must be the one the model trained with; pass "
-            f"--data with the run's data"
-        )
+    check_trained_on(
+        meta, data, ckpt_dir, "the tokenizer must be the one the model trained with; pass --data with the run's data"
+    )
     cfg = model.cfg
     tensors = hf_tensors(model)
     out.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ from bloomline.config import to_dict
 from bloomline.errors import CheckpointError, DataError
 from bloomline.io import sha256_file
 from data_prep.storage.shards import load_manifest, manifest_path, manifest_sha256
-from training.checkpoint.meta import model_config, read_meta, trained_on
+from training.checkpoint.meta import check_trained_on, model_config, read_meta
 from training.checkpoint.run_dir import META_FILE
 from training.config import ModelConfig
 
@@ -47,12 +47,9 @@ def evaluated_meta(path: Path, data_dir: Path) -> dict[str, Any]:
     if is_published(path):
         return published_meta(path, data_dir)
     meta = read_meta(path)
-    if not trained_on(meta, data_dir):
-        raise CheckpointError(
-            f"{path / META_FILE}: field 'data_manifest_sha256' is not the sha256 of "
-            f"{manifest_path(data_dir)}: the checkpoint was trained on other data; evaluate it "
-            f"with the --data it was trained on"
-        )
+    check_trained_on(
+        meta, data_dir, path, "the checkpoint was trained on other data; evaluate it with the --data it was trained on"
+    )
     return meta
 
 

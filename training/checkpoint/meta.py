@@ -41,6 +41,17 @@ def trained_on(meta: dict[str, Any], data_dir: str | Path) -> bool:
     return meta["data_manifest_sha256"] == manifest_sha256(data_dir)
 
 
+def check_trained_on(meta: dict[str, Any], data_dir: Path, step_dir: Path, then: str) -> None:
+    """CheckpointError in one line, ending with ``then`` (what to do), unless the checkpoint of
+    ``meta`` in ``step_dir`` was trained on the data in ``data_dir``."""
+    from data_prep.storage.shards import manifest_path
+
+    if not trained_on(meta, data_dir):
+        raise CheckpointError(
+            f"{step_dir / META_FILE}: field 'data_manifest_sha256' is not the sha256 of {manifest_path(data_dir)}: {then}"
+        )
+
+
 def make_meta(
     step: int,
     recipe: TrainRecipe,
