@@ -20,6 +20,7 @@ def layout_plan(
     (a name of training/planning/planner.py ``DEVICES``, or ``cpu``: this machine), as ``bloomline
     plan --json`` prints it; a bad device or node count is one line."""
     from bloomline.config import load_config
+    from eval.beside import evaluator_gpus, where
     from eval.parallel.plan import eval_plan
     from flows.config import schema_for
     from training.config import TrainRecipe
@@ -40,4 +41,8 @@ def layout_plan(
         settings = recipe.evaluation.settings
         precision = settings.precision or ("fp32" if gpu == "cpu" else "bf16")
         res["evaluation"] = eval_plan(recipe.model, device, settings.batch_tokens, precision)
+    if gpu != "cpu":  # the evaluation beside training: the GPUs of rank 0's node no rank takes
+        lay = res["layout"]
+        gpus = evaluator_gpus(recipe.evaluation.gpus, lay["per_node"], min(lay["world"], lay["per_node"]))
+        res["evaluation"]["beside_training"] = {"gpus": gpus, "where": where(gpus)}
     return res

@@ -143,6 +143,8 @@ def print_plan(res: dict, console: Any) -> None:
             else f"evaluation: {ev['reason']}",
             highlight=False,
         )
+        if "beside_training" in ev:
+            console.print(f"evaluation beside training: on {ev['beside_training']['where']}", highlight=False)
 
 
 def _stage_table(res: dict) -> Any:

@@ -94,6 +94,23 @@ def resume_notice(run: Path, recipe: TrainRecipe) -> str | None:
     return schedule_change(saved_recipe(meta), recipe, meta["step"])
 
 
+def evaluator_env(recipe: TrainRecipe, env: dict[str, str]) -> dict[str, str]:
+    """On a node with GPUs, the watcher's CUDA_VISIBLE_DEVICES: the GPUs no training rank of this
+    node takes, or ``evaluation.gpus`` (eval/beside.py); none: the CPU. Nothing on a node without."""
+    import torch
+
+    from eval.beside import evaluator_gpus, visible_devices
+    from training.loop.launch import hostfile_slots
+
+    node_gpus = torch.cuda.device_count()
+    if not node_gpus:
+        return {}
+    hostfile = recipe.launch.hostfile
+    here = next(iter(hostfile_slots(hostfile).values())) if hostfile else recipe.parallel.world_size  # rank 0's node
+    gpus = evaluator_gpus(recipe.evaluation.gpus, node_gpus, here)
+    return {"CUDA_VISIBLE_DEVICES": visible_devices(gpus, env.get("CUDA_VISIBLE_DEVICES"))}
+
+
 def start_watcher(
     run: Path, recipe: TrainRecipe, data: str | Path, log_file: Path, env: dict[str, str]
 ) -> subprocess.Popen:
@@ -110,6 +127,7 @@ def start_watcher(
             env["PREFECT_API_URL"] = str(client.api_url).rstrip("/")
     except Exception:
         pass
+    env.update(evaluator_env(recipe, env))
     cmd = [
         sys.executable,
         "-m",

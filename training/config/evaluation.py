@@ -92,6 +92,10 @@ class EvaluationConfig:
     settings: EvalConfig = field(default_factory=EvalConfig)
     """What and how to evaluate (configs/eval/); ``settings.threads`` unset means one thread here,
     to leave the cores to training."""
+    gpus: Optional[list[int]] = None
+    """The GPUs of the training node (CUDA indices) the evaluation may use; None: those no training
+    rank of the node uses (the ranks take the first ones), and the CPU when every GPU holds a rank
+    (eval/beside.py; ``bloomline plan`` says which). Listing a rank's GPU shares it, memory too."""
     nice: int = 10
     """The evaluation process's niceness (0-19): the scheduler gives training the CPU first."""
     idle_priority: bool = True

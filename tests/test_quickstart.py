@@ -1,0 +1,92 @@
+"""The three quick starts of docs/quickstart/, run end to end as a user runs them, with tiny
+stand-ins: a tiny Hugging Face BLOOM made by the test (bloom-tiny's shape) for the published model,
+and real text in four languages BLOOM never saw (../shared/corpus-extra: Turkish, Thai, Korean,
+Finnish) for the user's corpus, beside two languages it knew (Swahili, French) in the held-out text.
+The scripts are run unchanged; only sizes are shrunk, through the -o they pass on."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+QUICK = REPO / "docs" / "quickstart"
+EXTRA = REPO.parent / "shared" / "corpus-extra" / "text"
+NEW = ["fi", "ko", "th", "tr"]
+KNOWN = ["fr", "sw"]
+TINY = [  # the sizes a 2-core CPU runs in seconds; everything else is the recipe's
+    "-o", "train.model=bloom-tiny", "-o", "train.train.steps=4", "-o", "train.checkpoint.interval=2",
+    "-o", "train.batch.tokens_per_step=4096", "-o", "train.batch.micro_batch_tokens=1024",
+    "-o", "data.pack.buckets=[64,128,256,512]", "-o", "data.tokenizer.extend_with=300", "-o", "data.dask.n_workers=1",
+]  # fmt: skip
+
+
+def run(script: str, *args) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env.update(DS_ACCELERATOR="cpu", PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    res = subprocess.run(
+        ["bash", str(QUICK / script), *map(str, args)], capture_output=True, text=True, timeout=900, env=env, cwd="/"
+    )
+    assert res.returncode == 0, f"{script}: {res.stderr[-4000:]}"
+    return res
+
+
+def texts(tmp: Path) -> tuple[Path, Path]:
+    """(the corpus: 40 documents of each new language; the held-out text: 6 other documents of
+    each, and 6 of each known language from the sample corpus)."""
+    corpus, heldout = tmp / "corpus", tmp / "heldout"
+    corpus.mkdir()
+    heldout.mkdir()
+    for lang in NEW:
+        docs = (EXTRA / f"{lang}.jsonl").read_text(encoding="utf-8").splitlines()
+        (corpus / f"{lang}.jsonl").write_text("\n".join(docs[:40]) + "\n", encoding="utf-8")
+        (heldout / f"{lang}.jsonl").write_text("\n".join(docs[40:46]) + "\n", encoding="utf-8")
+    for lang in KNOWN:
+        docs = (REPO / f"data_prep/sample_corpus/text/{lang}.jsonl").read_text(encoding="utf-8").splitlines()
+        (heldout / f"{lang}.jsonl").write_text("\n".join(docs[:6]) + "\n", encoding="utf-8")
+    return corpus, heldout
+
+
+def language_rows(results: Path) -> dict[tuple[int, str], float]:
+    from eval.results import read_results
+
+    return {
+        (r["step"], r["lang"]): r["value"]
+        for r in read_results(results).to_pylist()
+        if r["task"] == "validation" and r["metric"] == "bpb" and r["scope"] == "language"
+    }
+
+
+@pytest.mark.slow
+def test_prepare_continue_and_evaluate_as_the_quick_starts_say(hf_bloom, tmp_path):
+    model = hf_bloom / "model"
+    corpus, heldout = texts(tmp_path)
+
+    # prepare my corpus: BLOOM's recipe, the recipe named in the manifest, every language kept
+    out = tmp_path / "prepared"
+    res = run("prepare.sh", corpus, out, "-o", "tokenizer.vocab_size=2000", "-o", "pack.buckets=[64,128,256,512]")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["recipe"]["file"] == str(REPO / "configs/data/bloom.yaml")
+    assert {l for l, e in manifest["languages"].items() if e["docs_kept"]} == set(NEW)
+    assert all(f"| {l} |" in res.stdout for l in NEW), res.stdout[:3000]  # the filter report
+
+    # continue the published model on them, on one rank, and compare it with the original
+    run("continue.sh", model, corpus, heldout, tmp_path / "adapt", *TINY)
+    record = json.loads((tmp_path / "adapt" / "run" / "pipeline.json").read_text())["outputs"]
+    data = json.loads((Path(record["data"]) / "manifest.json").read_text())
+    assert data["tokenizer"]["extends"]["added"] == 300  # the model's tokenizer, grown on the corpus
+    run_rows = language_rows(Path(record["train"]))
+    assert {l for s, l in run_rows if s == 0} == set(NEW) and {s for s, _ in run_rows} == {0, 2, 4}
+    assert Path(record["dashboard"]).is_file()
+    base, continued = language_rows(tmp_path / "adapt" / "base"), language_rows(tmp_path / "adapt" / "continued")
+    assert {l for _, l in base} == {l for _, l in continued} == set(NEW + KNOWN)
+    page = (tmp_path / "adapt" / "compare.html").read_text()
+    assert all(f'"{l}"' in page for l in NEW + KNOWN)
+
+    # evaluate a published BLOOM per language on my text
+    run("evaluate.sh", model, heldout, tmp_path / "published", "-o", "prompts_per_lang=0")
+    assert language_rows(tmp_path / "published") == base  # the same model on the same text
+    assert (tmp_path / "published" / "dashboard" / "index.html").is_file()
