@@ -2,7 +2,9 @@
 
 * Exact: xxh64 of the text lower-cased with whitespace, punctuation and symbols removed.
 * Near: MinHash (datasketch; ``num_perm`` permutations) of the set of word ``shingle_words``-grams
-  (character n-grams for Han text). A document with no shingle (no word at all) has no signature
+  (character n-grams in a script written without spaces: Chinese, Japanese, Thai, Lao, Khmer,
+  Burmese, Tibetan, data_prep/steps/text.py ``UNSPACED_SCRIPTS``: a Thai line is one "word", and
+  its word shingles would tell a changed letter from a new document not at all). A document with no shingle (no word at all) has no signature
   and takes part in exact deduplication only.
 * Bands: the signature cut into ``b`` bands of ``r`` values, (b, r) chosen for the Jaccard
   ``threshold`` as datasketch's MinHashLSH chooses them (equal weight on false positives and false
@@ -23,7 +25,15 @@ from bloomline import languages
 from data_prep.config import DedupConfig
 from data_prep.steps.document import Document, Ledger
 from data_prep.steps.step import BatchStep
-from data_prep.steps.text import codepoints, from_codepoints, is_han, punct_or_symbol_chars, strip_edges, unkept_table
+from data_prep.steps.text import (
+    UNSPACED_SCRIPTS,
+    codepoints,
+    from_codepoints,
+    is_han,
+    punct_or_symbol_chars,
+    strip_edges,
+    unkept_table,
+)
 from data_prep.steps.xxh32 import xxh32_slices
 
 
@@ -49,8 +59,8 @@ def shingle_words(text: str) -> list[str]:
 
 
 def _units(text: str, han: bool) -> list[str]:
-    """What a shingle is made of: the words (:func:`shingle_words`), or for Han text its Han and
-    alphanumeric characters."""
+    """What a shingle is made of: the words (:func:`shingle_words`), or for text written without
+    spaces its letters and digits (Han, kana, Thai…: their letters are alphanumeric)."""
     return [c for c in text if is_han(c) or c.isalnum()] if han else shingle_words(text)
 
 
@@ -184,7 +194,7 @@ class DedupSigner(BatchStep):
             doc.meta["exact"] = exact_key(doc.text)
         if not self.cfg.near:
             return docs
-        hans = [languages.get(d.lang).script in ("Hans", "Hant") for d in docs]
+        hans = [languages.get(d.lang).script in UNSPACED_SCRIPTS for d in docs]
         hashes = shingle_hashes([d.text for d in docs], self.cfg.shingle_words, hans)
         signed = [i for i, h in enumerate(hashes) if len(h)]
         sigs = minhasher(self.cfg.num_perm).signatures([hashes[i] for i in signed])

@@ -122,3 +122,24 @@ def test_signatures_estimate_the_exact_jaccard(jaccard):
     exact = len(sa & sb) / len(sa | sb)
     est = float(np.mean(minhash(a, cfg, False) == minhash(b, cfg, False)))
     assert abs(est - exact) <= 4 * (exact * (1 - exact) / cfg.num_perm) ** 0.5 + 1e-9
+
+
+@pytest.mark.parametrize("lang", ["th", "ja", "zh-Hans"])
+def test_scripts_without_spaces_are_shingled_by_characters(lang):
+    """A real Thai, Japanese or Chinese document and a copy with a few letters changed are near
+    duplicates (signatures agree on most values), a different document is not: character shingles.
+    As words, a Thai line is one word, and the copy would share next to nothing with it."""
+    import json
+    from pathlib import Path
+
+    from data_prep.steps.document import Document, Ledger
+    from data_prep.steps.minhash import DedupSigner
+
+    root = Path(__file__).resolve().parents[4] / "shared"
+    where = root / ("corpus-extra/text" if lang in ("th", "ja") else "corpus/text") / f"{lang}.jsonl"
+    texts = [json.loads(l)["text"] for l in where.read_text(encoding="utf-8").splitlines()]
+    doc, other = max(texts[:20], key=len), sorted(texts[:20], key=len)[-2]
+    copy = "".join("X" if i % 97 == 50 else c for i, c in enumerate(doc))  # about 1% of its letters changed
+    docs = [Document(t, lang, str(i), "t") for i, t in enumerate((doc, copy, other))]
+    a, b, c = (d.meta["minhash"] for d in DedupSigner(DedupConfig(), Ledger()).process_batch(docs))
+    assert (a == b).mean() > 0.8 and (a == c).mean() < 0.2, ((a == b).mean(), (a == c).mean())
