@@ -119,8 +119,28 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: Iterabl
     return cfg
 
 
+def _override_value(key: str, text: str) -> Any:
+    """An override's value: ``text`` parsed as YAML, or with ``@FILE`` that YAML file's content
+    (relative to the current directory: ``-o filters.languages=@thresholds.yaml``)."""
+    if text.startswith("@") and len(text) > 1:  # "@" cannot start a plain YAML scalar
+        path = Path(text[1:])
+        try:
+            return yaml.safe_load(path.read_text(encoding="utf-8"))
+        except OSError as e:
+            raise ConfigError(
+                key, f"{path}: {e.strerror} (a value given as @FILE is read from that YAML file)"
+            ) from None
+        except yaml.YAMLError as e:
+            raise ConfigError(key, f"{path}: not valid YAML: {e}") from None
+    try:
+        return yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        return text
+
+
 def apply_overrides(raw: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
-    """Return a copy of ``raw`` with each ``a.b.c=value`` applied (value parsed as YAML)."""
+    """Return a copy of ``raw`` with each ``a.b.c=value`` applied (value parsed as YAML, or read
+    from a YAML file given as ``@FILE``)."""
     import copy
 
     raw = copy.deepcopy(raw)
@@ -129,10 +149,7 @@ def apply_overrides(raw: dict[str, Any], overrides: Iterable[str]) -> dict[str, 
         key = key.strip()
         if not sep or not key:
             raise ConfigError("", f"override '{item}' is not of the form dotted.key=value")
-        try:
-            value = yaml.safe_load(text) if text.strip() else ""
-        except yaml.YAMLError:
-            value = text
+        value = _override_value(key, text)
         node = raw
         parts = key.split(".")
         for i, part in enumerate(parts[:-1]):

@@ -39,6 +39,8 @@ DEFAULT_RECIPES = {
 }
 """The recipe a command reads without ``--config``, by its folder under configs/ (a key of
 :data:`SCHEMAS`); ``bloomline serve``'s deployments start from them too."""
+BLOOM_DATA_RECIPE = CONFIGS / "data" / "bloom.yaml"
+"""BLOOM's data settings, for a real corpus (``bloomline filters --derive`` scores by them)."""
 HELDOUT_RECIPE = CONFIGS / "data" / "heldout.yaml"
 """How ``bloomline evaluate --text`` prepares the text a published model is evaluated on."""
 

@@ -34,7 +34,8 @@ writes). Back to the [README](../README.md).
 
 A recipe is a YAML file whose keys are these; a key left out takes its default. `-o key=value` on
 the command line sets any key (the value is YAML: `-o pack.buckets=[128,256]`), checked as a value
-in the file would be. An unknown key, a value of the wrong type or out of range is one line naming
+in the file would be; `-o key=@FILE` reads the value from a YAML file (`-o
+filters.languages=@thresholds.yaml`). An unknown key, a value of the wrong type or out of range is one line naming
 the key.
 
 **Paths.** A relative path written in a recipe file is relative to that file's folder, so the

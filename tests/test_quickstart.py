@@ -34,20 +34,28 @@ def run(script: str, *args) -> subprocess.CompletedProcess:
     return res
 
 
-def texts(tmp: Path) -> tuple[Path, Path]:
-    """(the corpus: 40 documents of each new language; the held-out text: 6 other documents of
-    each, and 6 of each known language from the sample corpus)."""
-    corpus, heldout = tmp / "corpus", tmp / "heldout"
-    corpus.mkdir()
-    heldout.mkdir()
+def texts(tmp: Path) -> tuple[Path, Path, Path]:
+    """(the corpus: every document of each new language from one source, SIB-200's sentences; clean
+    text to derive its thresholds from, the other source, NTREX's news; held-out text: 6 more NTREX
+    documents of each, and 6 of each known language from the sample corpus)."""
+    corpus, clean, heldout = tmp / "corpus", tmp / "clean", tmp / "heldout"
+    for d in (corpus, clean, heldout):
+        d.mkdir()
     for lang in NEW:
         docs = (EXTRA / f"{lang}.jsonl").read_text(encoding="utf-8").splitlines()
-        (corpus / f"{lang}.jsonl").write_text("\n".join(docs[:40]) + "\n", encoding="utf-8")
-        (heldout / f"{lang}.jsonl").write_text("\n".join(docs[40:46]) + "\n", encoding="utf-8")
+        news = [d for d in docs if "NTREX" in json.loads(d)["source"]]
+        (corpus / f"{lang}.jsonl").write_text("\n".join(d for d in docs if d not in news) + "\n", encoding="utf-8")
+        (clean / f"{lang}.jsonl").write_text("\n".join(news[6:]) + "\n", encoding="utf-8")
+        (heldout / f"{lang}.jsonl").write_text("\n".join(news[:6]) + "\n", encoding="utf-8")
     for lang in KNOWN:
         docs = (REPO / f"data_prep/sample_corpus/text/{lang}.jsonl").read_text(encoding="utf-8").splitlines()
         (heldout / f"{lang}.jsonl").write_text("\n".join(docs[:6]) + "\n", encoding="utf-8")
-    return corpus, heldout
+    return corpus, clean, heldout
+
+
+def clean_drops(manifest: dict) -> dict[str, float]:
+    """Each language's share of documents the quality filters and language ID dropped."""
+    return {l: sum(e["filtered"].values()) / e["docs_in"] for l, e in manifest["languages"].items() if e["docs_in"]}
 
 
 def language_rows(results: Path) -> dict[tuple[int, str], float]:
@@ -63,20 +71,33 @@ def language_rows(results: Path) -> dict[tuple[int, str], float]:
 @pytest.mark.slow
 def test_prepare_continue_and_evaluate_as_the_quick_starts_say(hf_bloom, tmp_path):
     model = hf_bloom / "model"
-    corpus, heldout = texts(tmp_path)
+    corpus, clean, heldout = texts(tmp_path)
 
-    # prepare my corpus: BLOOM's recipe, the recipe named in the manifest, every language kept
+    # prepare my corpus: thresholds derived from clean text of another source, BLOOM's recipe, the
+    # recipe named in the manifest; at most 1% of any language lost
+    thresholds = tmp_path / "thresholds.yaml"
+    derived = subprocess.run(
+        [Path(sys.executable).parent / "bloomline", "filters", "--derive", clean], capture_output=True, text=True
+    )
+    assert derived.returncode == 0, derived.stderr[-3000:]
+    thresholds.write_text(derived.stdout)
     out = tmp_path / "prepared"
-    res = run("prepare.sh", corpus, out, "-o", "tokenizer.vocab_size=2000", "-o", "pack.buckets=[64,128,256,512]")
+    res = run(
+        "prepare.sh", corpus, out, "-o", f"filters.languages=@{thresholds}",
+        "-o", "tokenizer.vocab_size=2000", "-o", "pack.buckets=[64,128,256,512]",
+    )  # fmt: skip
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["recipe"]["file"] == str(REPO / "configs/data/bloom.yaml")
-    assert {l for l, e in manifest["languages"].items() if e["docs_kept"]} == set(NEW)
+    assert set(manifest["config"]["filters"]["languages"]) == set(NEW)
+    drops = clean_drops(manifest)
+    assert set(drops) == set(NEW) and max(drops.values()) <= 0.01, drops
     assert all(f"| {l} |" in res.stdout for l in NEW), res.stdout[:3000]  # the filter report
 
     # continue the published model on them, on one rank, and compare it with the original
-    run("continue.sh", model, corpus, heldout, tmp_path / "adapt", *TINY)
+    run("continue.sh", model, corpus, heldout, tmp_path / "adapt", *TINY, "-o", f"data.filters.languages=@{thresholds}")
     record = json.loads((tmp_path / "adapt" / "run" / "pipeline.json").read_text())["outputs"]
     data = json.loads((Path(record["data"]) / "manifest.json").read_text())
+    assert max(clean_drops(data).values()) <= 0.01
     assert data["tokenizer"]["extends"]["added"] == 300  # the model's tokenizer, grown on the corpus
     run_rows = language_rows(Path(record["train"]))
     assert {l for s, l in run_rows if s == 0} == set(NEW) and {s for s, _ in run_rows} == {0, 2, 4}

@@ -63,11 +63,16 @@ def corpus(root: Path) -> Docs:
 
     out: Docs = {}
     for f in sorted(root.rglob("*.jsonl")):
-        for line in f.read_text(encoding="utf-8").splitlines():
+        for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
             r = json.loads(line)
-            lang = languages.resolve(r["lang"]) or languages.resolve(f"code-{r['lang']}")
+            label = str(r.get("lang", ""))
+            lang = languages.resolve(label) or languages.resolve(f"code-{label}")
+            if lang is None or not isinstance(r.get("text"), str):
+                continue  # a derivation needs the language: prepare books these as errors
             source = str(r.get("source", "")).split(":")[0]
-            out.setdefault(lang, []).append(Doc(r["id"], normalize_text(r["text"]), lang, source))
+            out.setdefault(lang, []).append(Doc(str(r.get("id", f"{f}:{n}")), normalize_text(r["text"]), lang, source))
     return out
 
 

@@ -11,6 +11,12 @@
 # BLOOM's settings (configs/data/bloom.yaml): its tokenizer's kind and size, samples of up to
 # 2,048 tokens, ROOTS' quality thresholds. To keep a published BLOOM's own tokenizer, add
 # -o tokenizer.model=MODEL_FOLDER. Rerun the same command after a stop: it resumes.
+#
+# Thresholds fitted to your languages: derive them from text you know is clean (records with
+# "text", "lang" and, where known, "source"; the report of what each source would lose under
+# thresholds derived from the others goes to stderr), then give them to this script:
+#   bloomline filters --derive CLEAN_TEXT > thresholds.yaml
+#   docs/quickstart/prepare.sh CORPUS OUT -o filters.languages=@thresholds.yaml
 set -euo pipefail
 usage="usage: prepare.sh CORPUS OUT [-o key=value ...]"
 corpus=${1:?$usage}

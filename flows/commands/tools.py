@@ -11,7 +11,7 @@ import typer
 
 from bloomline.errors import BloomlineError
 from flows.commands.base import Debug, console, local_out, no_credentials, overrides, run_command
-from flows.config import DEFAULT_RECIPES
+from flows.config import BLOOM_DATA_RECIPE, DEFAULT_RECIPES
 from training.planning.planner import DEVICES
 
 
@@ -80,21 +80,47 @@ def dashboard(
 
 
 def filters(
-    data: str = typer.Argument(..., help="A prepared data folder (bloomline prepare --out), local or at a URL."),
+    data: str = typer.Argument(
+        ...,
+        help="A prepared data folder (bloomline prepare --out), local or at a URL; with --derive, a clean corpus "
+        "(a folder of JSONL records with text, lang and, where known, source).",
+    ),
     lang: str = typer.Option(None, "--lang", help="Only this language."),
     reason: str = typer.Option(None, "--reason", help="Only this drop reason (e.g. char_repetition)."),
     examples: int = typer.Option(3, "--examples", help="Example texts per language and reason."),
     set_: List[str] = typer.Option([], "--set", help="What if: LANG.FIELD=VALUE (or defaults./code.), repeatable."),
+    derive: bool = typer.Option(
+        False,
+        "--derive",
+        help="Derive each language's thresholds from the clean corpus DATA and print them as a recipe's "
+        "filters.languages (give them to prepare as -o filters.languages=@FILE), after what each source "
+        "loses under thresholds derived from the others (on stderr).",
+    ),
+    config: Path = typer.Option(
+        BLOOM_DATA_RECIPE, "--config", help="With --derive: the recipe whose n-gram sizes and defaults apply."
+    ),
     debug: Debug = False,
 ) -> None:
     """Why documents were dropped, per language and reason, with examples; how close kept documents
     sit to each threshold; and what proposed thresholds would keep or lose (from the recorded
-    scores, without preparing again). Prints Markdown."""
+    scores, without preparing again). Prints Markdown. With --derive, the thresholds of a clean corpus."""
 
     def body() -> None:
+        no_credentials(data=data)
+        if derive:
+            import contextlib
+            import sys
+
+            from data_prep.calibration.filter_defaults import run
+
+            root = Path(data)
+            with contextlib.redirect_stdout(sys.stderr):  # the report; the thresholds alone on stdout
+                run(config, [], root, derive=False)
+            print(f"# filters.languages derived from {data} (bloomline filters --derive): -o filters.languages=@FILE")
+            run(config, [], root, derive=True)
+            return
         from data_prep.reports.filter_report import report
 
-        no_credentials(data=data)
         print(report(data, lang, reason, examples, set_), end="")
 
     run_command(body, debug)
