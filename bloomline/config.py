@@ -85,6 +85,11 @@ def against(base: Path) -> Callable[[str], str]:
     return resolve
 
 
+def _against_cwd(override: str) -> str:
+    key, _, value = override.partition("=")
+    return f"{key}={against(Path.cwd())(value.strip())}"
+
+
 def recipe_of(cls: type) -> Any:
     """The annotation of a flow parameter holding recipe ``cls`` as a plain mapping (what Prefect
     passes): ``dict[str, Any]`` to Prefect, ``cls`` to flows/served.py."""
@@ -107,6 +112,12 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: Iterabl
             raise ConfigError("", f"{path}: the top level must be a mapping of keys")
         base_dir = path.resolve().parent
     if hasattr(cls, "expand_raw"):  # e.g. a training recipe naming its model recipe
+        # a section's recipe given with -o (-o train.recipe=configs/train/bloom-1b7.yaml) is read
+        # before the section's other values are laid over it, as one written in the file is
+        overrides = list(overrides)
+        sections = [o for o in overrides if o.partition("=")[0].strip().split(".")[-1] == "recipe"]
+        raw = apply_overrides(raw, [_against_cwd(o) for o in sections])
+        overrides = [o for o in overrides if o not in sections]
         raw = cls.expand_raw(raw, base_dir)
     # The one path rule (docs/configuration.md): a relative path written in a recipe file is
     # relative to that file's folder, so the recipe means the same from any directory; one given

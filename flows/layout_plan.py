@@ -41,7 +41,7 @@ def layout_plan(
         settings = recipe.evaluation.settings
         precision = settings.precision or ("fp32" if gpu == "cpu" else "bf16")
         res["evaluation"] = eval_plan(recipe.model, device, settings.batch_tokens, precision)
-    if gpu != "cpu":  # the evaluation beside training: the GPUs of rank 0's node no rank takes
+    if gpu != "cpu" and "layout" in res:  # the evaluation beside training: the GPUs of rank 0's node no rank takes
         lay = res["layout"]
         gpus = evaluator_gpus(recipe.evaluation.gpus, lay["per_node"], min(lay["world"], lay["per_node"]))
         res["evaluation"]["beside_training"] = {"gpus": gpus, "where": where(gpus)}

@@ -4,8 +4,8 @@
 #   GPUS=2 docs/quickstart/continue.sh MODEL CORPUS HELDOUT OUT [-o section.key=value ...]
 #
 # MODEL    a Hugging Face BLOOM folder (config.json, safetensors, tokenizer.json): bloom-560m as
-#          configs/pipeline/adapt.yaml has it; another size needs -o train.model=bloom-1b7
-#          -o data.tokenizer.extend_with=0 (docs/adapt.md).
+#          configs/pipeline/adapt.yaml has it; another size: -o train.recipe=configs/train/bloom-1b7.yaml
+#          (recipes for bloom-1b1, 1b7, 3b and 7b1 on 1-4 GPUs, docs/adapt.md).
 # CORPUS   the text to train on (JSONL / Parquet files or folders, local or at a URL).
 # HELDOUT  text kept apart: in the new languages, and in languages the model knew, to see what
 #          it forgets.

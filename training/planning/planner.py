@@ -224,9 +224,11 @@ def plan(
     micro = max(gbs // (mbs * dp), 1)  # micro-batches per pipeline per iteration
     ckpt = r.activation_checkpointing
     state = model_state_bytes(r.precision, zero, dp)
+    offloaded = par.offload_optimizer == "cpu"  # the recipe's own ZeRO-Offload: planned as it runs
+    offload = offload or offloaded
     stages = stage_plans(m, r, (tp, pp, zero), micro, mbs, state, device, offload)
 
-    fits, reason = _fit(stages, device)
+    fits, reason = _fit(stages, device, offloaded)
     flops = flops_per_iteration(gbs, s, m.num_layers, m.hidden_size, m.padded_vocab(tp), ckpt)
     out: dict[str, Any] = {
         **_model_and_layout(m, tp, pp, dp, zero, device),
@@ -249,7 +251,7 @@ def plan(
         if device.bf16_tflops:
             out["mfu"] = out["tflops_per_gpu"] / device.bf16_tflops
     if offload:
-        out["offload"] = offload_costs(stages, state, dp, device, zero, out.get("iteration_seconds"))
+        out["offload"] = offload_costs(stages, state, dp, device, zero, out.get("iteration_seconds"), world)
     out["deepspeed_estimate"] = deepspeed_estimates(stages, dp, largest_layer(m, tp))
     return out
 
@@ -339,14 +341,20 @@ def _model_and_layout(m: Any, tp: int, pp: int, dp: int, zero: int, device: Devi
     }
 
 
-def _fit(stages: list[StagePlan], device: Device) -> tuple[bool, str]:
-    """Whether the fullest stage fits ``device``, and why: what it needs, or its three largest parts."""
-    st = max(stages, key=lambda x: x.memory_gib)
-    if st.memory_gib <= device.memory_gib:
-        return True, f"fits: the fullest stage ({st.stage}) needs {st.memory_gib:.1f} of {device.memory_gib:.1f} GiB"
+def _fit(stages: list[StagePlan], device: Device, offloaded: bool = False) -> tuple[bool, str]:
+    """Whether the fullest stage fits ``device``, and why: what it needs, or its three largest
+    parts; with the recipe's optimizer ``offloaded`` to CPU memory, what stays on the device."""
+
+    def need(x: StagePlan) -> float:
+        return x.offload_memory_gib if offloaded and x.offload_memory_gib is not None else x.memory_gib
+
+    st = max(stages, key=need)
+    with_ = " with the optimizer in CPU memory" if offloaded else ""
+    if need(st) <= device.memory_gib:
+        return True, f"fits: the fullest stage ({st.stage}) needs {need(st):.1f} of {device.memory_gib:.1f} GiB{with_}"
     top = sorted(st.parts_gib.items(), key=lambda kv: -kv[1])[:3]
     return False, (
-        f"does not fit: stage {st.stage} needs {st.memory_gib:.1f} GiB per device, more than the "
+        f"does not fit: stage {st.stage} needs {need(st):.1f} GiB per device{with_}, more than the "
         f"{device.memory_gib:.1f} GiB of a {device.name} (" + ", ".join(f"{k} {v:.1f}" for k, v in top) + " GiB)"
     )
 
@@ -369,15 +377,17 @@ def offload_costs(
     device: Device,
     zero: int,
     iteration_seconds: Optional[float],
+    world: Optional[int] = None,
 ) -> dict[str, Any]:
-    """ZeRO-Offload of the fullest stage: GPU memory freed, CPU memory per node, PCIe traffic."""
+    """ZeRO-Offload of the fullest stage: GPU memory freed, CPU memory per node (for the node's
+    ranks: ``world`` of them, or a full node's), PCIe traffic."""
     worst = max(stages, key=lambda x: x.memory_gib)
     part = worst.params / dp  # parameters of this GPU's DP partition
     pcie_bytes = (2 + 2) * part
     out = {
         "gpu_freed_gib": round(worst.memory_gib - (worst.offload_memory_gib or worst.memory_gib), 3),
         "cpu_gib_per_device": round(16 * part / GIB, 3),
-        "cpu_gib_per_node": round(16 * part * device.per_node / GIB, 3),
+        "cpu_gib_per_node": round(16 * part * min(world or device.per_node, device.per_node) / GIB, 3),
         "pcie_gib_per_iteration_per_device": round(pcie_bytes / GIB, 3),
     }
     if device.pcie_gb_s:

@@ -206,3 +206,27 @@ def test_cards_of_24_40_and_48_gb_are_planned_on():
     }
     assert "more than the 22.5 GiB of a NVIDIA A10" in got["a10-24gb"]["reason"]
     assert got["a100-40gb"]["stages"][0]["memory_gib"] == pytest.approx(25.9, abs=0.1)
+
+
+@pytest.mark.parametrize(
+    "recipe, card, gpus",
+    [
+        ("bloom-560m", "a100-80gb", 1),
+        ("bloom-1b1", "a100-80gb", 1),
+        ("bloom-1b7", "a100-80gb", 1),
+        ("bloom-3b", "a100-80gb", 2),
+        ("bloom-7b1", "a100-80gb", 4),
+        ("bloom-1b7-24gb", "a10-24gb", 1),
+    ],
+)
+def test_each_published_bloom_has_a_recipe_that_fits_its_cards(recipe, card, gpus):
+    """The train recipes for continuing the published family on 1-4 GPUs fit the card their comment
+    names, on that many GPUs; the one that offloads its optimizer needs it (without, it does not fit),
+    and is planned with the optimizer in CPU memory, as it runs."""
+    r = load_config(TrainRecipe, REPO / f"configs/train/{recipe}.yaml")
+    p = plan(r, DEVICES[card])
+    assert p["fits"] and p["layout"]["world"] == gpus, p["reason"]
+    if r.parallel.offload_optimizer == "cpu":
+        assert "with the optimizer in CPU memory" in p["reason"] and p["offload"]["cpu_gib_per_node"] < 30
+        r.parallel.offload_optimizer = "none"
+        assert not plan(r, DEVICES[card])["fits"]
