@@ -90,6 +90,9 @@ def test_one_path_rule_the_recipe_s_folder_in_a_file_the_current_one_with_o(tmp_
         tmp_path / "corpus"
     )
     assert cfg.train.train.init_from == str(here / "m")
+    (here / "other.yaml").write_text("model: bloom-560m\ntrain: {steps: 7}\n")  # a section's recipe with -o: here
+    cfg = load_config(PipelineConfig, pipe, ["train.recipe=other.yaml"])
+    assert cfg.train.model.hidden_size == 1024 and cfg.train.train.steps == 7
 
 
 def test_every_config_field_has_a_docstring():
