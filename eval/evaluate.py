@@ -28,13 +28,13 @@ from data_prep.storage.data_cache import prepared
 from data_prep.storage.shards import load_manifest, manifest_path, tokenizer_file
 from eval.generate import generate
 from eval.metrics import GROUPS, group_of
-from eval.model import EvalModel, LocalModel, resolve_device
-from eval.published import PUBLISHED, SETTING, evaluated_meta, load_whole
+from eval.model import EvalModel, LocalModel, TransformersModel, resolve_device
+from eval.published import PUBLISHED, SETTING, architecture, evaluated_meta, is_published, load_whole, other_model
 from eval.tasks import make, validation_spec
 from eval.tasks.base import Context, Task
 from eval.tasks.validation import language_samples
 from training.checkpoint.meta import PRECISIONS, model_config
-from training.checkpoint.run_dir import RunDir
+from training.checkpoint.run_dir import META_FILE, RunDir
 from training.config import EvalConfig, ParallelConfig
 from training.data.shard_reader import ShardIndex, verify_once
 from training.parallel.layout import layout_label
@@ -142,8 +142,10 @@ def evaluate(
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     device = resolve_device(cfg.device)
-    bloom = load_whole(ckpt_dir, meta, data_dir, PRECISIONS[precision_of(cfg, device)])
-    return evaluate_with(LocalModel(bloom, device), meta, ckpt_dir, data_dir, cfg, run, stamp, progress)
+    whole = load_whole(ckpt_dir, meta, data_dir, PRECISIONS[precision_of(cfg, device)])
+    other = other_model(meta)
+    model = TransformersModel(whole, other, device) if other else LocalModel(whole, device)
+    return evaluate_with(model, meta, ckpt_dir, data_dir, cfg, run, stamp, progress)
 
 
 def checked(ckpt_dir: Path, data_dir: Path, cfg: EvalConfig) -> dict[str, Any]:
@@ -155,8 +157,21 @@ def checked(ckpt_dir: Path, data_dir: Path, cfg: EvalConfig) -> dict[str, Any]:
     if cfg.parallel.hostfile is None:  # (ranks on other hosts check their own devices)
         resolve_device(cfg.device)
     meta = evaluated_meta(ckpt_dir, data_dir)
-    check_eval_layout(cfg, model_config(meta))
+    if other_model(meta) is None:
+        check_eval_layout(cfg, model_config(meta))
+    else:
+        one_process(cfg, meta["arch"])
     return meta
+
+
+def one_process(cfg: EvalConfig, arch: str) -> None:
+    """A causal LM of another architecture than BLOOM runs as transformers' class, in this process."""
+    if cfg.parallel.world_size > 1:
+        raise ConfigError(
+            "parallel",
+            f"a '{arch}' model is evaluated in one process (tp·pp layouts are for BLOOM, which bloomline builds): "
+            f"set parallel.tp=1 and parallel.pp=1",
+        )
 
 
 def check_published(folder: Path, cfg: EvalConfig) -> None:
@@ -165,15 +180,21 @@ def check_published(folder: Path, cfg: EvalConfig) -> None:
     from training.checkpoint.init_from import open_source
     from training.config import ModelConfig
 
-    src = open_source(folder, SETTING)
-    if src.kind != PUBLISHED:
-        raise CheckpointError(f"{SETTING}: {folder} is a bloomline checkpoint: give it as --checkpoint")
-    if src.tokenizer is None:
+    if not is_published(folder):
+        raise CheckpointError(
+            f"{SETTING}: {folder} is not a Hugging Face model folder (config.json)"
+            + (": a bloomline checkpoint goes with --checkpoint" if (folder / META_FILE).is_file() else "")
+        )
+    if not (folder / "tokenizer.json").is_file():
         raise CheckpointError(f"{SETTING}: {folder} has no tokenizer.json; a model is evaluated on text cut by its own")
     for spec in [validation_spec(), *cfg.tasks]:
         make(spec)
     if cfg.parallel.hostfile is None:
         resolve_device(cfg.device)
+    arch = architecture(folder)
+    if arch != "bloom":
+        return one_process(cfg, arch)
+    src = open_source(folder, SETTING)
     check_eval_layout(cfg, ModelConfig(vocab_size=src.rows, **src.shape))
 
 

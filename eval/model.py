@@ -117,3 +117,80 @@ class LocalModel:
 
     def end(self) -> None:
         self._caches = None
+
+
+class TransformersModel:
+    """A causal language model that transformers loads and bloomline does not build (GPT-2, Llama,
+    Qwen…: a published folder of another architecture), in this process (:class:`EvalModel`).
+
+    Each document of a packed sample runs alone (their own positions from 0, no attention across
+    them: what ``segment_ids`` means), padded on the right into one batch; the scores are those of
+    :func:`scores_of` over the tokenizer's ``vocab`` columns. Greedy generation keeps transformers'
+    own key-value cache, the left padding masked and positions counted from each prompt's start."""
+
+    def __init__(self, model: Any, cfg: Any, device: torch.device):
+        self.hf = model.to(device).eval()
+        self.cfg = cfg
+        self.device = device
+        self.layout = eval_layout(1, 1, device)
+        self._past: Any = None
+        self._mask: Optional[torch.Tensor] = None
+
+    @torch.no_grad()
+    def token_scores(
+        self, input_ids: torch.Tensor, segment_ids: torch.Tensor, targets: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        logp = torch.zeros(targets.shape, dtype=torch.float32)
+        top = torch.zeros(targets.shape, dtype=torch.bool)
+        docs = [
+            (b, (segment_ids[b] == s).nonzero()[:, 0])
+            for b in range(len(input_ids))
+            for s in segment_ids[b].unique()
+            if s > 0
+        ]
+        width = max((len(at) for _, at in docs), default=0)
+        if not docs:
+            return logp, top
+        ids = torch.zeros(len(docs), width, dtype=torch.long)
+        mask = torch.zeros(len(docs), width, dtype=torch.long)
+        want = torch.full((len(docs), width), IGNORE_INDEX, dtype=torch.long)
+        for i, (b, at) in enumerate(docs):
+            ids[i, : len(at)], mask[i, : len(at)], want[i, : len(at)] = input_ids[b, at], 1, targets[b, at]
+        d = self.device
+        out = self.hf(input_ids=ids.to(d), attention_mask=mask.to(d), use_cache=False).logits[
+            ..., : self.cfg.vocab_size
+        ]
+        lp, tp = scores_of(out, want.to(d))
+        for i, (b, at) in enumerate(docs):
+            logp[b, at], top[b, at] = lp[i, : len(at)].cpu(), tp[i, : len(at)].cpu()
+        return logp, top
+
+    def token_logprobs(self, input_ids: torch.Tensor, segment_ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.token_scores(input_ids, segment_ids, targets)[0]
+
+    def _next(self, ids: torch.Tensor) -> torch.Tensor:
+        assert self._mask is not None
+        pos = (self._mask.cumsum(-1) - 1).clamp(min=0)[:, -ids.shape[1] :]
+        out = self.hf(
+            input_ids=ids.to(self.device),
+            attention_mask=self._mask,
+            position_ids=pos,
+            past_key_values=self._past,
+            use_cache=True,
+        )
+        self._past = out.past_key_values
+        return out.logits[:, -1, : self.cfg.vocab_size].argmax(-1).cpu()
+
+    @torch.no_grad()
+    def start(self, input_ids: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
+        self._past, self._mask = None, (segment_ids > 0).long().to(self.device)
+        return self._next(input_ids)
+
+    @torch.no_grad()
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        assert self._mask is not None
+        self._mask = torch.cat([self._mask, torch.ones_like(self._mask[:, :1])], dim=1)
+        return self._next(tokens[:, None])
+
+    def end(self) -> None:
+        self._past, self._mask = None, None

@@ -9,13 +9,17 @@ tokenizer. What an evaluation reads of a checkpoint's bloomline.json, a folder h
 tokenizer, which must be the folder's ``tokenizer.json`` byte for byte; step 0 (the model before
 any training of ours, as a continued run's step 0 is); no training tokens seen; the layout
 :data:`PUBLISHED` (eval/RESULTS.md). The embedding's rows past the tokenizer are padding and are
-dropped, as for ``train.init_from``.
+dropped, as for ``train.init_from``. A causal LM of another architecture (``model_type`` not
+``bloom``) is loaded as transformers' own class (no code from the folder) and evaluated in one
+process (eval/model.py ``TransformersModel``).
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 
@@ -53,33 +57,67 @@ def evaluated_meta(path: Path, data_dir: Path) -> dict[str, Any]:
     return meta
 
 
-def published_meta(folder: Path, data_dir: Path) -> dict[str, Any]:
-    """A published folder's evaluation metadata (module docstring); one line for a folder that is
-    not a BLOOM, or data not tokenized with its tokenizer."""
-    from training.checkpoint.init_from import open_source
+@dataclass
+class OtherModel:
+    """What an evaluation needs of a causal LM of another architecture than BLOOM (the
+    ``EvalModel.cfg`` of eval/model.py ``TransformersModel``)."""
 
-    src = open_source(folder, SETTING)
-    manifest = load_manifest(data_dir)
-    tok = manifest["tokenizer"]
-    if src.tokenizer is None:
+    arch: str
+    """transformers' ``model_type`` (``gpt2``, ``llama``…)."""
+    vocab_size: int
+    """The tokenizer's: logits past it are the embedding's padding."""
+    seq_len: int
+    """The longest context a task gives it: the data's largest bucket."""
+
+
+def architecture(folder: Path) -> str:
+    """The folder's ``model_type`` (config.json); one line when there is none."""
+    try:
+        conf = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{SETTING}: {folder / 'config.json'}: {e}") from None
+    return str(conf.get("model_type") or "")
+
+
+def check_tokenizer(folder: Path, data_dir: Path) -> dict[str, Any]:
+    """The data's tokenizer entry, once it is the folder's tokenizer.json byte for byte."""
+    own = folder / "tokenizer.json"
+    if not own.is_file():
         raise CheckpointError(f"{SETTING}: {folder} has no tokenizer.json; a model is evaluated on text cut by its own")
-    if sha256_file(src.tokenizer) != tok["sha256"]:
+    tok = load_manifest(data_dir)["tokenizer"]
+    if sha256_file(own) != tok["sha256"]:
         raise DataError(
-            f"{manifest_path(data_dir)}: the data was tokenized with another tokenizer than {src.tokenizer}: give "
+            f"{manifest_path(data_dir)}: the data was tokenized with another tokenizer than {own}: give "
             f"--text (it is prepared with the model's), or data prepared with -o tokenizer.model={folder}"
         )
+    return tok
+
+
+def published_meta(folder: Path, data_dir: Path) -> dict[str, Any]:
+    """A published folder's evaluation metadata (module docstring); one line for data not
+    tokenized with its tokenizer. A BLOOM is built as bloomline's ``Bloom`` (any layout); another
+    causal LM is transformers' own class, in one process (``arch``, ``other``)."""
+    from training.checkpoint.init_from import open_source
+
+    arch = architecture(folder)
+    tok = check_tokenizer(folder, data_dir)
+    manifest = load_manifest(data_dir)
+    common = {"kind": PUBLISHED, "step": 0, "layout": None, "sampler": {"tokens_by_lang": {}}}
+    common["data_manifest_sha256"] = manifest_sha256(data_dir)
+    if arch != "bloom":
+        other = OtherModel(arch, int(tok["vocab_size"]), int(manifest["seq_len"]))
+        return {**common, "arch": arch, "model": None, "other": asdict(other)}
+    src = open_source(folder, SETTING)
     if int(tok["vocab_size"]) > src.rows:
         raise CheckpointError(f"{SETTING}: {folder}'s embedding has {src.rows} rows, its tokenizer {tok['vocab_size']}")
     cfg = ModelConfig(vocab_size=int(tok["vocab_size"]), seq_len=int(manifest["seq_len"]), **src.shape)
     cfg.validate()
-    return {
-        "kind": PUBLISHED,
-        "step": 0,
-        "model": to_dict(cfg),
-        "layout": None,
-        "sampler": {"tokens_by_lang": {}},
-        "data_manifest_sha256": manifest_sha256(data_dir),
-    }
+    return {**common, "arch": arch, "model": to_dict(cfg)}
+
+
+def other_model(meta: dict[str, Any]) -> Optional[OtherModel]:
+    """A published model of another architecture than BLOOM: what the evaluation needs of it."""
+    return OtherModel(**meta["other"]) if meta.get("other") else None
 
 
 def weights_of(path: Path, meta: dict[str, Any], data_dir: Path) -> tuple[Weights, bool]:
@@ -100,11 +138,16 @@ def weights_of(path: Path, meta: dict[str, Any], data_dir: Path) -> tuple[Weight
 
 def load_whole(path: Path, meta: dict[str, Any], data_dir: Path, dtype: torch.dtype) -> Any:
     """The whole single-device ``Bloom`` in ``dtype`` (eval mode, on the CPU): a checkpoint's, of
-    any layout, or a published folder's."""
+    any layout, or a published folder's; for another architecture, transformers' model."""
     from training.checkpoint.load import check_files, load_model
     from training.model.bloom import Bloom
     from training.parallel.parallelize import build_on_device
 
+    other = other_model(meta)
+    if other is not None:  # transformers' own class, its weights as they are (no code from the folder)
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True, trust_remote_code=False)
     if meta.get("kind") != PUBLISHED:
         check_files(path, meta)
         return load_model(path, dtype)[0]

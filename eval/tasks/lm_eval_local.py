@@ -208,10 +208,12 @@ def lm_of(ctx: Context) -> Any:
     """The lm-eval ``LM`` of the task's model: HFLM around the in-memory ``BloomForCausalLM`` of a
     model in this process; around the ranks (eval/tasks/lm_eval_model.py) for a parallel one."""
     from eval.export import hf_config, hf_model, hf_tokenizer
-    from eval.model import LocalModel
+    from eval.model import LocalModel, TransformersModel
 
     tok = ctx.index.manifest["tokenizer"]
     tokenizer, eos = hf_tokenizer(ctx.tokenizer_file), int(tok["eos_id"])
+    if isinstance(ctx.model, TransformersModel):  # another architecture: its own class, as lm-eval's hf loads it
+        return in_memory_lm(ctx.model.hf, tokenizer, ctx.model.cfg.seq_len, eos, str(ctx.model.device))
     if isinstance(ctx.model, LocalModel):
         model = hf_model(ctx.model.bloom, tok)
         return in_memory_lm(model, tokenizer, ctx.model.cfg.seq_len, eos, str(ctx.model.device))

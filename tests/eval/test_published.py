@@ -126,6 +126,68 @@ def test_a_published_bloom_scores_as_transformers_and_lm_eval_score_it_at_any_la
     assert sorted(skipped) == ["ko", "th"] and "lm-eval has no xstorycloze prompt for 'ko'" in skipped["ko"]
 
 
+@pytest.mark.slow
+def test_another_architecture_runs_in_one_process_as_transformers_and_lm_eval_run_it(evaluated, hf_bloom, tmp_path):
+    """A GPT-2 (transformers' own class, made here with the BLOOM folder's tokenizer) on the same
+    text: bits per byte per language as transformers' forward, xstorycloze as ``lm_eval --model hf``,
+    greedy generations as transformers' ``generate``; a tp·pp layout is refused in one line."""
+    from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
+
+    from bloomline.config import from_dict
+    from bloomline.errors import ConfigError
+    from bloomline.task_spec import TaskSpec
+    from eval.evaluate import evaluate
+    from eval.generate import generate
+    from eval.model import TransformersModel
+    from eval.published import OtherModel, other_model
+    from eval.tasks import make
+    from eval.tasks.lm_eval_local import export_lm_args, run_lm_eval
+    from training.config import EvalConfig
+
+    out, spec = evaluated
+    data, folder = out / "data", tmp_path / "gpt2"
+    tok = json.loads((data / "manifest.json").read_text())["tokenizer"]
+    torch.manual_seed(0)
+    conf = GPT2Config(vocab_size=tok["vocab_size"], n_positions=2048, n_embd=64, n_layer=2, n_head=4)
+    GPT2LMHeadModel(conf).save_pretrained(folder)
+    for f in (hf_bloom / "model").glob("tokenizer*"):
+        shutil.copy(f, folder / f.name)
+    cfg = {"precision": "fp32", "prompts_per_lang": 1, "new_tokens": 5, "tasks": [spec]}
+    ev = evaluate(folder, data, from_dict(EvalConfig, cfg), "gpt2", logs=tmp_path / "logs")
+    bpb = {r["lang"]: r["value"] for r in ev.rows if r["metric"] == "bpb" and r["scope"] == "language"}
+    assert sorted(bpb) == LANGS and {r["layout"] for r in ev.rows} == {"hf"}
+    for lang in LANGS:
+        assert bpb[lang] == pytest.approx(transformers_bpb(folder, data, lang), rel=1e-5), lang
+    names = make(TaskSpec(**spec)).write({l: Path(spec["data"]) / f"{l}.jsonl" for l in SCORED}, tmp_path / "yaml")
+    theirs = run_lm_eval(
+        "hf", list(names.values()), tmp_path / "yaml", None, model_args=export_lm_args(folder, 2048, tok["eos_id"])
+    )
+    ours = {
+        r["lang"]: r["value"]
+        for r in ev.rows
+        if r["task"] == "xstorycloze" and r["metric"] == "acc" and r["scope"] == "language"
+    }
+    assert ours == {l: theirs["results"][names[l]]["acc,none"] for l in SCORED}
+    assert len(ev.generations) == len(LANGS)
+    hf = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=torch.float32).eval()
+    prompts, eos = [[5, 17, 300, 42, 7, 7], [9, 8]], tok["eos_id"]  # of two lengths: the shorter left-padded
+    ours = generate(
+        TransformersModel(
+            hf, other_model({"other": vars(OtherModel("gpt2", conf.vocab_size, 2048))}), torch.device("cpu")
+        ),
+        prompts,
+        6,
+        eos,
+    )
+    for p, got in zip(prompts, ours):
+        want = hf.generate(torch.tensor([p]), max_new_tokens=6, do_sample=False, eos_token_id=eos, pad_token_id=eos)[
+            0, len(p) :
+        ].tolist()
+        assert got == want[: want.index(eos)] if eos in want else got == want, (p, got, want)
+    with pytest.raises(ConfigError, match="a 'gpt2' model is evaluated in one process"):
+        evaluate(folder, data, from_dict(EvalConfig, {**cfg, "parallel": {"tp": 2}}), "gpt2", logs=tmp_path / "logs")
+
+
 def test_what_cannot_be_evaluated_is_one_line(hf_bloom, demo_data, tmp_path):
     """Refused before anything is prepared or started (in this process)."""
     from flows.cli import app
@@ -139,6 +201,7 @@ def test_what_cannot_be_evaluated_is_one_line(hf_bloom, demo_data, tmp_path):
     gpt = tmp_path / "gpt"
     gpt.mkdir()
     (gpt / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    shutil.copy(hf_bloom / "model" / "tokenizer.json", gpt / "tokenizer.json")
     model, text, out = str(hf_bloom / "model"), str(tmp_path / "text.jsonl"), str(tmp_path / "out")
     for args, says in [
         (["--model", model, "--text", text], "--model needs --out"),
@@ -146,7 +209,11 @@ def test_what_cannot_be_evaluated_is_one_line(hf_bloom, demo_data, tmp_path):
         (["--model", model, "--checkpoint", model, "--data", text], "give --checkpoint (a bloomline checkpoint) or"),
         (["--checkpoint", model, "--text", text, "--data", text], "--text needs --out"),
         (["--model", str(bare), "--text", text, "--out", out], "has no tokenizer.json"),
-        (["--model", str(gpt), "--text", text, "--out", out], "holds a 'gpt2' model, not BLOOM"),
+        (
+            ["--model", str(gpt), "--text", text, "--out", out, "-o", "parallel.pp=2"],
+            "'gpt2' model is evaluated in one",
+        ),
+        (["--model", str(tmp_path), "--text", text, "--out", out], "is not a Hugging Face model folder (config.json)"),
         (["--model", model, "--data", str(demo_data), "--out", out], "tokenized with another tokenizer than"),
         (["--model", model, "--text", text, "--out", out, "-o", "parallel.tp=3"], "parallel.tp"),
     ]:
