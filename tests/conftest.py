@@ -114,7 +114,9 @@ def demo_data(tmp_path_factory) -> Path:
     from data_prep.pipeline import run_all
 
     out = tmp_path_factory.mktemp("demo-data")
-    run_all(load_config(PrepareConfig, REPO / "configs/data/demo.yaml"), out)
+    cfg = load_config(PrepareConfig, REPO / "configs/data/demo.yaml")
+    cfg.recipe = str(REPO / "configs/data/demo.yaml")  # as `bloomline prepare` records its recipe
+    run_all(cfg, out)
     return out
 
 
