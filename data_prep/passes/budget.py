@@ -74,9 +74,11 @@ def check_inputs(cfg: PrepareConfig) -> None:
     from data_prep.inputs.chunk_plan import chunk_bytes, discover
 
     budget = Budget(cfg.memory_gib)
+    corpus = 0  # bytes of records, at most: the tokenizer's sample is no larger
     for source in cfg.sources:
         for path, fmt in discover(source):
             size, how = chunk_bytes(path, fmt, cfg.read)
+            corpus += size
             if fmt == "jsonl":
                 what, fix = f"a chunk of {path} ({size / 2**20:,.0f} MiB)", "lower read.chunk_bytes or raise memory_gib"
             else:
@@ -89,9 +91,10 @@ def check_inputs(cfg: PrepareConfig) -> None:
         per, fixed = (
             (BPE_BYTES_PER_SAMPLE_BYTE, BPE_FIXED_BYTES) if bpe else (SPM_BYTES_PER_SAMPLE_BYTE, SPM_FIXED_BYTES)
         )
+        sample = min(t.sample_bytes, corpus)
         budget.check(
-            f"training the tokenizer on tokenizer.sample_bytes={t.sample_bytes:,}",
-            int(t.sample_bytes * per) + fixed,
+            f"training the tokenizer on a sample of {sample:,} bytes (tokenizer.sample_bytes, or the corpus when smaller)",
+            int(sample * per) + fixed,
             "lower tokenizer.sample_bytes or raise memory_gib",
         )
 

@@ -141,9 +141,18 @@ def test_a_budget_too_small_for_the_data_is_a_one_line_error(tmp_path):
         f"more than memory_gib=0.75 leaves a task",
     )
     assert "split the file, or raise memory_gib" in res.stderr
-    over = ["memory_gib=0.75", "tokenizer.sample_bytes=200000000"]
-    assert "training the tokenizer on tokenizer.sample_bytes=200,000,000 needs about 0.84 GiB" in prepare_refusal(
-        overrides=over
+    over = ["memory_gib=1.0", "tokenizer.kind=byte_bpe", "tokenizer.sample_bytes=60000000"]
+    said = "training the tokenizer on a sample of 60,000,000 bytes (tokenizer.sample_bytes, or the corpus when smaller)"
+    assert f"{said} needs about 1.7" in prepare_refusal(overrides=over, inputs=[big])
+    # the sample is no larger than the corpus: the 1 MB sample corpus trains in any budget
+    from bloomline.config import load_config
+    from data_prep.config import PrepareConfig
+    from data_prep.pipeline import preflight
+
+    preflight(
+        load_config(
+            PrepareConfig, DEMO, ["memory_gib=0.75", "tokenizer.kind=byte_bpe", "tokenizer.sample_bytes=200000000"]
+        )
     )
     assert "memory_gib" in prepare_refusal(overrides=["memory_gib=0.5"])
     assert not (tmp_path / "o" / ".work").exists()
