@@ -92,6 +92,7 @@ def test_prepare_continue_and_evaluate_as_the_quick_starts_say(hf_bloom, tmp_pat
     drops = clean_drops(manifest)
     assert set(drops) == set(NEW) and max(drops.values()) <= 0.01, drops
     assert all(f"| {l} |" in res.stdout for l in NEW), res.stdout[:3000]  # the filter report
+    assert "- fitted (the recipe's `filters.languages`): fi, ko, th, tr" in res.stdout
 
     # continue the published model on them, on one rank, and compare it with the original
     run("continue.sh", model, corpus, heldout, tmp_path / "adapt", *TINY, "-o", f"data.filters.languages=@{thresholds}")

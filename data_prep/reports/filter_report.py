@@ -196,17 +196,37 @@ def render(
     examples: int = 3,
     sets: list[str] = (),
     kept: Optional[dict[str, dict[str, dict[str, Any]]]] = None,
+    langs: Optional[list[str]] = None,
 ) -> str:
     """The report as Markdown: drops per language by reason with examples, the kept-score edge
     table (``kept``: :func:`kept_stats` as the manifest holds them; computed when not given), and
-    the what-if table for ``sets``."""
+    the what-if table for ``sets``; first, which of the data's natural languages (``langs``) have
+    fitted thresholds and which ROOTS' defaults."""
     lines = ["# Filter report", ""]
+    lines += _thresholds_section(cfg, langs or [])
     lines += _drops_section(drop_examples(out, lang, reason, examples), bool(lang or reason))
     stats = kept if kept is not None else kept_stats(out, cfg)
     lines += _edge_section({k: v for k, v in stats.items() if not lang or k == lang}, reason)
     if sets:
         lines += _what_if_section(what_if(out, parse_set(list(sets), cfg)), sets)
     return "\n".join(lines) + "\n"
+
+
+def _thresholds_section(cfg: FilterConfig, langs: list[str]) -> list[str]:
+    natural = sorted(l for l in langs if languages.resolve(l) and languages.get(l).kind != "code")
+    own = {languages.resolve(k) for k in cfg.languages}
+    fitted, roots = [l for l in natural if l in own], [l for l in natural if l not in own]
+    if not cfg.enabled or not natural:
+        return []
+    lines = ["## Thresholds", ""]
+    if fitted:
+        lines.append(f"- fitted (the recipe's `filters.languages`): {md_text(', '.join(fitted))}")
+    if roots:
+        lines.append(
+            f"- ROOTS' defaults, none fitted: {md_text(', '.join(roots))} "
+            "(`bloomline filters --derive CLEAN_TEXT` fits them)"
+        )
+    return [*lines, ""]
 
 
 def _drops_section(drops: dict[str, dict[str, Any]], selected: bool) -> list[str]:
@@ -303,4 +323,4 @@ def report(
     # the manifest's statistics are kept_stats of this folder with this config, computed when it
     # was written: computing them again cost a prepare run as much again (22 s on 4 GB)
     kept = m.get("stages", {}).get("quality", {}).get("kept_scores")
-    return render(data, cfg, code, reason, examples, list(sets), kept)
+    return render(data, cfg, code, reason, examples, list(sets), kept, [l for l in m["languages"] if l != "_unknown"])

@@ -343,6 +343,8 @@ def test_filters_command(prepared):
     assert res.returncode == 0, res.stderr
     assert "**filtered:char_repetition**" in res.stdout and "too_few_words" not in res.stdout.split("## Kept")[0]
     assert "## What if: en.max_char_rep=0.3" in res.stdout
+    thresholds = res.stdout.split("## Thresholds")[1].split("##")[0]  # which languages have their own
+    assert "- fitted (the recipe's `filters.languages`): " in thresholds and " en" in thresholds.split("ROOTS")[0]
     bad = subprocess.run(cmd[:5] + ["--set", "en.max_char_rep"], capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 2 and "error:" in bad.stderr and "LANG.FIELD=VALUE" in bad.stderr
 
