@@ -78,7 +78,7 @@ def check_inputs(cfg: PrepareConfig) -> None:
     for source in cfg.sources:
         for path, fmt in discover(source):
             size, how = chunk_bytes(path, fmt, cfg.read)
-            corpus += size
+            corpus += path.stat().st_size if fmt == "jsonl" else size  # a JSONL file: many chunks
             if fmt == "jsonl":
                 what, fix = f"a chunk of {path} ({size / 2**20:,.0f} MiB)", "lower read.chunk_bytes or raise memory_gib"
             else:
