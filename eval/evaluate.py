@@ -152,16 +152,22 @@ def checked(ckpt_dir: Path, data_dir: Path, cfg: EvalConfig) -> dict[str, Any]:
     """The checkpoint's bloomline.json (or a published folder's equivalent: eval/published.py), once
     the settings, the tasks, the device and the layout are known to fit it and the data is the data
     it trained on (a published model's: text cut by its own tokenizer)."""
-    for spec in [validation_spec(), *cfg.tasks]:
-        make(spec)  # an unknown task, or one without its data
-    if cfg.parallel.hostfile is None:  # (ranks on other hosts check their own devices)
-        resolve_device(cfg.device)
+    check_settings(cfg)
     meta = evaluated_meta(ckpt_dir, data_dir)
     if other_model(meta) is None:
         check_eval_layout(cfg, model_config(meta))
     else:
         one_process(cfg, meta["arch"])
     return meta
+
+
+def check_settings(cfg: EvalConfig) -> None:
+    """What the settings alone can get wrong: an unknown task or one without its data, a device
+    this machine lacks (ranks on other hosts check their own)."""
+    for spec in [validation_spec(), *cfg.tasks]:
+        make(spec)
+    if cfg.parallel.hostfile is None:
+        resolve_device(cfg.device)
 
 
 def one_process(cfg: EvalConfig, arch: str) -> None:
@@ -187,10 +193,7 @@ def check_published(folder: Path, cfg: EvalConfig) -> None:
         )
     if not (folder / "tokenizer.json").is_file():
         raise CheckpointError(f"{SETTING}: {folder} has no tokenizer.json; a model is evaluated on text cut by its own")
-    for spec in [validation_spec(), *cfg.tasks]:
-        make(spec)
-    if cfg.parallel.hostfile is None:
-        resolve_device(cfg.device)
+    check_settings(cfg)
     arch = architecture(folder)
     if arch != "bloom":
         return one_process(cfg, arch)

@@ -214,10 +214,10 @@ def render(
 
 def _thresholds_section(cfg: FilterConfig, langs: list[str]) -> list[str]:
     natural = sorted(l for l in langs if languages.resolve(l) and languages.get(l).kind != "code")
-    own = {languages.resolve(k) for k in cfg.languages}
-    fitted, roots = [l for l in natural if l in own], [l for l in natural if l not in own]
     if not cfg.enabled or not natural:
         return []
+    own = {languages.resolve(k) for k in cfg.languages}
+    fitted, roots = [l for l in natural if l in own], [l for l in natural if l not in own]
     lines = ["## Thresholds", ""]
     if fitted:
         lines.append(f"- fitted (the recipe's `filters.languages`): {md_text(', '.join(fitted))}")

@@ -253,7 +253,8 @@ def evaluate(
             from flows.prepare import run_prepare
 
             at_text = str((out / "data").resolve())
-            own = model if model is not None else tokenizer_file(prepared(where), load_manifest(prepared(where)))
+            trained_on = prepared(where)  # (a URL: this node's copy, fetched once)
+            own = model if model is not None else tokenizer_file(trained_on, load_manifest(trained_on))
             prep = _text_recipe(text_config, text, own)
             with owned(Path(at_text), "bloomline evaluate --text", bars=True) as bars:
                 run_prepare(prep, at_text, progress=bars)
