@@ -2,7 +2,7 @@
 
     python -m bench.chaos [--kills 8] [--seed S] [--work DIR] [--config configs/pipeline/demo.yaml] [-o key=value ...]
 
-The harness is tests/support/chaos.py (``tests/flows/test_pipeline.py`` runs a few kills of it on
+The harness is tests/support/chaos.py (``tests/flows/stages/test_pipeline.py`` runs a few kills of it on
 the demo recipe in CI); this runs ``--kills`` of its targets (default: one at each) at moments
 drawn from a seed (drawn and printed unless given), then prints the kills and what differs from
 the uninterrupted run as tables. Exit status 1 when a killed job left a process or a /dev/shm

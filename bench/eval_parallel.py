@@ -10,7 +10,7 @@ into the workdir once, then reused) and a checkpoint written directly from a ran
 (hidden 1024, 16 heads) with ``--layers`` layers, the data's vocabulary and largest bucket, fp32.
 
 1. ``bloomline evaluate``'s work on one checkpoint in each layout tp × pp (1,1), (2,1), (1,2),
-   (2,2): ``eval.evaluate.evaluate`` in a fresh subprocess each, on the CPU (validation with
+   (2,2): ``eval.publish.evaluate`` in a fresh subprocess each, on the CPU (validation with
    ``max_tokens_per_lang``, ``continuation`` and ``xstorycloze`` on three languages, the default
    generations): its wall time, split into starting the ranks and loading, each task
    (``Evaluation.task_seconds``), the generations, and the ranks' exit after rank 0's results;
@@ -146,7 +146,7 @@ def child(spec_file: Path) -> None:
         return
     if spec["kind"] == "evaluate":  # bloomline evaluate's work
         from bloomline.config import from_dict
-        from eval.evaluate import evaluate
+        from eval.publish import evaluate
         from training.config import EvalConfig
 
         cfg = from_dict(EvalConfig, spec["cfg"])
@@ -515,7 +515,7 @@ def main() -> None:
     gen = generation(ckpt, data, 4 if args.quick else 16, 1 if args.quick else 2)
 
     print("3. lm-eval's own run on the export", flush=True)
-    from eval.export import export
+    from training.hf.to_hf import export
 
     hf = wd / f"hf-{ckpt.parent.parent.name}"
     if not (hf / "config.json").exists():
@@ -540,7 +540,7 @@ def main() -> None:
     single = runs[(1, 1)][0]
     print()
     print(
-        "Evaluation of one checkpoint (eval.evaluate.evaluate in a subprocess), seconds; others' CPU: the share of "
+        "Evaluation of one checkpoint (eval.publish.evaluate in a subprocess), seconds; others' CPU: the share of "
         "the cores other processes on the host used meanwhile"
     )
     cols = ("start+load", "validation", "continuation", "xstorycloze", "generations", "exit")

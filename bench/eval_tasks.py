@@ -12,7 +12,7 @@ or word, the others taken from other documents of the language.
    same run otherwise (target: at most 10% slower). ``evaluation.enabled=false`` for reference,
    and the tasks once more without the evaluation's CPU cap (``evaluation.cpu_share=null``); for
    each, how long after training the last evaluation was in (what the cap defers).
-2. Seconds per evaluated checkpoint, per task (``eval.evaluate.evaluate`` on the last checkpoint).
+2. Seconds per evaluated checkpoint, per task (``eval.publish.evaluate`` on the last checkpoint).
 3. bloomline's scoring of each local family (in-process) against lm-eval's own run of the same
    tasks on ``bloomline export``'s folder: wall time of each, and whether every number is equal.
 4. Decontamination: the chunks pass (read, normalize, language ID, quality, dedup signatures)
@@ -172,7 +172,7 @@ def train_throughput(data: Path, wd: Path, steps: int, specs: list[TaskSpec]) ->
 
 
 def per_task_seconds(run: Path, data: Path, specs: list[TaskSpec]) -> Path:
-    from eval.evaluate import evaluate
+    from eval.publish import evaluate
     from training.config import EvalConfig
 
     ckpt = run / "checkpoints" / (run / "checkpoints" / "latest").read_text().strip()
@@ -190,7 +190,6 @@ def against_lm_eval(ckpt: Path, data: Path, specs: list[TaskSpec]) -> None:
     import sentencepiece as spm
 
     from bloomline.tokenizer import token_bytes
-    from eval.export import export
     from eval.tasks import make
     from eval.tasks.base import Context
     from eval.tasks.lm_eval_local import export_lm_args, run_lm_eval
@@ -198,6 +197,7 @@ def against_lm_eval(ckpt: Path, data: Path, specs: list[TaskSpec]) -> None:
     from training.checkpoint.meta import PRECISIONS
     from training.config import EvalConfig
     from training.data.shard_reader import ShardIndex
+    from training.hf.to_hf import export
 
     print("3. bloomline's task scoring against lm-eval's own run on the export (same machine, same items)")
     with tempfile.TemporaryDirectory() as tmp:

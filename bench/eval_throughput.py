@@ -4,12 +4,12 @@
 
 On shards prepared from ../shared/corpus (vocab 8000, buckets 64…512) and bloom-tiny:
 
-1. Evaluation tokens/s (``eval.evaluate.evaluate_model``: collation, forward, per-token NLL, byte
+1. Evaluation tokens/s (``eval.publish.evaluate_model``: collation, forward, per-token NLL, byte
    and document accounting) against the trainer's forward pass on the same batches (collation,
    the model's forward and the trainer's loss, ``training.loop.loss.token_losses``; no backward) —
    target ≥ 0.9×; fp32 and bf16. (At bloom-tiny's size the vocabulary's log-softmax costs about
    as much as the rest of the forward, so a forward without any loss is no fair comparison.)
-2. Wall time of one full per-language evaluation of a checkpoint (``eval.evaluate.evaluate``:
+2. Wall time of one full per-language evaluation of a checkpoint (``eval.publish.evaluate``:
    load, verify, every language's whole validation split, generations).
 3. How much the automatic evaluation slows training: ``bloomline train`` for the same steps
    with ``evaluation.enabled=false``, with the default (the watcher in Linux's idle scheduling
@@ -153,7 +153,7 @@ def main() -> None:
         )
 
     print("2. one full per-language evaluation of the last checkpoint (all validation data, generations)")
-    from eval.evaluate import evaluate
+    from eval.publish import evaluate
     from training.config import EvalConfig
 
     run = args.workdir / "run-0"

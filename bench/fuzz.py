@@ -128,7 +128,7 @@ def main() -> int:
         crashes.append(f"{type(e).__name__}: {str(e)[:300]}")
         m = None
     run_s = time.perf_counter() - t1
-    if m is not None:  # the report flows/prepare.py publishes: every drop's id, source and text, masked
+    if m is not None:  # the report flows/stages/prepare.py publishes: every drop's id, source and text, masked
         from bloomline.secrets import mask_text
         from data_prep.reports.filter_report import report
 

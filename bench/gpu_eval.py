@@ -12,7 +12,7 @@ A checkpoint of bloom-560m's shape (24 layers × 1024, 16 heads; the carried dat
 written from its initial weights (timings do not depend on what the weights learned), then, with
 ``device=cuda`` and bf16 (the evaluation's default on a GPU):
 
-1. ``eval.evaluate.evaluate``: the validation task and ``continuation``; validation tokens/s and
+1. ``eval.publish.evaluate``: the validation task and ``continuation``; validation tokens/s and
    each task's seconds;
 2. greedy generation, 16 prompts × 24 new tokens: tokens/s with the key-value cache
    (``eval.generate.generate``) against without (``greedy``, the whole sequence each token);
@@ -112,11 +112,11 @@ def lm_eval_family(step: Path, data: Path, device: torch.device, work: Path, pre
     except ImportError as e:
         return {"measured": False, "why": f"not installed on this machine: {e.name}"}
     from bloomline.task_spec import TaskSpec
-    from eval.evaluate import evaluate
-    from eval.export import export
+    from eval.publish import evaluate
     from eval.harness import validation_documents
     from eval.tasks import make
     from eval.tasks.lm_eval_local import export_lm_args, run_lm_eval
+    from training.hf.to_hf import export
 
     langs = ["en", "sw"]
     (work / "xstorycloze").mkdir(parents=True)
@@ -167,7 +167,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bloomline-gpu-eval-") as tmp:
         work = Path(tmp)
         step = write_checkpoint(args.data, work, args.smoke)
-        from eval.evaluate import evaluate
+        from eval.publish import evaluate
 
         cfg = from_dict(
             EvalConfig,

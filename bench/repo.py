@@ -2,7 +2,7 @@
 
 Every script here runs as a module from the repository root (``python -m bench.NAME``), so the
 repository's packages and tests/support import as they are. A script starts the CLI as this
-interpreter running ``flows.cli`` (the ``bloomline`` script may be another environment's), from
+interpreter running ``flows.cli.app`` (the ``bloomline`` script may be another environment's), from
 ``REPO`` or from another checkout of it (``repo``: a before/after comparison).
 """
 
@@ -22,7 +22,7 @@ SHARED = REPO.parent / "shared" / "corpus"
 
 def cli_command(*args: object) -> list[str]:
     """``bloomline ARGS`` as a command line."""
-    return [sys.executable, "-m", "flows.cli", *map(str, args)]
+    return [sys.executable, "-m", "flows.cli.app", *map(str, args)]
 
 
 def repo_env(repo: Path = REPO, **extra: str) -> dict[str, str]:

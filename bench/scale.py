@@ -80,7 +80,7 @@ def dedup_alone(out: Path, workers: int, config: dict) -> float:
     from data_prep.config import PrepareConfig
     from data_prep.dedup.driver import run_dedup
     from data_prep.storage.workdir import Paths, clean_dedup
-    from flows.dask_cluster import dask_map
+    from flows.run.dask_cluster import dask_map
 
     cfg = from_dict(PrepareConfig, config)
     paths = Paths(out)

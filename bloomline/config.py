@@ -35,7 +35,7 @@ T = TypeVar("T")
 LOCATION = "bloomline.location"
 Location = Annotated[str, LOCATION]
 """The type of every setting that names a path or a URL (a file, a folder, a bucket): a string to
-the loader; flows/served.py finds each by this type and checks what a served run may name."""
+the loader; flows/run/served.py finds each by this type and checks what a served run may name."""
 
 
 def is_location(tp: Any) -> bool:
@@ -92,7 +92,7 @@ def _against_cwd(override: str) -> str:
 
 def recipe_of(cls: type) -> Any:
     """The annotation of a flow parameter holding recipe ``cls`` as a plain mapping (what Prefect
-    passes): ``dict[str, Any]`` to Prefect, ``cls`` to flows/served.py."""
+    passes): ``dict[str, Any]`` to Prefect, ``cls`` to flows/run/served.py."""
     return Annotated[dict[str, Any], cls]
 
 

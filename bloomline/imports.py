@@ -1,5 +1,5 @@
 """Which of bloomline's modules use which: one walk of the sources' syntax trees, read by the layer
-test (tests/test_layers.py) and by the stages' code digests (flows/stages.py).
+test (tests/test_layers.py) and by the stages' code digests (flows/stages/reuse.py).
 
 Every import counts, those inside functions too, and so does a string constant that names one of
 our modules the way importlib, ``python -m`` and our registries do (``"training.config"``,

@@ -10,11 +10,11 @@ of a JSON member whose key is secret-named, and the value of any mapping key or
 environment variable whose name says it holds one (TOKEN, SECRET, PASSWORD, PASSPHRASE,
 PRIVATE_KEY, API_KEY, ACCESS_KEY, CREDENTIAL, AUTH, ``*_PASS``, ``*_PWD``). Masked values read
 ``***``. The programs themselves get the real values (configs, environments; the ranks on this
-node a private copy of the recipe, flows/train_job.py ``ranks_recipe``); what is shown or stored
+node a private copy of the recipe, flows/stages/train_job.py ``ranks_recipe``); what is shown or stored
 is masked: every log record of the processes bloomline starts, of any logger, with its traceback
 (the flows install the masking when imported, Dask workers by a callback), every line a child
 process writes to a log file (:func:`copy_masked`), every Prefect artifact, flow-run parameter
-(flows/params.py) and failed state's message (:func:`masks_exceptions`), every recipe copy kept
+(flows/run/params.py) and failed state's message (:func:`masks_exceptions`), every recipe copy kept
 in a run folder. Secrets seen in a config are remembered (:func:`remember`) and masked in any
 form after. Every search is linear in the text's length: masking runs on whatever a file holds.
 """
@@ -256,7 +256,7 @@ def mask_record(record: logging.LogRecord) -> None:
     The traceback is formatted here and kept masked as ``exc_text`` (what ``logging.Formatter``
     prints), and ``exc_info`` cleared: a handler that formats the exception itself (Prefect's
     ``JsonFormatter``, rich's tracebacks) would show it unmasked. The exception's type stays, as
-    ``exc_type``, for filters that decide by it (flows/user_errors.py)."""
+    ``exc_type``, for filters that decide by it (flows/run/user_errors.py)."""
     try:
         message = record.getMessage()
     except Exception:  # noqa: BLE001 - a malformed record is the logger's problem, not ours

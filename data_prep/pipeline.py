@@ -2,7 +2,7 @@
 
 :data:`PASSES` is the one table of them (name, function, progress unit, what it does, the file that
 marks it done under ``DIR/.work`` unless noted). The driver runs it in order; the progress bars, the
-Prefect tasks (flows/prepare.py) and the timings in ``run_stats.json`` are named by it, and so are
+Prefect tasks (flows/stages/prepare.py) and the timings in ``run_stats.json`` are named by it, and so are
 the kill targets of the chaos harness and the passes listed in docs/prepare.md (tests check both).
 
 Each pass skips work whose marker exists, every file is written atomically, and every choice is
@@ -10,7 +10,7 @@ seeded, so a run killed at any moment and started again produces the same bytes 
 uninterrupted run. The driver takes a ``map_fn(func, items)`` so the caller decides where parallel
 work runs (Dask in the Prefect flow, a plain loop in unit tests).
 
-Words: the main job (``bloomline pipeline``) has *stages* (prepare, train, evaluate: flows/stages.py);
+Words: the main job (``bloomline pipeline``) has *stages* (prepare, train, evaluate: flows/stages/reuse.py);
 prepare has *passes* (this table); a pass runs *steps* over documents (data_prep/steps/).
 """
 

@@ -3,7 +3,7 @@ unless the recipe lists it. A rank holds its GPU's memory nearly whole, so an ev
 model beside it (``device: auto`` finds ``cuda:0``, rank 0's GPU) runs that rank out of memory, or
 itself. The ranks of a node take its first GPUs (training/parallel/distributed.py: local rank
 modulo the GPU count), so the evaluator gets the node's GPUs after them, and the CPU when there are
-none: the watcher's CUDA_VISIBLE_DEVICES is set to those (flows/train.py ``start_watcher``), and
+none: the watcher's CUDA_VISIBLE_DEVICES is set to those (flows/stages/train.py ``start_watcher``), and
 ``bloomline plan`` says which they are."""
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ perplexity, bits per byte of the data's validation split) and every task of ``ta
 
 The model is the checkpoint's whole single-device ``Bloom`` (``training.checkpoint.load.load_model``,
 any layout) in this process, on the CPU or the accelerator (``device``), or the checkpoint spread
-over ``parallel``'s tp·pp ranks (eval/parallel/); the tasks see either through one interface
-(eval/model.py). Results are rows of contract 3 (``eval/results.py``,
+over ``parallel``'s tp·pp ranks, whose rank 0 runs :func:`evaluate_with` here (eval/parallel/);
+the tasks see either through one interface (eval/model.py). Which of the two runs is chosen
+above both, in eval/publish.py ``evaluate``: nothing here starts ranks. Results are rows of contract 3 (``eval/results.py``,
 ``eval/RESULTS.md``): one per (task, scope, language, weighting, metric), with the checkpoint's
 identity and the training tokens of the language it had seen.
 """
@@ -21,20 +22,18 @@ from typing import Any, Callable, Optional
 import torch
 
 from bloomline.errors import CheckpointError, ConfigError
-from bloomline.storage import is_url
 from bloomline.task_spec import TaskSpec
 from bloomline.tokenizer import open_tokenizer
-from data_prep.storage.data_cache import prepared
 from data_prep.storage.shards import load_manifest, manifest_path, tokenizer_file
 from eval.generate import generate
 from eval.metrics import GROUPS, group_of
-from eval.model import EvalModel, LocalModel, TransformersModel, resolve_device
-from eval.published import PUBLISHED, SETTING, architecture, evaluated_meta, is_published, load_whole, other_model
+from eval.model import EvalModel, resolve_device
+from eval.published import PUBLISHED, SETTING, architecture, evaluated_meta, is_published, other_model
 from eval.tasks import make, validation_spec
 from eval.tasks.base import Context, Task
 from eval.tasks.validation import language_samples
-from training.checkpoint.meta import PRECISIONS, model_config
-from training.checkpoint.run_dir import META_FILE, RunDir
+from training.checkpoint.meta import model_config
+from training.checkpoint.run_dir import META_FILE
 from training.config import EvalConfig, ParallelConfig
 from training.data.shard_reader import ShardIndex, verify_once
 from training.parallel.layout import layout_label
@@ -114,40 +113,6 @@ def precision_of(cfg: EvalConfig, device: torch.device) -> str:
     return cfg.precision or ("bf16" if device.type == "cuda" else "fp32")
 
 
-def evaluate(
-    ckpt_dir: str | Path,
-    data_dir: str | Path,
-    cfg: EvalConfig,
-    run: str,
-    stamp: Optional[Path] = None,
-    progress: Callable[[str], None] = lambda msg: None,
-    logs: Optional[Path] = None,
-) -> Evaluation:
-    """Evaluate the checkpoint ``ckpt_dir`` (or a published model's folder: eval/published.py) on
-    ``data_dir``'s validation splits and ``cfg.tasks``: in this process, or on ``cfg.parallel``'s
-    tp·pp ranks (eval/parallel/), whose log goes to ``logs`` (default: the checkpoint's run's).
-    Everything a user can get wrong is refused here, in one line, before a model is loaded or a
-    rank started."""
-    ckpt_dir, url = Path(ckpt_dir), data_dir
-    data_dir = prepared(data_dir)  # data at a URL: this node's cache of it
-    meta = checked(ckpt_dir, data_dir, cfg)
-    if cfg.parallel.world_size > 1:
-        if is_url(str(url)):  # the ranks read the validation shards from the cache: fetched here first
-            ShardIndex(data_dir, "valid").fetch_all()
-        from eval.parallel.launch import evaluate_on_ranks
-
-        logs = logs or RunDir.of_checkpoint(ckpt_dir).logs
-        got = evaluate_on_ranks(ckpt_dir, data_dir, cfg, run, meta, logs, stamp, progress)
-        return Evaluation(got["rows"], got["generations"], got["seconds"], got["tokens"], got["task_seconds"])
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    device = resolve_device(cfg.device)
-    whole = load_whole(ckpt_dir, meta, data_dir, PRECISIONS[precision_of(cfg, device)])
-    other = other_model(meta)
-    model = TransformersModel(whole, other, device) if other else LocalModel(whole, device)
-    return evaluate_with(model, meta, ckpt_dir, data_dir, cfg, run, stamp, progress)
-
-
 def checked(ckpt_dir: Path, data_dir: Path, cfg: EvalConfig) -> dict[str, Any]:
     """The checkpoint's bloomline.json (or a published folder's equivalent: eval/published.py), once
     the settings, the tasks, the device and the layout are known to fit it and the data is the data
@@ -183,8 +148,8 @@ def one_process(cfg: EvalConfig, arch: str) -> None:
 def check_published(folder: Path, cfg: EvalConfig) -> None:
     """Before ``--text`` is prepared: the folder is a Hugging Face BLOOM with its tokenizer, and the
     tasks, the device and the layout fit it (eval/published.py)."""
-    from training.checkpoint.init_from import open_source
     from training.config import ModelConfig
+    from training.hf.from_hf import open_source
 
     if not is_published(folder):
         raise CheckpointError(

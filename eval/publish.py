@@ -1,26 +1,35 @@
-"""Publishing one checkpoint's evaluation into its run: the results table (contract 3,
+"""One checkpoint's evaluation, run and published: :func:`evaluate` runs it in this process
+(eval/evaluate.py) or on ``parallel``'s tp·pp ranks (eval/parallel/), the one place that chooses;
+:func:`run_evaluation` then publishes it into its run: the results table (contract 3,
 eval/RESULTS.md), the per-language feedback an online mixture reads, TensorBoard scalars under
 BLOOM's names, the refreshed dashboard, and the languages that regressed since the previous
-evaluation. The ``evaluate`` flow (flows/evaluate.py)
-runs this and adds its Prefect artifacts."""
+evaluation. The ``evaluate`` flow (flows/stages/evaluate.py) runs this and adds its Prefect
+artifacts."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Callable, TypedDict
+from typing import Any, Callable, Optional, TypedDict
 
 import pyarrow as pa
+import torch
 
 from bloomline.errors import ConfigError
-from eval.evaluate import evaluate
+from bloomline.storage import is_url
+from data_prep.storage.data_cache import prepared
+from eval.evaluate import Evaluation, checked, evaluate_with, precision_of
 from eval.metrics import regressions
-from eval.published import PUBLISHED
+from eval.model import LocalModel, TransformersModel, resolve_device
+from eval.parallel.launch import evaluate_on_ranks
+from eval.published import PUBLISHED, load_whole, other_model
 from eval.result_rows import VALIDATION, ResultRow, ValidationRow, is_language, of_languages, validation_rows
 from eval.results import SCHEMA, forget_after, read_results, write_results
+from training.checkpoint.meta import PRECISIONS
 from training.checkpoint.run_dir import RunDir
 from training.config import EvalConfig
 from training.data.mixture.online import write_feedback
+from training.data.shard_reader import ShardIndex
 
 
 def previous_rows(run_dir: Path, step: int) -> dict[str, dict[str, Any]]:
@@ -67,8 +76,8 @@ def retract_after(run_dir: str | Path, step: int) -> list[int]:
     return sorted(set(forget_after(run_dir, step)) | set(drop_feedback_after(RunDir(Path(run_dir)), step)))
 
 
-class Evaluation(TypedDict):
-    """What one checkpoint's evaluation hands the flow that ran it (flows/evaluate.py, the CLI)."""
+class Published(TypedDict):
+    """What one checkpoint's evaluation hands the flow that ran it (flows/stages/evaluate.py, the CLI)."""
 
     step: int
     results: str
@@ -87,13 +96,45 @@ class Evaluation(TypedDict):
     task_seconds: dict[str, float]
 
 
+def evaluate(
+    ckpt_dir: str | Path,
+    data_dir: str | Path,
+    cfg: EvalConfig,
+    run: str,
+    stamp: Optional[Path] = None,
+    progress: Callable[[str], None] = lambda msg: None,
+    logs: Optional[Path] = None,
+) -> Evaluation:
+    """Evaluate the checkpoint ``ckpt_dir`` (or a published model's folder: eval/published.py) on
+    ``data_dir``'s validation splits and ``cfg.tasks``: in this process, or on ``cfg.parallel``'s
+    tp·pp ranks (eval/parallel/), whose log goes to ``logs`` (default: the checkpoint's run's).
+    Everything a user can get wrong is refused here, in one line, before a model is loaded or a
+    rank started."""
+    ckpt_dir, url = Path(ckpt_dir), data_dir
+    data_dir = prepared(data_dir)  # data at a URL: this node's cache of it
+    meta = checked(ckpt_dir, data_dir, cfg)
+    if cfg.parallel.world_size > 1:
+        if is_url(str(url)):  # the ranks read the validation shards from the cache: fetched here first
+            ShardIndex(data_dir, "valid").fetch_all()
+        logs = logs or RunDir.of_checkpoint(ckpt_dir).logs
+        got = evaluate_on_ranks(ckpt_dir, data_dir, cfg, run, meta, logs, stamp, progress)
+        return Evaluation(got["rows"], got["generations"], got["seconds"], got["tokens"], got["task_seconds"])
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    device = resolve_device(cfg.device)
+    whole = load_whole(ckpt_dir, meta, data_dir, PRECISIONS[precision_of(cfg, device)])
+    other = other_model(meta)
+    model = TransformersModel(whole, other, device) if other else LocalModel(whole, device)
+    return evaluate_with(model, meta, ckpt_dir, data_dir, cfg, run, stamp, progress)
+
+
 def run_evaluation(
     ckpt_dir: str | Path,
     data_dir: str | Path,
     cfg: EvalConfig,
     out: str | Path | None = None,
     progress: Callable[[str], None] = lambda msg: None,
-) -> Evaluation:
+) -> Published:
     """Evaluate one checkpoint (or published model folder) and publish its results into ``out``
     (default: the checkpoint's run), the log of a parallel evaluation in its ``logs/``."""
     ckpt_dir = Path(ckpt_dir)

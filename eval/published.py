@@ -1,7 +1,7 @@
 """What an evaluation loads: a bloomline checkpoint, or a published model evaluated as it is
 (``bloomline evaluate --model FOLDER``), a Hugging Face BLOOM folder of any size.
 
-A folder is read by the loader ``train.init_from`` uses (training/checkpoint/init_from.py:
+A folder is read by the loader ``train.init_from`` uses (training/hf/from_hf.py:
 safetensors memory-mapped, pickles only through the loader that runs no code) and evaluated as a
 checkpoint is, in one process or at any ``parallel`` layout, on text prepared with the folder's own
 tokenizer. What an evaluation reads of a checkpoint's bloomline.json, a folder holds elsewhere;
@@ -97,7 +97,7 @@ def published_meta(folder: Path, data_dir: Path) -> dict[str, Any]:
     """A published folder's evaluation metadata (module docstring); one line for data not
     tokenized with its tokenizer. A BLOOM is built as bloomline's ``Bloom`` (any layout); another
     causal LM is transformers' own class, in one process (``arch``, ``other``)."""
-    from training.checkpoint.init_from import open_source
+    from training.hf.from_hf import open_source
 
     arch = architecture(folder)
     tok = check_tokenizer(folder, data_dir)
@@ -128,7 +128,7 @@ def weights_of(path: Path, meta: dict[str, Any], data_dir: Path) -> tuple[Weight
 
     if meta.get("kind") != PUBLISHED:
         return (lambda layers: merged_weights(path, meta, layers)), meta["layout"]["zero_stage"] == 3
-    from training.checkpoint.init_from import init_weights, open_source
+    from training.hf.from_hf import init_weights, open_source
 
     cfg = model_config(meta)
     tensor = init_weights(open_source(path, SETTING), cfg, load_manifest(data_dir)["tokenizer"], data_dir)

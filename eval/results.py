@@ -294,7 +294,7 @@ def clear_evaluations(run_dir: str | Path) -> None:
 def copy_evaluations(src_run: str | Path, dst_run: str | Path) -> None:
     """Make run ``dst_run``'s evaluations (results, generations, the skipped list) a copy of
     ``src_run``'s, replacing what it had: how the main job keeps and restores the evaluations of
-    each set of evaluation settings (flows/pipeline.py)."""
+    each set of evaluation settings (flows/stages/pipeline.py)."""
     clear_evaluations(dst_run)
     src, dst = RunDir(src_run), RunDir(dst_run)
     for part in EVALUATION_PARTS:

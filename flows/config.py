@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bloomline import REPO
 from bloomline.config import check, load_config, to_dict
 from bloomline.errors import ConfigError
 from data_prep.config import PrepareConfig
 from training.config import DATA_SHAPED, EvalConfig, ModelConfig, TrainRecipe
 
-REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 DEFAULT_RECIPES = {
     "data": CONFIGS / "data" / "demo.yaml",

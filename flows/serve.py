@@ -13,9 +13,9 @@ Security. Whoever can create a run of a deployment runs code as the serving user
   request but ``/health`` without it gets 401). The one the user gives
   (``PREFECT_SERVER_API_AUTH_STRING`` or ``PREFECT_API_AUTH_STRING``), else the one kept in
   ``~/.bloomline/serve/auth`` (mode 0600; ``$BLOOMLINE_HOME/serve/auth``), made by the first serve
-  (flows/serve_state.py). This process's client and the flow runs it starts send it
+  (flows/run/serve_state.py). This process's client and the flow runs it starts send it
   (``PREFECT_API_AUTH_STRING``); the user's ``prefect`` CLI reads it from that file, the UI asks
-  for it, the user's other ``bloomline`` commands find it themselves (flows/api_server.py). An
+  for it, the user's other ``bloomline`` commands find it themselves (flows/run/api_server.py). An
   existing server (``--api-url``) that answers without it is refused;
 - nothing is sent the auth string on this host's port unless every socket listening there is
   this user's (another user's process holding the port would get it, and then the runs), and
@@ -25,7 +25,7 @@ Security. Whoever can create a run of a deployment runs code as the serving user
   auth string crosses the network in clear HTTP; put a TLS proxy in front);
 - a run may use only the folders given as ``--root`` (the current folder by default), may not
   name a Dask scheduler, launcher arguments or an NCCL file, library or plugin
-  (flows/served.py, checked before the run touches anything);
+  (flows/run/served.py, checked before the run touches anything);
 - logs go through bloomline's masking (bloomline/secrets.py).
 """
 
@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bloomline.errors import BloomlineError
-from flows.serve_state import LOOPBACK, listener_uids, listeners_ours, status
-from flows.served import REPO
+from flows.run.serve_state import LOOPBACK, listener_uids, listeners_ours, status
+from flows.run.served import REPO
 from training.loop.launch import kill_group
 
 DEPLOYMENT = "bloomline"  # each flow's deployment name: run it as "<flow>/bloomline"
@@ -107,7 +107,7 @@ def require_auth(api_url: str, auth: str, local: bool = False) -> None:
     """Refuse a server that answers without ``auth`` (anyone who reaches it could run code
     here), or that refuses it; the string itself is never shown. On this host (``local``, or a
     loopback address), first refuse, before anything is sent, a port where a socket of another
-    user's listens, or where none can be seen (:func:`flows.serve_state.listeners_ours`)."""
+    user's listens, or where none can be seen (:func:`flows.run.serve_state.listeners_ours`)."""
     u = urllib.parse.urlsplit(api_url)
     if local or u.hostname in LOOPBACK:
         try:
@@ -179,10 +179,10 @@ def default_parameters() -> dict[str, dict[str, Any]]:
 
 
 def deployments() -> list[Any]:
-    from flows.evaluate import evaluate_flow
-    from flows.pipeline import pipeline
-    from flows.prepare import prepare
-    from flows.train import train
+    from flows.stages.evaluate import evaluate_flow
+    from flows.stages.pipeline import pipeline
+    from flows.stages.prepare import prepare
+    from flows.stages.train import train
 
     params = default_parameters()
     flows = {"pipeline": pipeline, "prepare": prepare, "train": train, "evaluate": evaluate_flow}
@@ -199,12 +199,12 @@ def deployments() -> list[Any]:
 
 def serve_deployments(roots: list[str]) -> None:
     """Register the deployments on the server at PREFECT_API_URL and run what it schedules
-    (blocks); the flow runs may use only ``roots`` (flows/served.py)."""
+    (blocks); the flow runs may use only ``roots`` (flows/run/served.py)."""
     from prefect import serve
 
     from bloomline.secrets import install_log_masking
-    from flows import user_errors
-    from flows.served import ROOTS_ENV
+    from flows.run import user_errors
+    from flows.run.served import ROOTS_ENV
 
     install_log_masking()
     user_errors.install()
@@ -218,7 +218,7 @@ def serve_command(host: str, port: int, url: str | None, roots: list[str], say: 
     one at ``url``, which must require it), say how to reach it, and serve the deployments until
     stopped; the server started here stops with it. ``say(text, warning=False)`` prints a line as
     given (no markup read in paths and URLs)."""
-    from flows import serve_state
+    from flows.run import serve_state
 
     auth, source = serve_state.auth_string()
     # before Prefect is imported: this process's client and the flow runs it starts send it
@@ -238,7 +238,7 @@ def serve_command(host: str, port: int, url: str | None, roots: list[str], say: 
         wait_healthy(url, server)  # its exit (the port taken) ends serve: what answers is not it
         require_auth(url, auth, local=server is not None)
         os.environ["PREFECT_API_URL"] = url
-        serve_state.write_marker(url)  # the user's other commands report here (flows/api_server.py)
+        serve_state.write_marker(url)  # the user's other commands report here (flows/run/api_server.py)
         _say_how_to_reach(url, source, roots, say)
         serve_deployments(roots)
     finally:
@@ -250,7 +250,7 @@ def serve_command(host: str, port: int, url: str | None, roots: list[str], say: 
 def _say_how_to_reach(url: str, source: str, roots: list[str], say: Callable[..., None]) -> None:
     import shlex
 
-    from flows import serve_state
+    from flows.run import serve_state
 
     flows = ", ".join(f"{f}/{DEPLOYMENT}" for f in ("pipeline", "prepare", "train", "evaluate"))
     say(f"Prefect server {url.removesuffix('/api')} (UI); deployments: {flows}")

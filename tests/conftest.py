@@ -23,12 +23,12 @@ def private_caches(tmp_path_factory):
 @pytest.fixture(scope="session", autouse=True)
 def prefect_server(tmp_path_factory):
     """One Prefect server for the session, named in ``PREFECT_API_URL`` (with its auth string) for
-    every command the tests start: a command finds it configured (flows/api_server.py, case 1)
+    every command the tests start: a command finds it configured (flows/run/api_server.py, case 1)
     instead of starting a temporary server of its own, ~5 s of CPU each on 2 cores. The server is
     the one a command would start (``api_server.start_early``), keeping its runs in this session's
     folder. A test that checks the temporary server, or Prefect's database in a home of its own,
     runs its command with :func:`tests.support.prefect.own_server`."""
-    from flows import api_server
+    from flows.run import api_server
 
     if os.environ.get("PREFECT_API_URL"):  # the developer's own server: used as it is
         yield

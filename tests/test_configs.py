@@ -59,7 +59,7 @@ def test_readme_test_command_is_what_ci_runs():
 
 def test_readme_first_command_runs_the_main_job():
     """The README's first run command, after the install, is `bloomline pipeline` (tested end to
-    end in tests/flows/test_pipeline.py)."""
+    end in tests/flows/stages/test_pipeline.py)."""
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     first = next(l for l in readme.splitlines() if l.startswith("python3 -m venv"))
     assert first.endswith("pip install -e . && bloomline pipeline --out out/demo")

@@ -63,14 +63,14 @@ def test_no_import_cycles():
 def test_the_checks_see_a_function_level_import(tmp_path):
     """The parser counts an import inside a function (where upward imports used to hide)."""
     f = tmp_path / "m.py"
-    f.write_text("def f():\n    from flows.cli import main\n")
-    assert imports(f, {"flows.cli": f}) == [(2, "flows.cli")]
+    f.write_text("def f():\n    from flows.cli.app import main\n")
+    assert imports(f, {"flows.cli.app": f}) == [(2, "flows.cli.app")]
 
 
 def test_the_checks_see_a_module_named_in_a_string(tmp_path):
     """importlib.import_module("training.config"), a registry's "module:Class", ``python -m``'s
     argument: each is a dependency on that module, upward or not; a folder named "eval" is not."""
     f = tmp_path / "m.py"
-    f.write_text('SCHEMAS = {"train": "training.config:TrainRecipe"}\nCMD = ["-m", "flows.watch"]\nD = "eval"\n')
-    known = {"training.config": f, "flows.watch": f, "eval": f}
-    assert imports(f, known) == [(1, "training.config"), (2, "flows.watch")]
+    f.write_text('SCHEMAS = {"train": "training.config:TrainRecipe"}\nCMD = ["-m", "flows.stages.watch"]\nD = "eval"\n')
+    known = {"training.config": f, "flows.stages.watch": f, "eval": f}
+    assert imports(f, known) == [(1, "training.config"), (2, "flows.stages.watch")]

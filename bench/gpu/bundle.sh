@@ -21,7 +21,7 @@ pip download -q --no-deps "${PLAT[@]}" -d .gpu/whl "pydantic-core==$CORE"
 # Shards: ../shared/corpus when present (real text, 59 languages), else the bundled sample corpus.
 if [ ! -f .gpu/data/manifest.json ]; then
   SRC=../shared/corpus; [ -d "$SRC" ] || SRC=data_prep/sample_corpus
-  python -m flows.cli prepare --out .gpu/data "$SRC" --config configs/data/demo.yaml \
+  python -m flows.cli.app prepare --out .gpu/data "$SRC" --config configs/data/demo.yaml \
       -o tokenizer.vocab_size=8000 -o "pack.buckets=[256,512,1024,2048]" -o pack.valid_fraction=0.01
 fi
 du -sh .gpu/whl .gpu/data

@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bloomline import REPO
 from bloomline.errors import BloomlineError, DataError
 
-REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared" / "corpus"
 """The clean corpus of the shipped thresholds (the default ``--corpus``)."""
 

@@ -91,7 +91,7 @@ class PrepareConfig:
     def identity(self) -> dict[str, Any]:
         """What the prepared data depends on, by content; the one definition behind ``bloomline
         prepare``'s fingerprint (data_prep/pipeline.py) and the main job's prepare key
-        (flows/pipeline.py). ``config``: the settings less where and how the work runs (``dask``,
+        (flows/stages/pipeline.py). ``config``: the settings less where and how the work runs (``dask``,
         ``keep_work``, ``memory_gib``: the output does not depend on them), with a given tokenizer
         and the task items decontaminated against by their bytes, and the sources less their paths
         (a path names no content; the reading options do). ``inputs``: one digest over the bytes

@@ -151,7 +151,7 @@ BUNDLE_SPREAD = 8
 """Small files' records are cut into about this many bundles (each at least ``MIN_BUNDLE``, at most
 the chunk size), so a corpus of small files still makes several tasks to share. A constant, not a
 multiple of the worker count: the output's bytes follow the plan, and one worker or sixty must
-give the same bytes (tests/flows/test_cli.py)."""
+give the same bytes (tests/flows/cli/test_cli.py)."""
 
 
 def plan_chunks(

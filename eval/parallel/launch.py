@@ -1,7 +1,7 @@
 """Start a parallel evaluation's tp·pp ranks, as training's are started (DeepSpeed's launcher, on
 this machine or on a hostfile's hosts: training/loop/launch.py), wait for rank 0's results, and
 leave no rank behind: the job runs in a session of its own that is killed whole however it ends
-(``run_job``), and every process carries the driver's job token (flows/lifeline.py), so a
+(``run_job``), and every process carries the driver's job token (flows/run/lifeline.py), so a
 killed driver's reaper ends them too."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ rows into the checkpoint's results file (contract 3) and nothing else changes:
 adding a task is a new file here and a line in the registry (eval/tasks/__init__.py).
 
 A task never runs in the training loop: evaluation runs in its own process beside training
-(flows/watch.py) or after it.
+(flows/stages/watch.py) or after it.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Context:
     token_bytes: Any
     """UTF-8 bytes each token id stands for (bloomline/tokenizer.py ``Tokenizer.token_bytes``)."""
     tokenizer_file: Any
-    """Path of the data's tokenizer file (what an export ships, eval/export.py)."""
+    """Path of the data's tokenizer file (what an export ships, training/hf/to_hf.py)."""
     eos_id: int
     settings: Any
     """training.config.EvalConfig."""

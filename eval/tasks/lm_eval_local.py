@@ -10,7 +10,7 @@ choices, target, any ``!function``) and only points it at the local file (``data
 unfair across scripts). No hub is reached: every machine of ours is offline.
 
 The model lm-eval scores is the checkpoint's, as an in-memory ``BloomForCausalLM``
-(eval/export.py ``hf_model``) with the exported tokenizer, wrapped in lm-eval's ``HFLM``: the
+(training/hf/to_hf.py ``hf_model``) with the exported tokenizer, wrapped in lm-eval's ``HFLM``: the
 same model class, tokenizer, request batching and metric code as ``lm_eval --model hf`` on
 ``bloomline export``'s folder, so the numbers are lm-eval's, item for item (tests/eval/tasks/
 test_lm_eval_local.py runs both). Languages: those of the model's data and of the folder's files
@@ -207,8 +207,8 @@ def number(x: Any) -> Optional[float]:
 def lm_of(ctx: Context) -> Any:
     """The lm-eval ``LM`` of the task's model: HFLM around the in-memory ``BloomForCausalLM`` of a
     model in this process; around the ranks (eval/tasks/lm_eval_model.py) for a parallel one."""
-    from eval.export import hf_config, hf_model, hf_tokenizer
     from eval.model import LocalModel, TransformersModel
+    from training.hf.to_hf import hf_config, hf_model, hf_tokenizer
 
     tok = ctx.index.manifest["tokenizer"]
     tokenizer, eos = hf_tokenizer(ctx.tokenizer_file), int(tok["eos_id"])

@@ -1,4 +1,4 @@
-"""The lock of a folder at a URL (bloomline/lease.py, flows/runlock.py): a lease object on the
+"""The lock of a folder at a URL (bloomline/lease.py, flows/run/runlock.py): a lease object on the
 loopback S3 server (tests/support/s3.py), taken with a conditional write, renewed, taken over when
 left, refused in one line naming its holder while held; two jobs taking over one stale lease at
 once: exactly one holds it; a job whose lease was taken stops in one line."""
@@ -11,8 +11,8 @@ import pytest
 
 from bloomline import lease as lease_mod
 from bloomline.lease import LeaseHeld, modified, take
-from flows import lifeline
-from flows.runlock import LOCK_FILE, FolderInUse, acquire
+from flows.run import lifeline
+from flows.run.runlock import LOCK_FILE, FolderInUse, acquire
 from tests.support.holder import start_holder
 
 REPO = Path(__file__).resolve().parents[2]

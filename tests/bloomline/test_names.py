@@ -77,8 +77,8 @@ def escaped(tmp_path) -> list:
 
 
 def test_train_export_and_the_dashboard_refuse_a_manifest_naming_a_shard_outside(hostile_data, tmp_path, demo_data):
-    from flows.cli import app
-    from flows.train_job import validate
+    from flows.cli.app import app
+    from flows.stages.train_job import validate
     from training.data.shard_reader import ShardIndex
 
     recipe = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml")
@@ -119,8 +119,8 @@ def hostile_mirror(s3, demo_data, tmp_path):
 
 
 def test_a_checkpoint_url_and_a_resume_refuse_a_mirror_object_named_outside(hostile_mirror, tmp_path, monkeypatch):
-    from flows.cli import app
-    from flows.train import open_run
+    from flows.cli.app import app
+    from flows.stages.train import open_run
     from training.checkpoint.mirror import checkpoint_at, fetch_checkpoint
 
     monkeypatch.setenv("BLOOMLINE_SCRATCH", str(tmp_path / "scratch"))  # where a checkpoint URL's copy goes
@@ -156,7 +156,7 @@ def test_a_prepare_mirror_refuses_an_object_named_outside(s3, tmp_path, monkeypa
 def test_an_hf_index_and_a_grown_tokenizer_name_files_inside_their_folder(hf_bloom, tmp_path):
     import shutil
 
-    from training.checkpoint.init_from import extension_file, open_source
+    from training.hf.from_hf import extension_file, open_source
 
     folder = tmp_path / "hf"
     shutil.copytree(hf_bloom / "model", folder)

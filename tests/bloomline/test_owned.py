@@ -1,4 +1,4 @@
-"""Caches and locks belong to their user (bloomline/owned.py, flows/runlock.py), tried by a second
+"""Caches and locks belong to their user (bloomline/owned.py, flows/run/runlock.py), tried by a second
 local user (``nobody``, started with setpriv): a cache folder made first by someone else, a
 symbolic link planted for a lock, a read-only ``flock`` on a run folder's lock: each refused or
 harmless, none followed."""
@@ -89,8 +89,8 @@ def test_another_user_cannot_enter_the_cache_to_swap_a_shard(shared_tmp, monkeyp
 
 @as_root
 def test_a_run_folder_lock_is_private_links_are_refused_and_another_users_hold_is_named(shared_tmp):
-    from flows import lifeline
-    from flows.runlock import FolderInUse, acquire
+    from flows.run import lifeline
+    from flows.run.runlock import FolderInUse, acquire
 
     lifeline.ensure_driver()
     run = shared_tmp / "run"

@@ -53,7 +53,7 @@ def test_user_parts_are_told_from_at_signs_in_paths():
     ],
 )
 def test_a_credentialed_url_is_refused_in_one_line_before_anything_starts(args, tmp_path):
-    from flows.cli import app
+    from flows.cli.app import app
 
     res = CliRunner().invoke(app, [a.replace("{tmp}", str(tmp_path)) for a in args])
     lines = res.stderr.strip().splitlines()

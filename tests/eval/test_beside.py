@@ -23,7 +23,7 @@ def test_the_evaluator_takes_the_gpus_no_rank_takes_else_the_cpu_unless_listed()
 
 
 def test_plan_says_where_the_evaluation_beside_training_runs():
-    from flows.cli import app
+    from flows.cli.app import app
 
     def beside(*over: str) -> dict:
         args = ["plan", "--config", str(REPO / "configs/train/bloom-560m.yaml"), "--gpu", "a100-80gb", "--json"]

@@ -47,7 +47,7 @@ def evaluated(run: Path, bpb: dict[str, float], acc: dict[str, float], step: int
 
 
 def test_runs_side_by_side_show_each_language_against_the_base_with_the_seed_spread(tmp_path):
-    from flows.cli import app
+    from flows.cli.app import app
 
     base, one, two = tmp_path / "bloom-560m", tmp_path / "continued-1", tmp_path / ("continued" + planted("run")[0])
     evaluated(base, {"sw": 2.0, "fr": 1.5}, {"sw": 0.50}, 0, None)

@@ -26,7 +26,7 @@ from eval.results import (
     write_results,
 )
 from eval.tasks.validation import evaluate_model, language_samples
-from flows.evaluate import artifact_key
+from flows.stages.evaluate import artifact_key
 from training.config import EvalConfig, ModelConfig
 from training.data.shard_reader import ShardIndex
 from training.model.bloom import Bloom
@@ -195,7 +195,7 @@ def test_hf_names_cover_blooms_parameters_and_the_tokenizer_is_exact(demo, tmp_p
     import sentencepiece as spm
     from transformers import AutoTokenizer, BloomConfig, BloomForCausalLM
 
-    from eval.export import hf_config, hf_name, save_tokenizer
+    from training.hf.to_hf import hf_config, hf_name, save_tokenizer
 
     cfg = load_config(ModelConfig, REPO / "configs/model/bloom-tiny.yaml")
     ours = Bloom(cfg)

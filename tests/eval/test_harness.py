@@ -54,10 +54,10 @@ def test_lm_eval_bits_per_byte_on_an_export(demo, tmp_path):
 
     import sentencepiece as spm
 
-    from eval.evaluate import evaluate
-    from eval.export import export
+    from eval.publish import evaluate
     from eval.harness import lm_eval_bits_per_byte, validation_documents
     from training.config import EvalConfig
+    from training.hf.to_hf import export
 
     # a 1-rank checkpoint of a trained bloom-tiny (the files DeepSpeed writes at ZeRO 0)
     r = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", ["parallel.zero_stage=0"])

@@ -34,7 +34,7 @@ def evaluated(hf_bloom, tmp_path_factory):
     """``bloomline evaluate --model`` at tp=2 pp=2 on 5 documents of each language, with a local
     xstorycloze of 6 items per language made of other documents of it: (the results folder, the
     task's spec)."""
-    from tests.flows.test_cli import cli
+    from tests.flows.cli.test_cli import cli
 
     root = tmp_path_factory.mktemp("published")
     (root / "text").mkdir()
@@ -88,7 +88,7 @@ def transformers_bpb(folder: Path, data: Path, lang: str) -> float:
 def test_a_published_bloom_scores_as_transformers_and_lm_eval_score_it_at_any_layout(evaluated, hf_bloom):
     from bloomline.config import from_dict
     from bloomline.task_spec import TaskSpec
-    from eval.evaluate import evaluate
+    from eval.publish import evaluate
     from eval.results import read_results
     from eval.tasks import make
     from eval.tasks.lm_eval_local import export_lm_args, run_lm_eval
@@ -136,7 +136,7 @@ def test_another_architecture_runs_in_one_process_as_transformers_and_lm_eval_ru
     from bloomline.config import from_dict
     from bloomline.errors import ConfigError
     from bloomline.task_spec import TaskSpec
-    from eval.evaluate import evaluate
+    from eval.publish import evaluate
     from eval.generate import generate
     from eval.model import TransformersModel
     from eval.published import OtherModel, other_model
@@ -190,7 +190,7 @@ def test_another_architecture_runs_in_one_process_as_transformers_and_lm_eval_ru
 
 def test_what_cannot_be_evaluated_is_one_line(hf_bloom, demo_data, tmp_path):
     """Refused before anything is prepared or started (in this process)."""
-    from flows.cli import app
+    from flows.cli.app import app
 
     (tmp_path / "text.jsonl").write_text(json.dumps({"id": "1", "text": "Merhaba dünya", "lang": "tr"}) + "\n")
     bare = tmp_path / "bare"  # a model folder without its tokenizer

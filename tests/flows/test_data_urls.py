@@ -18,7 +18,7 @@ from training.model.bloom import Bloom
 
 
 def invoke(*args: str):
-    from flows.cli import app
+    from flows.cli.app import app
 
     res = CliRunner().invoke(app, [str(a) for a in args])
     assert res.exit_code == 0, res.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""Faults a user meets from outside end in one true line: Ctrl-C during training (flows/interrupt.py)
+"""Faults a user meets from outside end in one true line: Ctrl-C during training (flows/run/interrupt.py)
 and a full disk (bloomline/disk.py), each through the real `bloomline` command, then a rerun
 that gives what an undisturbed run gives."""
 
@@ -15,7 +15,7 @@ import pytest
 from bloomline.disk import DiskFull, disk_full_error, full_disk
 
 REPO = Path(__file__).resolve().parents[2]
-BLOOMLINE = [sys.executable, "-m", "flows.cli"]
+BLOOMLINE = [sys.executable, "-m", "flows.cli.app"]
 
 
 def cli(*args, timeout=600):
@@ -26,7 +26,7 @@ def cli(*args, timeout=600):
 
 
 def job_processes(driver_pid: int) -> list[psutil.Process]:
-    """The live processes that carry the job token of the driver ``driver_pid`` (flows/lifeline.py)."""
+    """The live processes that carry the job token of the driver ``driver_pid`` (flows/run/lifeline.py)."""
     found = []
     for p in psutil.process_iter(["status"]):
         try:

@@ -22,7 +22,7 @@ def test_serve_requires_its_auth_string_and_runs_only_what_its_roots_allow(tmp_p
     as the serving user); a run of a deployment started with it completes and its state and
     artifacts read back; a run naming a Dask scheduler, or a folder outside --root, fails in one
     line before it touches anything; and the user's other commands find and adopt the server."""
-    from flows import api_server, serve_state
+    from flows.run import api_server, serve_state
     from flows.serve import stop, wait_healthy
     from training.loop.launch import free_port
 
@@ -40,7 +40,7 @@ def test_serve_requires_its_auth_string_and_runs_only_what_its_roots_allow(tmp_p
     serve_log = tmp_path / "serve.log"
     with open(serve_log, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "flows.cli", "serve", "--port", str(port), "--root", str(root)],
+            [sys.executable, "-m", "flows.cli.app", "serve", "--port", str(port), "--root", str(root)],
             env=env,
             cwd=REPO,
             stdout=log,
@@ -129,14 +129,14 @@ def refused_serve(tmp_path, answer, *args, **env):
     """`bloomline serve ARGS` (PREFECT_API_* unset, ``env`` added) beside a loopback server that
     answers each GET with ``answer(path, authorization)``, its port as ``{port}`` in ``args``:
     the result and the Authorization headers the server was sent."""
-    from tests.flows.test_api_server import http_server
+    from tests.flows.run.test_api_server import http_server
 
     server = http_server(answer)
     full = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API_", "PREFECT_SERVER_API_"))}
     full.update(BLOOMLINE_HOME=str(tmp_path), **env)
     try:
         res = subprocess.run(
-            [sys.executable, "-m", "flows.cli", "serve", *(a.format(port=server.server_port) for a in args)],
+            [sys.executable, "-m", "flows.cli.app", "serve", *(a.format(port=server.server_port) for a in args)],
             env=full,
             cwd=REPO,
             capture_output=True,
@@ -160,7 +160,7 @@ def test_a_port_another_process_holds_is_sent_no_auth_string(tmp_path):
     """`serve` on a port something already listens on (another user's squatter would answer
     /health, and then get the auth string and the deployments): one line, exit 2, and the
     squatter is sent no credentials."""
-    from tests.flows.test_api_server import AUTH, prefect_like
+    from tests.flows.run.test_api_server import AUTH, prefect_like
 
     res, seen = refused_serve(  # the squatter would take AUTH, as a server started with it does
         tmp_path,
@@ -182,7 +182,7 @@ def test_a_started_server_that_exited_is_not_waited_for_elsewhere(tmp_path):
     there is not it, and serve ends in one line rather than sending it the auth string."""
     from bloomline.errors import BloomlineError
     from flows.serve import wait_healthy
-    from tests.flows.test_api_server import http_server
+    from tests.flows.run.test_api_server import http_server
 
     squatter = http_server(lambda path, header: 200)
     exited = subprocess.Popen(["true"])
@@ -196,15 +196,15 @@ def test_a_started_server_that_exited_is_not_waited_for_elsewhere(tmp_path):
 
 
 def test_served_parameters_are_checked_against_the_roots(tmp_path, monkeypatch):
-    """The check every flow's arguments pass first under serve (flows/served.py), in-process: each
+    """The check every flow's arguments pass first under serve (flows/run/served.py), in-process: each
     setting typed as a location, found from the flows' and recipes' types."""
     from bloomline.errors import BloomlineError
-    from flows import served
-    from flows.evaluate import evaluate_flow
-    from flows.pipeline import pipeline
-    from flows.prepare import prepare
+    from flows.run import served
     from flows.serve import default_parameters
-    from flows.train import train
+    from flows.stages.evaluate import evaluate_flow
+    from flows.stages.pipeline import pipeline
+    from flows.stages.prepare import prepare
+    from flows.stages.train import train
 
     root = tmp_path / "runs"
     (root / "data").mkdir(parents=True)
@@ -288,7 +288,7 @@ def test_served_parameters_are_checked_against_the_roots(tmp_path, monkeypatch):
 
 def test_every_setting_that_names_a_path_or_url_is_checked_by_its_type():
     """The list comes from the types: a location setting added to a recipe is in it unwritten."""
-    from flows import served
+    from flows.run import served
     from training.config import TrainRecipe
 
     keys = served.location_keys(TrainRecipe)

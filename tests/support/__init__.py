@@ -1,7 +1,7 @@
 """What the tests need beyond bloomline itself, and the benchmarks in bench/ share with them.
 
 * :mod:`~tests.support.chaos`: kill ``bloomline pipeline``'s driver anywhere, rerun it, compare with an
-  uninterrupted run (tests/flows/test_pipeline.py; ``python -m bench.chaos`` at length);
+  uninterrupted run (tests/flows/stages/test_pipeline.py; ``python -m bench.chaos`` at length);
 * :mod:`~tests.support.fuzz_inputs`: hostile inputs for ``prepare`` as Hypothesis strategies;
 * :mod:`~tests.support.proctree`: a command's whole process tree sampled for memory over time;
 * :mod:`~tests.support.grow`, :mod:`~tests.support.skewed`: corpora grown from ../shared/corpus by

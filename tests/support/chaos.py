@@ -1,12 +1,12 @@
 """Kill the main job's driver anywhere, rerun it, and compare the result with an uninterrupted run:
 the harness (``python -m bench.chaos`` runs it with a kill at every target and prints the tables;
-tests/flows/test_pipeline.py runs a few kills of it on the demo recipe in CI).
+tests/flows/stages/test_pipeline.py runs a few kills of it on the demo recipe in CI).
 
 As an operator meets it: ``bloomline pipeline`` runs as a process of its own; at a moment drawn at
 random (seeded) its driver — that process only, as the OOM killer picks one — gets
 SIGKILL. The harness then checks that no process of the killed job is alive 20 s later (its
 descendants as they were just before the kill, and every process carrying its job token,
-flows/lifeline.py) and that it left no DeepSpeed buffer in /dev/shm, and reruns the same command
+flows/run/lifeline.py) and that it left no DeepSpeed buffer in /dev/shm, and reruns the same command
 on the same folder, until every kill of the plan is spent and a last rerun finishes. Then the
 final shards, the losses of every step, the evaluation rows and the exported weights are compared
 with an uninterrupted run of the same recipe, byte for byte (evaluation rows less the time they
@@ -52,7 +52,7 @@ pipeline's evaluation stage), the export (with the dashboard before it)."""
 POLL_S = 0.02
 GRACE_S = 20.0  # the killed job's processes must be gone by then
 SHM = Path("/dev/shm")
-STAGE_MARKER = ".stage.json"  # flows/stages.py MARKER
+STAGE_MARKER = ".stage.json"  # flows/stages/reuse.py MARKER
 
 
 def _dirs(folder: Path) -> list[Path]:
@@ -191,7 +191,7 @@ def launch(out: Path, config: Path, overrides: list[str], log: Path) -> subproce
     args = [a for o in overrides for a in ("-o", o)]
     with open(log, "ab") as f:
         return subprocess.Popen(
-            [sys.executable, "-m", "flows.cli", "pipeline", "--out", str(out), "--config", str(config), *args],
+            [sys.executable, "-m", "flows.cli.app", "pipeline", "--out", str(out), "--config", str(config), *args],
             stdout=f,
             stderr=subprocess.STDOUT,
             cwd=REPO,
@@ -200,7 +200,7 @@ def launch(out: Path, config: Path, overrides: list[str], log: Path) -> subproce
 
 
 def job_of(driver: int) -> list[psutil.Process]:
-    """The live processes carrying a job token made by process ``driver`` (flows/lifeline.py)."""
+    """The live processes carrying a job token made by process ``driver`` (flows/run/lifeline.py)."""
     found = []
     for p in psutil.process_iter(["status"]):
         try:
@@ -441,7 +441,7 @@ def differences(ref: Path, run: Path) -> dict[str, list[str]]:
     return out
 
 
-EXPORT_META = "bloomline_export.json"  # eval/export.py: what was exported, from where
+EXPORT_META = "bloomline_export.json"  # training/hf/to_hf.py: what was exported, from where
 
 
 def _export_of(run: Path, train: Path) -> Path:

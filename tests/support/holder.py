@@ -1,4 +1,4 @@
-"""Another job holding a folder's lock: a process that takes it (flows/runlock.py ``acquire``) as a
+"""Another job holding a folder's lock: a process that takes it (flows/run/runlock.py ``acquire``) as a
 job's driver, says ``held``, and keeps it until killed."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from tests.support import REPO
 _CODE = """
 import sys, time
 from bloomline import lease
-from flows import lifeline
-from flows.runlock import acquire
+from flows.run import lifeline
+from flows.run.runlock import acquire
 if sys.argv[3]:
     lease.LEASE_SECONDS = float(sys.argv[3])
 lifeline.become_driver()
@@ -25,7 +25,7 @@ time.sleep(300)
 
 def start_holder(url: str, command: str = "test holder", lease_seconds: float | None = None) -> subprocess.Popen:
     """The holder of ``url``'s lock, once it holds it (its stdout and stderr are pipes)."""
-    from flows import lifeline
+    from flows.run import lifeline
 
     env = {k: v for k, v in os.environ.items() if k != lifeline.JOB_ENV}  # a job of its own
     p = subprocess.Popen(

@@ -66,7 +66,7 @@ def make_meta(
 ) -> dict[str, Any]:
     """The bloomline.json of a checkpoint (fields in training/CHECKPOINT.md); ``files``: the
     folder's files as training/checkpoint/integrity.py ``file_records`` gives them; ``init_from``:
-    the weights the run started from (training/checkpoint/init_from.py ``Source.record``), None
+    the weights the run started from (training/hf/from_hf.py ``Source.record``), None
     for the seed's."""
     from training.model.bloom import full_shapes
 

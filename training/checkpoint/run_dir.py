@@ -64,7 +64,7 @@ class RunDir(Retention):
     skipped = property(lambda self: self.eval / "skipped.jsonl")
     eval_stamp = property(lambda self: self.eval / "data_verified.json")  # the validation shards' checksums
     training_done = property(lambda self: self.eval / "training_done")  # the watcher drains, then exits
-    # the evaluation key (flows/pipeline.py) the results in eval/ were made with; absent: unknown
+    # the evaluation key (flows/stages/pipeline.py) the results in eval/ were made with; absent: unknown
     evaluated_with = property(lambda self: self.eval / "evaluated_with.json")
     dashboard = property(lambda self: self.root / "dashboard")
     # the online mixture (training/data/mixture/controller.py): its changes, write-ahead; the evaluations it may

@@ -85,7 +85,7 @@ class EvalConfig:
 @dataclass
 class EvaluationConfig:
     """The recipe's ``evaluation``: every checkpoint evaluated while ``bloomline train`` runs
-    (flows/watch.py), with ``settings`` as ``bloomline evaluate`` takes them."""
+    (flows/stages/watch.py), with ``settings`` as ``bloomline evaluate`` takes them."""
 
     enabled: bool = True
     """Evaluate each new checkpoint in a separate, lower-priority process (never in the training loop)."""
@@ -103,7 +103,7 @@ class EvaluationConfig:
     training leaves one idle (so on a busy machine evaluations may wait for the end of training)."""
     cpu_share: float | None = 0.1
     """While training runs, the evaluation process uses at most this many CPU seconds per wall second
-    (flows/pace.py): on a machine whose cores training fills, neither ``nice`` nor the idle class
+    (flows/run/pace.py): on a machine whose cores training fills, neither ``nice`` nor the idle class
     keeps an evaluation from slowing training, its CPU time does. What the cap defers runs at full
     speed once training ends (within ``drain_s``). None: no cap."""
     max_deferred: int = 2

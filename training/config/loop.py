@@ -73,7 +73,7 @@ class TrainLoopConfig:
     """Start from existing weights instead of the seed's: a Hugging Face BLOOM folder (config.json
     and safetensors, sharded too) or a bloomline checkpoint (a step folder, or a run folder: its
     latest), of any layout. Weights only: the optimizer, schedule and data order start fresh. The
-    model's shape must be theirs (training/checkpoint/init_from.py). A run that has a checkpoint of
+    model's shape must be theirs (training/hf/from_hf.py). A run that has a checkpoint of
     its own resumes from that."""
     skip_spike_factor: float = 0.0
     """Skip a batch whose loss exceeds this × the running mean loss (0: off); NaN/inf always skip."""

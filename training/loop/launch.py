@@ -121,7 +121,7 @@ def launch_env(launch: Any, env: dict[str, str], env_file: Path) -> dict[str, st
     lines["MASTER_PORT"] = str(launch.master_port or MULTI_NODE_PORT)
     env_file.parent.mkdir(parents=True, exist_ok=True)
     # the real values, for DeepSpeed to export: readable by this user only, and removed with the
-    # job (flows/train.py), so no run folder keeps them
+    # job (flows/stages/train.py), so no run folder keeps them
     fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write("".join(f"{k}={v}\n" for k, v in lines.items()))

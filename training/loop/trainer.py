@@ -22,7 +22,6 @@ import torch
 from bloomline.errors import BloomlineError
 from data_prep.storage.data_cache import prepared
 from data_prep.storage.shards import check_model_fits, manifest_sha256
-from training.checkpoint.init_from import start_from
 from training.checkpoint.integrity import checkpoint_files, file_records
 from training.checkpoint.meta import PRECISIONS, make_meta, read_meta, saved_recipe
 from training.checkpoint.resume import load_engine, plan_resume, restore_rng, rng_state
@@ -33,6 +32,7 @@ from training.data.mixture.fixed import FixedMixture
 from training.data.mixture.online import OnlineMixture
 from training.data.sampler import DynamicBatchSampler
 from training.data.shard_reader import ShardIndex, collate, torch_collectives, verify_once
+from training.hf.from_hf import start_from
 from training.loop.ds_config import adamw, allow_cpu_fp16, deepspeed_config, param_groups
 from training.loop.guard import SkipGuard
 from training.loop.kernel_choice import resolve_attention

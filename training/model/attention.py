@@ -15,7 +15,7 @@ padding query (segment 0) sees only itself, so no row is empty.
 
 Limit, measured with torch 2.13: FlexAttention has no backward on CPU ("FlexAttention does not
 support backward on CPU"), so on CPU it serves evaluation (forward only) and training uses
-``sdpa``; flows/train_job.py refuses ``flex`` for CPU training with that reason.
+``sdpa``; flows/stages/train_job.py refuses ``flex`` for CPU training with that reason.
 """
 
 from __future__ import annotations

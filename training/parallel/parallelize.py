@@ -259,7 +259,7 @@ def parallelize(
 
     ``model`` must be on the meta device (built under ``torch.device("meta")``); its parameters
     are initialised as they are materialised, from ``init`` (the whole tensor of a parameter by
-    name: existing weights, training/checkpoint/init_from.py) or else from ``seed``
+    name: existing weights, training/hf/from_hf.py) or else from ``seed``
     (``training.model.bloom.initial_value``)."""
     import deepspeed
 

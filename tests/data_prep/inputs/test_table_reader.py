@@ -218,7 +218,7 @@ def test_prepare_on_a_dictionary_bomb_keeps_every_process_under_2_gib(tmp_path):
     inputs = bombs(tmp_path, (8 << 20) + 1, refs)
     assert inputs[0].stat().st_size < 16 << 10  # a few KB on disk
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "flows.cli", "prepare", "--out", str(out), *map(str, inputs)]
+    cmd = [sys.executable, "-m", "flows.cli.app", "prepare", "--out", str(out), *map(str, inputs)]
     cmd += ["--config", str(REPO / "configs/data/demo.yaml")]
     cmd += ["-o", "dask.n_workers=2", "-o", "tokenizer.vocab_size=500"]
     cmd += ["-o", "dask.memory_limit=2GiB"]  # should this regress, a worker is stopped, not the machine

@@ -169,7 +169,7 @@ def test_a_megabyte_id_is_capped_in_the_drop_log_and_the_report(prepared):
     (dup,) = [r for r in rows if r["id"] == "j-dup-of-long"]
     assert dup["reason"] == "exact" and dup["duplicate_of"].startswith("b.b.") and len(dup["duplicate_of"]) == ID_CHARS
     t0 = time.perf_counter()
-    text = mask_text(report(out, examples=10_000))  # as flows/prepare.py publishes it
+    text = mask_text(report(out, examples=10_000))  # as flows/stages/prepare.py publishes it
     assert time.perf_counter() - t0 < 10
     assert f"`{long['id']}`" in text and f"{dup['duplicate_of']}" in text.replace("\\", "")
 
@@ -182,7 +182,7 @@ def test_texts_from_the_data_show_inert_in_the_report_and_the_filters_command(pr
     from typer.testing import CliRunner
 
     from data_prep.reports.filter_report import report
-    from flows.cli import app
+    from flows.cli.app import app
 
     _, out = prepared
     (row,) = [r for r in all_rows(out / "dropped") if r["id"] == HOSTILE_ID]  # the log keeps it as read
@@ -329,7 +329,7 @@ def test_filters_command(prepared):
     cmd = [
         sys.executable,
         "-m",
-        "flows.cli",
+        "flows.cli.app",
         "filters",
         str(out),
         "--reason",

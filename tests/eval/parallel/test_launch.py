@@ -24,7 +24,7 @@ def checkpoint(demo: Path, folder: Path) -> Path:
 
 def ranks_of_this_test() -> list[psutil.Process]:
     """This process's live children, but the reaper that an earlier in-process test made this
-    process a job's driver with (flows/lifeline.py: it lives as long as its driver), the
+    process a job's driver with (flows/run/lifeline.py: it lives as long as its driver), the
     session's Prefect server (tests/conftest.py) and multiprocessing's resource tracker (started by
     an earlier in-process test's pool; it lives as long as this process)."""
     me = psutil.Process()
@@ -35,7 +35,7 @@ def ranks_of_this_test() -> list[psutil.Process]:
         and p.status() != psutil.STATUS_ZOMBIE
         and not any(
             s in _cmdline(p)
-            for s in ("flows.lifeline", "prefect.server.api.server", "multiprocessing.resource_tracker")
+            for s in ("flows.run.lifeline", "prefect.server.api.server", "multiprocessing.resource_tracker")
         )
     ]
 
@@ -48,7 +48,7 @@ def _cmdline(p: psutil.Process) -> str:
 
 
 def test_an_evaluation_past_its_timeout_is_stopped_in_one_line_with_no_rank_left(demo_data, tmp_path):
-    from eval.evaluate import evaluate
+    from eval.publish import evaluate
     from eval.parallel.launch import EvaluationFailed
 
     step = checkpoint(demo_data, tmp_path)
@@ -65,7 +65,7 @@ def test_an_evaluation_past_its_timeout_is_stopped_in_one_line_with_no_rank_left
 def test_a_ranks_refusal_reaches_the_user_as_its_own_line(demo_data, tmp_path):
     """A checkpoint file cut short is met by the ranks, not by the process that starts them: the
     error line a rank prints is what the evaluation fails with."""
-    from eval.evaluate import evaluate
+    from eval.publish import evaluate
     from eval.parallel.launch import EvaluationFailed
 
     step = checkpoint(demo_data, tmp_path)

@@ -13,7 +13,8 @@ import torch
 from bloomline.config import from_dict
 from bloomline.errors import ConfigError
 from bloomline.tokenizer import token_bytes
-from eval.evaluate import evaluate, generations
+from eval.evaluate import generations
+from eval.publish import evaluate
 from eval.model import LocalModel
 from eval.tasks.continuation import CHOICES, CONTEXT, LENGTH, batch_loglikelihoods, documents, items
 from tests.training.loop.test_trainer_multiproc import launch, ok

@@ -79,7 +79,7 @@ def write(folder: Path, lang: str, recs: list[dict]) -> None:
 @pytest.fixture(scope="module")
 def exported(demo_data, tmp_path_factory):
     """A 1-rank checkpoint of a bloom-tiny, exported (bloomline export) — and its model."""
-    from eval.export import export
+    from training.hf.to_hf import export
 
     r = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", ["parallel.zero_stage=0"])
     model = Bloom(r.model, seed=7).eval()
@@ -112,9 +112,9 @@ def context(demo: Path, model: Bloom, spec: TaskSpec):
 
 
 def test_every_family_equals_lm_evals_own_run_on_the_export_item_for_item(demo_data, exported, tmp_path):
-    from eval.export import hf_model, hf_tokenizer
     from eval.tasks import make
     from eval.tasks.lm_eval_local import export_lm_args, in_memory_lm, run_lm_eval
+    from training.hf.to_hf import hf_model, hf_tokenizer
 
     model, hf_dir = exported
     names, ours = {}, {}
@@ -170,10 +170,10 @@ def test_every_family_equals_lm_evals_own_run_on_the_export_item_for_item(demo_d
     # equal this process's: tests/eval/parallel/test_ranks.py.)
     from transformers import BloomConfig
 
-    from eval.export import hf_config
     from eval.model import LocalModel
     from eval.tasks.lm_eval_local import BATCH
     from eval.tasks.lm_eval_model import evalmodel_lm
+    from training.hf.to_hf import hf_config
 
     conf = {k: v for k, v in hf_config(model.cfg, manifest["tokenizer"], "float32").items() if k != "architectures"}
     tokenizer = hf_tokenizer(demo_data / "tokenizer" / "tokenizer.model")

@@ -28,9 +28,9 @@ def test_bits_per_byte_is_transformers_nll_over_the_texts_bytes(hf_bloom, tmp_pa
     from eval.model import LocalModel
     from eval.tasks.validation import evaluate_model
     from tests.support.hf_bloom import REPO
-    from training.checkpoint.init_from import open_source
     from training.config import EvalConfig, TrainRecipe
     from training.data.shard_reader import ShardIndex
+    from training.hf.from_hf import open_source
     from training.model.bloom import Bloom
     from training.parallel.layout import tp_slice
 

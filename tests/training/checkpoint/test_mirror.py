@@ -25,7 +25,7 @@ def saved(run: RunDir, step: int, value: float, demo_data) -> None:
 
 
 def test_the_mirror_keeps_the_newest_and_an_empty_run_folder_resumes_from_it(s3, demo_data, tmp_path):
-    from flows.train import open_run
+    from flows.stages.train import open_run
 
     url = f"s3://{s3.bucket}/mirrors/{tmp_path.name}"
     run = RunDir(tmp_path / "run")
@@ -69,8 +69,8 @@ def test_latest_is_never_pruned_and_a_copied_runs_future_goes(s3, demo_data, tmp
 def test_a_second_run_on_a_mirror_in_use_is_refused(s3, tmp_path):
     import pytest
 
-    from flows.runlock import FolderInUse
-    from flows.train import owned_mirror
+    from flows.run.runlock import FolderInUse
+    from flows.stages.train import owned_mirror
     from tests.support.holder import start_holder
 
     url = f"s3://{s3.bucket}/mirrors/{tmp_path.name}"

@@ -100,8 +100,8 @@ def test_resume_is_exact_on_one_rank_from_s3_data_and_a_checkpoint_mirror(data, 
     a fresh node: the first run's checkpoint is mirrored to S3 by the uploader's thread, and an
     empty run folder pulls it (files, bloomline.json, latest, the metrics log). export (and
     evaluate) read a checkpoint at its URL: the same model as from the local folder."""
-    from eval.export import export
     from training.checkpoint.mirror import MirrorUploader, mirrored_steps, pull_latest
+    from training.hf.to_hf import export
 
     url, mirror = f"s3://{s3.bucket}/train-data/demo", f"s3://{s3.bucket}/mirrors/resume"
     s3.fs().put(str(data), url, recursive=True)
@@ -210,7 +210,7 @@ def test_3d_layout_trains_resumes_and_loads_as_the_single_device_model(data, tmp
     print(f"load_model: max |logit difference| 1x1x1 vs TP2xPP2xDP2 after 4 fp32 steps = {diff:.3g}")
     assert diff < 1e-4
     # and the per-language evaluation gives the same numbers whatever layout wrote the checkpoint
-    from eval.evaluate import evaluate
+    from eval.publish import evaluate
     from training.config import EvalConfig
 
     cfg = EvalConfig(max_tokens_per_lang=300, prompts_per_lang=0)
@@ -223,7 +223,7 @@ def test_3d_layout_trains_resumes_and_loads_as_the_single_device_model(data, tmp
     # exported from the 3D checkpoint, transformers' BloomForCausalLM computes the same logits
     from transformers import AutoModelForCausalLM
 
-    from eval.export import export
+    from training.hf.to_hf import export
 
     hf_dir = export(ck, tmp_path_factory.mktemp("hf"))
     hf = AutoModelForCausalLM.from_pretrained(hf_dir, local_files_only=True).eval()
@@ -237,7 +237,7 @@ def test_3d_layout_trains_resumes_and_loads_as_the_single_device_model(data, tmp
 def test_resume_on_another_layout_through_a_universal_checkpoint(data, reference, tmp_path):
     """TP=2 x PP=2 (ZeRO-1) for two steps, then TP=1 x PP=1 x DP=2 (ZeRO-2) for two more: the
     TP slices are merged, the pipeline stages joined and the optimizer state re-partitioned."""
-    from flows.train import reshard_if_needed
+    from flows.stages.train import reshard_if_needed
 
     ok(launch(data, tmp_path, ["parallel.tp=2", "parallel.pp=2", "train.steps=2"]))
     new = ["parallel.dp=2", "parallel.zero_stage=2"]

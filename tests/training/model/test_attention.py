@@ -60,7 +60,7 @@ def test_cpu_training_with_flex_is_refused_with_the_reason():
     # and before any rank starts: the train flow's checks
     from bloomline.config import load_config
     from bloomline.errors import ConfigError
-    from flows.train_job import validate
+    from flows.stages.train_job import validate
     from training.config import TrainRecipe
 
     recipe = load_config(

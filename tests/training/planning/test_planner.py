@@ -119,7 +119,7 @@ def test_cli_json_and_exit_status(tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "flows.cli",
+        "flows.cli.app",
         "plan",
         "--config",
         str(REPO / "configs/train/bloom-176b.yaml"),

@@ -1,0 +1,53 @@
+"""Flow parameters without secrets. Prefect keeps every flow run's parameters in its database, so a
+caller in this process passes them masked, and hands the real values (and a live progress
+display, which is no JSON either) beside them in an :class:`InProcess`, which Prefect does not record.
+A flow run started elsewhere (a deployment run from the API) has no InProcess: it runs on its
+parameters as they were sent, with no display. Nothing is held between calls: what a flow runs
+on is what its caller passed it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bloomline.secrets import mask_tree, remember
+
+
+class InProcess:
+    """What a caller in this process hands a flow beside its JSON parameters: ``params``, the
+    parameters with their real values (their masked form is the flow's recorded parameter), and
+    ``progress``, a live display, and ``dask``, a Dask client already running (a cluster the caller
+    started while Prefect's server did; flows/run/api_server.py). Prefect records it as ``"<InProcess>"``: its encoder cannot read an
+    object with slots and no iteration (prefect.flows.Flow.serialize_parameters' fallback), so
+    neither a secret nor the display reaches the API."""
+
+    __slots__ = ("params", "progress", "dask")
+
+    def __init__(self, params: Any = None, progress: Any = None, dask: Any = None):
+        self.params = params
+        self.progress = progress
+        self.dask = dask
+
+    def __iter__(self):  # what makes Prefect's encoder give up (dict(obj) fails, vars(obj) too)
+        raise TypeError("an InProcess stays in this process")
+
+    def __repr__(self) -> str:
+        return "<InProcess>"
+
+
+def flow_args(params: Any, progress: Any = None, dask: Any = None) -> tuple[Any, InProcess]:
+    """(``params`` with its secrets masked, for the flow's record; the :class:`InProcess` holding the
+    real ones, ``progress`` and ``dask``, for the flow's ``local`` argument)."""
+    m = mask_tree(params)
+    if m != params:
+        remember(params)  # an error quoting one of them, in any form, is masked too
+    return m, InProcess(params, progress, dask)
+
+
+def unmasked(params: Any, local: InProcess | None) -> Any:
+    """The parameters a flow runs on: the real ones its caller handed in ``local``, else ``params``
+    as sent. Refuses an InProcess that does not belong to ``params`` (a caller's mistake, not a user's)."""
+    if local is None or local.params is None:
+        return params
+    if mask_tree(local.params) != params:
+        raise ValueError("the InProcess handed to this flow holds other parameters than the flow's")
+    return local.params
