@@ -141,7 +141,7 @@ def evaluate(ckpt: Path, data: Path, test: Path, out: Path, items: int) -> None:
 
 def figures(run: Path, step: int) -> dict[str, dict[str, float]]:
     """Per language: bpb and continuation accuracy of ``run``'s evaluation at ``step``."""
-    from eval.results import read_results
+    from eval.results.table import read_results
 
     rows = [r for r in read_results(run).to_pylist() if r["step"] == step and r["scope"] == "language"]
     pick = {"bpb": ("validation", "bpb"), "acc": ("continuation", "acc")}

@@ -132,7 +132,7 @@ def train_throughput(data: Path, wd: Path, steps: int, specs: list[TaskSpec]) ->
     print(
         "1. training tokens/s with the automatic evaluation beside it (bloomline train, 2 cores; target ≤ 10% slower)"
     )
-    from eval.results import evaluated_steps, results_dir, skipped_steps
+    from eval.results.table import evaluated_steps, results_dir, skipped_steps
     from training.checkpoint.run_dir import RunDir
 
     runs = {}

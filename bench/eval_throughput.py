@@ -134,7 +134,7 @@ def main() -> None:
         tps = sum(x["global_batch_tokens"] for x in after) / sum(x["step_seconds"] for x in after)
         runs[label] = tps
         base = runs["no evaluation"]
-        from eval.results import read_results
+        from eval.results.table import read_results
 
         done = sorted(
             {

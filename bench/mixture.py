@@ -173,8 +173,8 @@ def final_weights(out: Path, data: Path) -> dict[str, float]:
 
 
 def summary(out: Path, steps: int) -> dict[str, float]:
-    from eval.result_rows import validation_rows
-    from eval.results import read_results
+    from eval.results.rows import validation_rows
+    from eval.results.table import read_results
     from training.loop.metrics_log import read_metrics
 
     rows = [r for r in validation_rows(read_results(out)) if r["step"] == steps and r["scope"] == "language"]

@@ -95,7 +95,7 @@ def sizes(data: Path) -> dict[str, int]:
 
 def skewed_summary(out: Path, steps: int, tail: list[str], head: list[str], into: str = "test") -> dict[str, float]:
     """An arm's figures (module docstring) from its final checkpoint's evaluation in ``out/<into>``."""
-    from eval.results import read_results
+    from eval.results.table import read_results
 
     rows = [r for r in read_results(out / into).to_pylist() if r["step"] == steps and r["scope"] == "language"]
     val = {r["lang"]: r for r in rows if r["task"] == "validation" and r["metric"] == "bpb"}

@@ -6,7 +6,7 @@ The model is the checkpoint's whole single-device ``Bloom`` (``training.checkpoi
 any layout) in this process, on the CPU or the accelerator (``device``), or the checkpoint spread
 over ``parallel``'s tp·pp ranks, whose rank 0 runs :func:`evaluate_with` here (eval/parallel/);
 the tasks see either through one interface (eval/model.py). Which of the two runs is chosen
-above both, in eval/publish.py ``evaluate``: nothing here starts ranks. Results are rows of contract 3 (``eval/results.py``,
+above both, in eval/publish.py ``evaluate``: nothing here starts ranks. Results are rows of contract 3 (``eval/results/table.py``,
 ``eval/RESULTS.md``): one per (task, scope, language, weighting, metric), with the checkpoint's
 identity and the training tokens of the language it had seen.
 """
@@ -26,7 +26,7 @@ from bloomline.task_spec import TaskSpec
 from bloomline.tokenizer import open_tokenizer
 from data_prep.storage.shards import load_manifest, manifest_path, tokenizer_file
 from eval.generate import generate
-from eval.metrics import GROUPS, group_of
+from eval.results.metrics import GROUPS, group_of
 from eval.model import EvalModel, resolve_device
 from eval.published import PUBLISHED, SETTING, architecture, evaluated_meta, is_published, other_model
 from eval.tasks import make, validation_spec
@@ -51,11 +51,11 @@ class Evaluation:
     """Seconds each task took."""
 
     def validation(self) -> list[dict[str, Any]]:
-        """The validation task's rows in wide form (eval/result_rows.py validation_rows)."""
+        """The validation task's rows in wide form (eval/results/rows.py validation_rows)."""
         import pyarrow as pa
 
-        from eval.result_rows import validation_rows
-        from eval.results import SCHEMA
+        from eval.results.rows import validation_rows
+        from eval.results.table import SCHEMA
 
         return validation_rows(pa.Table.from_pylist(self.rows, schema=SCHEMA))
 

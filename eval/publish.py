@@ -19,12 +19,12 @@ from bloomline.errors import ConfigError
 from bloomline.storage import is_url
 from data_prep.storage.data_cache import prepared
 from eval.evaluate import Evaluation, checked, evaluate_with, precision_of
-from eval.metrics import regressions
+from eval.results.metrics import regressions
 from eval.model import LocalModel, TransformersModel, resolve_device
 from eval.parallel.launch import evaluate_on_ranks
 from eval.published import PUBLISHED, load_whole, other_model
-from eval.result_rows import VALIDATION, ResultRow, ValidationRow, is_language, of_languages, validation_rows
-from eval.results import SCHEMA, forget_after, read_results, write_results
+from eval.results.rows import VALIDATION, ResultRow, ValidationRow, is_language, of_languages, validation_rows
+from eval.results.table import SCHEMA, forget_after, read_results, write_results
 from training.checkpoint.meta import PRECISIONS
 from training.checkpoint.run_dir import RunDir
 from training.config import EvalConfig
@@ -175,7 +175,7 @@ def run_evaluation(
             continuation,
         )
     write_tensorboard(run_dir, ev.rows)
-    from eval.dashboard import build  # the dashboard reads the results table this module writes
+    from eval.pages.dashboard import build  # the dashboard reads the results table this module writes
 
     dashboard = build(run_dir, cfg.regression_threshold)  # every evaluation refreshes it
     return {

@@ -27,7 +27,7 @@ def test_checkpoint_format():
 
 
 def test_results_format():
-    from eval.results import RESULTS_VERSION
+    from eval.results.table import RESULTS_VERSION
 
     assert stated("eval/RESULTS.md", r"^## results \(version (\d+)\)") == RESULTS_VERSION
     assert stated("eval/RESULTS.md", r"it reads versions 1 to (\d+)") == RESULTS_VERSION

@@ -59,7 +59,7 @@ def clean_drops(manifest: dict) -> dict[str, float]:
 
 
 def language_rows(results: Path) -> dict[tuple[int, str], float]:
-    from eval.results import read_results
+    from eval.results.table import read_results
 
     return {
         (r["step"], r["lang"]): r["value"]

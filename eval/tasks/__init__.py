@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bloomline.errors import ConfigError
 from bloomline.task_spec import TaskSpec
-from eval.result_rows import VALIDATION
+from eval.results.rows import VALIDATION
 from eval.tasks.base import Task
 
 REGISTRY = {

@@ -102,7 +102,7 @@ def proportion(k: int, n: int) -> tuple[float, float]:
 def with_means(rows: list[Row]) -> list[Row]:
     """``rows`` plus, per metric, the mean over each BLOOM group's languages and over all of them
     (scope ``group``/``overall``, weighting ``mean``; every language counts once)."""
-    from eval.metrics import GROUPS
+    from eval.results.metrics import GROUPS
 
     out = list(rows)
     metrics = sorted({r.metric for r in rows if r.scope == "language" and r.metric != "skipped"})

@@ -1,5 +1,5 @@
 """The validation task, which every evaluation runs: per language, the loss, perplexity and bits
-per byte of the data's own validation split (definitions in eval/RESULTS.md and eval/metrics.py).
+per byte of the data's own validation split (definitions in eval/RESULTS.md and eval/results/metrics.py).
 
 Every language with a validation split is evaluated on the same fixed samples every round (its
 validation shards in manifest order, up to ``max_tokens_per_lang``), with the training's labels
@@ -15,9 +15,9 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from eval.metrics import LangTotals, metric_rows
+from eval.results.metrics import LangTotals, metric_rows
 from eval.model import EvalModel
-from eval.result_rows import VALIDATION, VALIDATION_METRICS
+from eval.results.rows import VALIDATION, VALIDATION_METRICS
 from eval.tasks.base import Context, Row, Task
 from training.config import EvalConfig
 from training.data.shard_reader import ShardIndex, collate

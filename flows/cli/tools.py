@@ -68,11 +68,11 @@ def dashboard(
             if not run.is_dir():
                 raise BloomlineError(f"{run} is not a folder")
         if len(runs) == 1:
-            from eval.dashboard import build
+            from eval.pages.dashboard import build
 
             console.print(f"[bold green]done[/]: {build(runs[0])}")
             return
-        from eval.compare import compare
+        from eval.pages.compare import compare
 
         console.print(f"[bold green]done[/]: {compare(runs, out)}")
 

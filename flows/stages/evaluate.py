@@ -19,7 +19,7 @@ from prefect.cache_policies import NONE
 from bloomline.config import Location, from_dict, recipe_of, to_dict
 from bloomline.secrets import mask_text, mask_tree, masks_exceptions
 from eval.publish import run_evaluation
-from eval.result_rows import is_language, of_languages
+from eval.results.rows import is_language, of_languages
 from flows.run.params import InProcess, unmasked
 from flows.run.runlock import owns
 from training.checkpoint.run_dir import RunDir

@@ -33,7 +33,7 @@ from bloomline.io import read_json, write_json_atomic
 from bloomline.secrets import mask_tree, masks_exceptions
 from bloomline.storage import content_digest
 from data_prep.storage.shards import manifest_path, manifest_sha256
-from eval.results import clear_evaluations, copy_evaluations, results_dir
+from eval.results.table import clear_evaluations, copy_evaluations, results_dir
 from eval.tasks import data_digest
 from flows.config import PipelineConfig
 from flows.run.params import InProcess, flow_args, unmasked
@@ -282,8 +282,8 @@ def evaluate_stage(
     dashboard (its path). The stage's own folder keeps a copy of the run's evaluations per
     settings, so switching a value back restores them rather than evaluating again; the run's
     eval/ (what the dashboard reads) always holds the evaluations of the current settings."""
-    from eval.dashboard import build
-    from eval.results import evaluated_steps, skipped_steps
+    from eval.pages.dashboard import build
+    from eval.results.table import evaluated_steps, skipped_steps
     from flows.stages.evaluate import evaluate_flow
 
     train_dir, kept = folder.root, ek.folder(run)

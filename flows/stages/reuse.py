@@ -64,9 +64,9 @@ STAGES: dict[str, Stage] = {
     "train": Stage(
         "training", ("flows.stages.train", "training.loop.main"), ("torch", "deepspeed", "megatron-core", "numpy")
     ),
-    # eval.reference: the curve an evaluation-steered mixture compares against (flows/stages/pipeline.py train_key)
+    # eval.results.reference: the curve an evaluation-steered mixture compares against (flows/stages/pipeline.py train_key)
     "evaluate": Stage(
-        "eval", ("flows.stages.evaluate", "flows.stages.watch", "eval.dashboard", "eval.reference"), ("torch",)
+        "eval", ("flows.stages.evaluate", "flows.stages.watch", "eval.pages.dashboard", "eval.results.reference"), ("torch",)
     ),
     "export": Stage(
         "eval", ("training.hf.to_hf",), ("torch", "transformers", "safetensors", "sentencepiece", "tokenizers")

@@ -154,7 +154,7 @@ def stop_watcher(
 ) -> dict[str, Any]:
     """Tell the watcher training is over, let it finish what is pending (up to evaluation.drain_s),
     then stop it; what is still pending is recorded as skipped, with the reason."""
-    from eval.results import evaluated_steps, record_skipped, skipped_steps
+    from eval.results.table import evaluated_steps, record_skipped, skipped_steps
     from flows.stages.watch import pending, record_pruned
 
     RunDir(run).training_done.parent.mkdir(parents=True, exist_ok=True)

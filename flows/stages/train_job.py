@@ -23,7 +23,7 @@ from bloomline.errors import BloomlineError, ConfigError
 from bloomline.io import write_json_atomic
 from bloomline.secrets import mask_tree
 from data_prep.storage.shards import check_model_fits, load_manifest
-from eval.reference import reference_curve
+from eval.results.reference import reference_curve
 from training.checkpoint.run_dir import RunDir
 from training.config import TrainRecipe
 from training.data.mixture.blend import run_blend

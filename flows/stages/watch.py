@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable
 
 from bloomline.config import from_dict, to_dict
-from eval.results import record_skipped, settled
+from eval.results.table import record_skipped, settled
 from flows.run.pace import Pacer, install
 from flows.run.params import flow_args
 from training.checkpoint.run_dir import RunDir

@@ -92,7 +92,7 @@ def test_train_export_and_the_dashboard_refuse_a_manifest_naming_a_shard_outside
     meta = json.loads((step / "bloomline.json").read_text())
     (step / "bloomline.json").write_text(json.dumps({**meta, "data_dir": hostile_data}))
     (run / "checkpoints" / "latest").write_text("step_1")
-    from eval.dashboard import _manifest
+    from eval.pages.dashboard import _manifest
 
     with pytest.raises(UnsafeName):
         _manifest(run)

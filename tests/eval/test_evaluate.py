@@ -11,10 +11,10 @@ import torch
 from bloomline.config import load_config
 from bloomline.io import TMP_MARK
 from eval.evaluate import generations
-from eval.metrics import LangTotals, metric_rows, regressions
+from eval.results.metrics import LangTotals, metric_rows, regressions
 from eval.model import LocalModel
-from eval.result_rows import long_rows, validation_rows
-from eval.results import (
+from eval.results.rows import long_rows, validation_rows
+from eval.results.table import (
     SCHEMA,
     ResultsError,
     clear_evaluations,
@@ -253,7 +253,7 @@ def test_a_resumed_run_withdraws_the_evaluations_of_the_future_it_redoes(tmp_pat
 def test_version_1_results_are_still_read_in_the_long_form(tmp_path):
     """A version-1 file (one wide row per language or aggregate) reads as version 2's long rows of
     the validation task, and its validation view has the numbers it was written with."""
-    from eval.results import SCHEMA_V1
+    from eval.results.table import SCHEMA_V1
 
     wide = validation_rows(pa.Table.from_pylist(rows_for(10, 1.25), schema=SCHEMA))
     folder = tmp_path / "eval" / "results"
@@ -271,7 +271,7 @@ def test_version_1_results_are_still_read_in_the_long_form(tmp_path):
 
 
 def test_version_2_results_read_with_a_null_epochs_seen(tmp_path):
-    from eval.results import SCHEMA_V2
+    from eval.results.table import SCHEMA_V2
 
     rows = [{k: v for k, v in r.items() if k != "epochs_seen"} for r in rows_for(10, 1.25)]
     folder = tmp_path / "eval" / "results"
@@ -288,7 +288,7 @@ def test_version_2_results_read_with_a_null_epochs_seen(tmp_path):
 def test_version_3_results_read_as_evaluated_in_one_process_on_the_cpu(tmp_path):
     """Every evaluation before version 4 ran in one process on the CPU: a version-3 file's rows get
     that ``eval_layout``; a version-4 file's keep their own."""
-    from eval.results import SCHEMA_V3
+    from eval.results.table import SCHEMA_V3
 
     folder = tmp_path / "eval" / "results"
     folder.mkdir(parents=True)
@@ -304,7 +304,7 @@ def test_version_3_results_read_as_evaluated_in_one_process_on_the_cpu(tmp_path)
 
 
 def test_every_results_column_is_documented():
-    from eval.results import SCHEMA
+    from eval.results.table import SCHEMA
 
     doc = (REPO / "eval" / "RESULTS.md").read_text()
     assert [c for c in SCHEMA.names if f"| `{c}` |" not in doc] == []

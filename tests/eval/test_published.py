@@ -89,7 +89,7 @@ def test_a_published_bloom_scores_as_transformers_and_lm_eval_score_it_at_any_la
     from bloomline.config import from_dict
     from bloomline.task_spec import TaskSpec
     from eval.publish import evaluate
-    from eval.results import read_results
+    from eval.results.table import read_results
     from eval.tasks import make
     from eval.tasks.lm_eval_local import export_lm_args, run_lm_eval
     from training.config import EvalConfig

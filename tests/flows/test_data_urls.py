@@ -10,7 +10,7 @@ import re
 from typer.testing import CliRunner
 
 from bloomline.config import load_config
-from eval.results import read_results
+from eval.results.table import read_results
 from tests.support.checkpoints import one_rank_checkpoint
 from tests.support.hf_bloom import REPO
 from training.config import TrainRecipe

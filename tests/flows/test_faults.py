@@ -212,7 +212,7 @@ def test_a_killed_rank_of_a_parallel_evaluation_skips_that_checkpoint_and_traini
     ranks beside training. SIGKILL to a rank of the first evaluation makes that checkpoint a
     skipped record whose reason is one line; training finishes, the other checkpoint is evaluated
     in the evaluation's layout, and no rank is left."""
-    from eval.results import read_results, skipped_steps
+    from eval.results.table import read_results, skipped_steps
 
     out = tmp_path / "run"
     cmd = [

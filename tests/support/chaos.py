@@ -403,7 +403,7 @@ def differences(ref: Path, run: Path) -> dict[str, list[str]]:
     other recipes too; those of ``run``'s keys are compared): the prepared data (every
     file, less the lock and the per-run timing), the losses of each step, the evaluation rows and
     generations, the exported model."""
-    from eval.results import read_generations, read_results
+    from eval.results.table import read_generations, read_results
     from training.loop.metrics_log import read_metrics
 
     out: dict[str, list[str]] = {}

@@ -486,8 +486,8 @@ def test_evaluate_publishes_results_tensorboard_and_artifacts_and_refuses_bad_ch
     import torch
 
     from bloomline.config import load_config, to_dict
-    from eval.result_rows import validation_rows
-    from eval.results import read_results
+    from eval.results.rows import validation_rows
+    from eval.results.table import read_results
     from training.config import TrainRecipe
     from training.loop.launch import launch_command, run_job
 
@@ -612,8 +612,8 @@ def test_every_checkpoint_is_evaluated_while_training_runs(demo_data, tmp_path):
     """bloomline train with the automatic evaluation: a separate, lower-priority process evaluates
     every checkpoint exactly once (newest first when they queue up), checkpoint.keep=1 waits for
     the evaluations before deleting, and training's step times are logged alongside."""
-    from eval.result_rows import validation_rows
-    from eval.results import read_results, skipped_steps
+    from eval.results.rows import validation_rows
+    from eval.results.table import read_results, skipped_steps
     from training.checkpoint.run_dir import RunDir
     from training.data.mixture.online import read_feedback
 
@@ -674,8 +674,8 @@ def test_a_held_back_evaluation_never_stalls_the_evaluation_driven_mixture(demo_
     checks and hands to the ranks), and the evaluation process is stopped (SIGSTOP) before it
     evaluates anything: training runs every step all the same, the weights stay the start's, and
     the checkpoints left unevaluated are recorded as skipped once the drain gives up."""
-    from eval.reference import reference_curve
-    from eval.results import skipped_steps
+    from eval.results.reference import reference_curve
+    from eval.results.table import skipped_steps
     from training.checkpoint.run_dir import RunDir
     from training.data.mixture.log import read_log
     from training.data.mixture.online import read_reference

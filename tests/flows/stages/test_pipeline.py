@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.results import read_generations
+from eval.results.table import read_generations
 from tests.support.prefect import own_server
 
 REPO = Path(__file__).resolve().parents[3]
@@ -92,7 +92,7 @@ def test_demo_pipeline_end_to_end_reuse_failure_and_rerun(demo_run):
     evaluated = stages["evaluate"]["outputs"]["evaluated"]
     assert evaluated and evaluated[-1] == 30
     # the demo's continuation task: every language's accuracy at every evaluated checkpoint, and its dashboard page
-    from eval.results import read_results
+    from eval.results.table import read_results
 
     acc = {
         (r["step"], r["lang"])
@@ -308,7 +308,7 @@ def test_an_evaluation_steered_mixture_keys_training_by_what_steers_it(tmp_path)
     """With ``batch.online.rule: evaluation`` evaluations shape the weights: their settings and the
     reference run's results are in the train key; with a fixed mixture they are not."""
     from bloomline.config import load_config
-    from eval.results import results_dir
+    from eval.results.table import results_dir
     from flows.stages.pipeline import train_key
     from training.config import TrainRecipe
 

@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from eval.results import evaluated_steps, record_skipped, skipped_steps, write_results
+from eval.results.table import evaluated_steps, record_skipped, skipped_steps, write_results
 from flows.stages.train import stop_watcher
 from flows.stages.watch import pending, watch
 from training.checkpoint.run_dir import RunDir

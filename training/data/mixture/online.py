@@ -175,7 +175,7 @@ class OnlineMixture:
                     f"{', '.join(blind[:5])}{more} have no validation data in "
                     f"{sampler.index.data_dir}",
                 )
-        reference = read_reference(run) if cfg.reference else None  # checked at start (eval/reference.py)
+        reference = read_reference(run) if cfg.reference else None  # checked at start (eval/results/reference.py)
         self.controller = MixtureController(
             cfg, self.languages, np.array([sampler.weights[l] for l in self.languages]), reference
         )

@@ -9,9 +9,9 @@ bits per byte against training tokens seen per language, the training loss and l
 (``metrics.jsonl``), the flagged regressions, and the data ledger of the run's manifest; and,
 beside it, ``data.html``: the data's filter report (data_prep/reports/filter_report.py: drops by language and
 reason with examples, kept documents near a threshold), linked from the main page; and, for a run
-whose decisions log has weights (every rule writes its start), ``mixture.html`` (eval/mixture_page.py); for every task beside
+whose decisions log has weights (every rule writes its start), ``mixture.html`` (eval/pages/mixture.py); for every task beside
 the validation split, ``task-<name>.html`` with its signal report, and the families' means on the
-main page (eval/task_pages.py).
+main page (eval/pages/tasks.py).
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from bloomline.io import write_bytes_atomic
-from eval import page
-from eval.metrics import change_from, regressions
-from eval.mixture_page import mixture_page
-from eval.page import plotly_text as T
-from eval.result_rows import is_language, of_languages, validation_rows
-from eval.results import read_generations, read_results
-from eval.task_pages import overview, task_pages
+from eval.pages import html as page
+from eval.results.metrics import change_from, regressions
+from eval.pages.mixture import mixture_page
+from eval.pages.html import plotly_text as T
+from eval.results.rows import is_language, of_languages, validation_rows
+from eval.results.table import read_generations, read_results
+from eval.pages.tasks import overview, task_pages
 from training.checkpoint.run_dir import RunDir
 from training.loop.metrics_log import read_metrics
 
@@ -93,7 +93,7 @@ Figure = tuple[str, Any]  # (title, plotly figure)
 
 def figures(run_dir: Path, threshold: float) -> list[Figure]:
     """(title, plotly figure) of every chart, in page order; every text in them from data or a
-    model is escaped for plotly (eval/page.py plotly_text)."""
+    model is escaped for plotly (eval/pages/html.py plotly_text)."""
     rows = validation_rows(read_results(run_dir))
     langs = of_languages(rows)
     names = sorted({r["lang"] for r in langs})

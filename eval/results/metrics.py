@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bloomline import languages
-from eval.result_rows import is_language
+from eval.results.rows import is_language
 
 LN2 = math.log(2.0)
 GROUPS = languages.GROUPS

@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from eval import page
-from eval.page import plotly_text as T
-from eval.result_rows import of_languages, validation_rows
-from eval.results import read_results
+from eval.pages import html as page
+from eval.pages.html import plotly_text as T
+from eval.results.rows import of_languages, validation_rows
+from eval.results.table import read_results
 from training.checkpoint.run_dir import RunDir
 from training.data.mixture.log import read_log
 from training.loop.metrics_log import read_metrics

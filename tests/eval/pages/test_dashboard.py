@@ -14,14 +14,14 @@ import pytest
 
 from bloomline.config import load_config
 from bloomline.io import sha256_file
-from eval.dashboard import all_regressions, build, regression_threshold
-from eval.metrics import LangTotals, metric_rows
-from eval.result_rows import long_rows, validation_rows
-from eval.results import read_results, write_results
+from eval.pages.dashboard import all_regressions, build, regression_threshold
+from eval.results.metrics import LangTotals, metric_rows
+from eval.results.rows import long_rows, validation_rows
+from eval.results.table import read_results, write_results
 from training.checkpoint.meta import make_meta
 from training.config import TrainRecipe
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.slow
 
 
@@ -308,8 +308,8 @@ def test_task_pages_show_every_language_and_the_signal_report_in_chromium(demo, 
     which language was not evaluated and why, and its signal report finds swahili above chance
     and rising (Spearman's ρ = 1) and the others at chance; the main page links it and plots the
     families' means."""
-    from eval.task_pages import signal
-    from eval.task_pages import task_rows as rows_of
+    from eval.pages.tasks import signal
+    from eval.pages.tasks import task_rows as rows_of
 
     run = tmp_path / "run"
     make_run(run, demo, tasks=True)
@@ -331,7 +331,7 @@ def test_task_pages_show_every_language_and_the_signal_report_in_chromium(demo, 
 def test_a_run_from_imported_weights_shows_each_language_s_change_from_step_0():
     """Step 0 of a run with train.init_from is the imported model: the dashboard's first chart is
     each language's change from it to the latest checkpoint, the most forgotten first."""
-    from eval.dashboard import change_from_import
+    from eval.pages.dashboard import change_from_import
 
     points = [("en", 0, 2.0), ("en", 4, 1.5), ("sw", 0, 3.0), ("sw", 4, 3.3), ("yo", 0, 2.0), ("zu", 4, 1.0)]
     title, fig = change_from_import([{"lang": l, "step": s, "bpb": b} for l, s, b in points])

@@ -1,4 +1,4 @@
-"""Runs side by side (``bloomline dashboard A B C``, eval/compare.py): a base (an evaluated
+"""Runs side by side (``bloomline dashboard A B C``, eval/pages/compare.py): a base (an evaluated
 published model, no recipe) and two continued runs of one recipe that differ by their seed; each
 language's bits per byte and task accuracy, the difference from the base and the seed spread, on a
 page that draws offline in Chromium with a planted run name shown as text."""
@@ -11,11 +11,11 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from eval.metrics import LangTotals, metric_rows
-from eval.result_rows import long_rows
-from eval.results import write_results
+from eval.results.metrics import LangTotals, metric_rows
+from eval.results.rows import long_rows
+from eval.results.table import write_results
 from eval.tasks.base import Row, with_means
-from tests.eval.test_dashboard import open_page, planted
+from tests.eval.pages.test_dashboard import open_page, planted
 
 
 def evaluated(run: Path, bpb: dict[str, float], acc: dict[str, float], step: int, seed: int | None) -> None:

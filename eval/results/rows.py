@@ -1,7 +1,7 @@
 """The rows of contract 3 (eval/RESULTS.md) as the code handles them: a long row's and the
 validation task's wide row's shapes, which rows are one language's, and the conversions between
-the long form the results files hold and the wide form (version 1's, eval.metrics.metric_rows').
-eval/results.py reads and writes the files; this module only shapes rows."""
+the long form the results files hold and the wide form (version 1's, eval.results.metrics.metric_rows').
+eval/results/table.py reads and writes the files; this module only shapes rows."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ Scope = Literal["language", "group", "overall"]
 
 
 class ResultRow(TypedDict):
-    """One row of a results file (version 4; the columns of eval/results.py ``SCHEMA``, eval/RESULTS.md)."""
+    """One row of a results file (version 4; the columns of eval/results/table.py ``SCHEMA``, eval/RESULTS.md)."""
 
     run: str
     step: int
@@ -88,7 +88,7 @@ VALIDATION_METRICS = ("loss", "ppl", "bpb", "tokens", "bytes", "docs")
 
 def long_rows(wide: list[dict[str, Any]], task: str = VALIDATION) -> list[ResultRow]:
     """Wide rows (one per language or aggregate, a column per metric: version 1's, and
-    eval.metrics.metric_rows') as version 2's long rows of ``task``; ``n`` is the predicted tokens."""
+    eval.results.metrics.metric_rows') as version 2's long rows of ``task``; ``n`` is the predicted tokens."""
     out = []
     for r in wide:
         base = {k: r.get(k) for k in IDENTITY}

@@ -1,7 +1,7 @@
-"""The mixture page's weights as drawn (eval/mixture_page.py weight_steps): a decision taken after
+"""The mixture page's weights as drawn (eval/pages/mixture.py weight_steps): a decision taken after
 step s holds from step s+1 until the next one."""
 
-from eval.mixture_page import weight_steps
+from eval.pages.mixture import weight_steps
 
 LOG = [
     {"step": 0, "weights": {"sw": 0.5, "en": 0.5}},
@@ -24,7 +24,7 @@ def test_a_decision_after_the_last_metrics_line_still_shows():
 def test_a_fixed_rule_gets_the_page_with_its_rule_and_epochs_escaped(tmp_path):
     import json
 
-    from eval.mixture_page import mixture_page
+    from eval.pages.mixture import mixture_page
 
     evil = "<script>alert(1)</script>"
     start = {"rule": "start", "blend": {"rule": "weights", "weights": {evil: 1.0, "en": 1.0}}}

@@ -5,7 +5,7 @@ evaluated checkpoint, written to a temporary name and renamed, so a killed evalu
 half-written rows and re-evaluating a checkpoint replaces its rows instead of adding duplicates.
 Generations go the same way to ``RUN_DIR/eval/generations/``. :func:`read_results` checks every
 file's schema and version at load time; plain pyarrow, pandas or DuckDB read the folder as is.
-The rows' shapes and the validation task's wide view of them: eval/result_rows.py.
+The rows' shapes and the validation task's wide view of them: eval/results/rows.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from bloomline.errors import BloomlineError
 from bloomline.io import remove_stale_tmp, tmp_path, write_bytes_atomic
 from bloomline.secrets import mask_text
-from eval.result_rows import long_rows
+from eval.results.rows import long_rows
 from training.checkpoint.run_dir import RunDir
 
 RESULTS_VERSION = 4

@@ -16,10 +16,10 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
-from eval import page
-from eval.page import plotly_text as T
-from eval.result_rows import VALIDATION, is_language
-from eval.results import read_results
+from eval.pages import html as page
+from eval.pages.html import plotly_text as T
+from eval.results.rows import VALIDATION, is_language
+from eval.results.table import read_results
 
 
 def task_rows(run_dir: Path) -> list[dict[str, Any]]:

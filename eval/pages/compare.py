@@ -12,7 +12,7 @@ Swahili, and did it forget French?":
 * what each run was evaluated on (its step, the data's manifest sha256): bits per byte compare
   across tokenizers, but only on the same text.
 
-Pages are made by eval/page.py, where every text from data, a model or a user is escaped.
+Pages are made by eval/pages/html.py, where every text from data, a model or a user is escaped.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from typing import Any
 
 from bloomline.errors import BloomlineError
 from bloomline.io import write_bytes_atomic
-from eval import page
-from eval.page import plotly_text as T
-from eval.result_rows import VALIDATION, is_language
-from eval.results import read_results
+from eval.pages import html as page
+from eval.pages.html import plotly_text as T
+from eval.results.rows import VALIDATION, is_language
+from eval.results.table import read_results
 from training.checkpoint.run_dir import RunDir
 
 METRIC = "acc"

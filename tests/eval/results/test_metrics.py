@@ -1,10 +1,10 @@
-"""Per-language rows and their group aggregates (eval/metrics.py), languages BLOOM never saw included."""
+"""Per-language rows and their group aggregates (eval/results/metrics.py), languages BLOOM never saw included."""
 
 import math
 
 import pytest
 
-from eval.metrics import LangTotals, metric_rows
+from eval.results.metrics import LangTotals, metric_rows
 
 
 def test_languages_outside_blooms_are_the_group_added_beside_blooms_groups():

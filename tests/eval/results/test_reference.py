@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bloomline.errors import ConfigError
-from eval.reference import reference_curve
+from eval.results.reference import reference_curve
 from training.checkpoint.run_dir import RunDir
 from training.data.shard_reader import ShardIndex, verify_once
 
@@ -28,7 +28,7 @@ def ref(demo_data, tmp_path):
 
 
 def languages(run: Path) -> list[str]:
-    from eval.results import read_results
+    from eval.results.table import read_results
 
     return sorted({r["lang"] for r in read_results(run).to_pylist() if r["scope"] == "language"})
 

@@ -17,8 +17,8 @@ from bloomline.errors import ConfigError
 from bloomline.io import read_json
 from data_prep.storage.data_cache import prepared
 from data_prep.storage.shards import load_manifest
-from eval.result_rows import of_languages, validation_rows
-from eval.results import read_results
+from eval.results.rows import of_languages, validation_rows
+from eval.results.table import read_results
 from training.checkpoint.meta import read_meta
 from training.checkpoint.run_dir import RunDir
 from training.data.mixture.controller import ReferenceCurve
