@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.mixture import run_arm
+from bench.mixture_arms import run_arm
 from bench.repo import REPO, SHARED, cli
 from bloomline import languages
 
@@ -116,7 +116,7 @@ def tokenizer_of(data: Path) -> Path:
 
 
 def train(name: str, seed: int, data: Path, out: Path, a: argparse.Namespace, *extra: str, test: Path | None = None):
-    """One run of bloom-tiny (bench.mixture's ``run_arm``: trained, then its final checkpoint
+    """One run of bloom-tiny (bench/mixture_arms.py's ``run_arm``: trained, then its final checkpoint
     evaluated on ``test`` into ``out/test``, or on the data's validation split)."""
     steps = a.base_steps if name == "base" else a.steps
     o = [

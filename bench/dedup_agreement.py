@@ -1,6 +1,6 @@
 """bloomline's deduplication against datatrove's MinHash on the same corpus: which documents each
 removes, and why they differ, as a report (tests/support/dedup_agreement.py: the comparison and
-its classes; tests/support/test_dedup_agreement.py asserts that every difference has a reason).
+its classes; tests/bench/test_dedup_agreement.py asserts that every difference has a reason).
 
     python -m bench.dedup_agreement INPUT_DIR [--workdir /tmp/bloomline-dedup-agreement]
 """

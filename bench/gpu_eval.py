@@ -112,8 +112,8 @@ def lm_eval_family(step: Path, data: Path, device: torch.device, work: Path, pre
     except ImportError as e:
         return {"measured": False, "why": f"not installed on this machine: {e.name}"}
     from bloomline.task_spec import TaskSpec
-    from eval.publish import evaluate
     from eval.harness import validation_documents
+    from eval.publish import evaluate
     from eval.tasks import make
     from eval.tasks.lm_eval_local import export_lm_args, run_lm_eval
     from training.hf.to_hf import export

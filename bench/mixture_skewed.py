@@ -23,7 +23,7 @@ import math
 import statistics
 from pathlib import Path
 
-from bench.mixture import FAMILIES, run_arm
+from bench.mixture_arms import FAMILIES, run_arm
 from bench.repo import REPO, cli
 
 UNIMAX_EPOCHS = 4

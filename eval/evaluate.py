@@ -26,9 +26,9 @@ from bloomline.task_spec import TaskSpec
 from bloomline.tokenizer import open_tokenizer
 from data_prep.storage.shards import load_manifest, manifest_path, tokenizer_file
 from eval.generate import generate
-from eval.results.metrics import GROUPS, group_of
 from eval.model import EvalModel, resolve_device
 from eval.published import PUBLISHED, SETTING, architecture, evaluated_meta, is_published, other_model
+from eval.results.metrics import GROUPS, group_of
 from eval.tasks import make, validation_spec
 from eval.tasks.base import Context, Task
 from eval.tasks.validation import language_samples

@@ -19,10 +19,10 @@ from bloomline.errors import ConfigError
 from bloomline.storage import is_url
 from data_prep.storage.data_cache import prepared
 from eval.evaluate import Evaluation, checked, evaluate_with, precision_of
-from eval.results.metrics import regressions
 from eval.model import LocalModel, TransformersModel, resolve_device
 from eval.parallel.launch import evaluate_on_ranks
 from eval.published import PUBLISHED, load_whole, other_model
+from eval.results.metrics import regressions
 from eval.results.rows import VALIDATION, ResultRow, ValidationRow, is_language, of_languages, validation_rows
 from eval.results.table import SCHEMA, forget_after, read_results, write_results
 from training.checkpoint.meta import PRECISIONS
@@ -79,6 +79,8 @@ def retract_after(run_dir: str | Path, step: int) -> list[int]:
 class Published(TypedDict):
     """What one checkpoint's evaluation hands the flow that ran it (flows/stages/evaluate.py, the CLI)."""
 
+    run: str
+    """The name of the run folder the results went to."""
     step: int
     results: str
     """The results file written (contract 3)."""
@@ -104,15 +106,17 @@ def evaluate(
     stamp: Optional[Path] = None,
     progress: Callable[[str], None] = lambda msg: None,
     logs: Optional[Path] = None,
+    meta: Optional[dict[str, Any]] = None,
 ) -> Evaluation:
     """Evaluate the checkpoint ``ckpt_dir`` (or a published model's folder: eval/published.py) on
     ``data_dir``'s validation splits and ``cfg.tasks``: in this process, or on ``cfg.parallel``'s
     tp·pp ranks (eval/parallel/), whose log goes to ``logs`` (default: the checkpoint's run's).
     Everything a user can get wrong is refused here, in one line, before a model is loaded or a
-    rank started."""
+    rank started (``meta``: what :func:`eval.evaluate.checked` returned, where the caller checked
+    already)."""
     ckpt_dir, url = Path(ckpt_dir), data_dir
     data_dir = prepared(data_dir)  # data at a URL: this node's cache of it
-    meta = checked(ckpt_dir, data_dir, cfg)
+    meta = checked(ckpt_dir, data_dir, cfg) if meta is None else meta
     if cfg.parallel.world_size > 1:
         if is_url(str(url)):  # the ranks read the validation shards from the cache: fetched here first
             ShardIndex(data_dir, "valid").fetch_all()
@@ -134,9 +138,11 @@ def run_evaluation(
     cfg: EvalConfig,
     out: str | Path | None = None,
     progress: Callable[[str], None] = lambda msg: None,
+    meta: Optional[dict[str, Any]] = None,
 ) -> Published:
     """Evaluate one checkpoint (or published model folder) and publish its results into ``out``
-    (default: the checkpoint's run), the log of a parallel evaluation in its ``logs/``."""
+    (default: the checkpoint's run), the log of a parallel evaluation in its ``logs/`` (``meta``:
+    as :func:`evaluate` takes it)."""
     ckpt_dir = Path(ckpt_dir)
     run_dir = Path(out).resolve() if out else RunDir.of_checkpoint(ckpt_dir).root
     if cfg.heldout and run_dir == RunDir.of_checkpoint(ckpt_dir).root.resolve():
@@ -150,6 +156,7 @@ def run_evaluation(
         stamp=RunDir(run_dir).eval_stamp,
         progress=progress,
         logs=RunDir(run_dir).logs,
+        meta=meta,
     )
     step = ev.rows[0]["step"]
     before = previous_rows(run_dir, step)
@@ -179,6 +186,7 @@ def run_evaluation(
 
     dashboard = build(run_dir, cfg.regression_threshold)  # every evaluation refreshes it
     return {
+        "run": run_dir.name,
         "step": step,
         "results": str(path),
         "dashboard": str(dashboard),

@@ -139,7 +139,7 @@ def weights_of(path: Path, meta: dict[str, Any], data_dir: Path) -> tuple[Weight
 def load_whole(path: Path, meta: dict[str, Any], data_dir: Path, dtype: torch.dtype) -> Any:
     """The whole single-device ``Bloom`` in ``dtype`` (eval mode, on the CPU): a checkpoint's, of
     any layout, or a published folder's; for another architecture, transformers' model."""
-    from training.checkpoint.load import check_files, load_model
+    from training.checkpoint.load import load_model
     from training.model.bloom import Bloom
     from training.parallel.parallelize import build_on_device
 
@@ -149,8 +149,7 @@ def load_whole(path: Path, meta: dict[str, Any], data_dir: Path, dtype: torch.dt
 
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True, trust_remote_code=False)
     if meta.get("kind") != PUBLISHED:
-        check_files(path, meta)
-        return load_model(path, dtype)[0]
+        return load_model(path, dtype, meta)[0]
     read, _ = weights_of(path, meta, data_dir)
     with torch.device("meta"):
         model = Bloom(model_config(meta))

@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from bloomline.imports import LAYERS
+from bloomline.imports import LAYERS, ROOMS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -16,27 +16,33 @@ LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 OTHER_FOLDERS = {
     "configs": "the YAML recipes, a folder per kind (flows/config.py `SCHEMAS`)",
     "bench": "benchmarks, run by hand (`python -m bench.NAME`), printing figures (benchmarks.md)",
-    "tests": "the tests, mirroring the source tree; `tests/support/`, what they share",
+    "tests": "the tests, mirroring the source tree; `tests/support/`, the helpers they (and `bench/`) share; "
+    "`tests/bench/`, the tests of the benchmarks' helpers",
     "docs": "these pages",
 }
 
 
 def layout_page() -> str:
-    """docs/layout.md: every package of the layers, with the first sentence of its docstring."""
+    """docs/layout.md: every package of the layers, with the first sentence of its docstring, and
+    each layer's rooms, lowest first (bloomline/imports.py ``ROOMS``)."""
     lines = [
         "# Layout",
         "",
-        "Every package, with the first sentence of its docstring. Generated from the tree "
+        "Every package, with the first sentence of its docstring, and each layer's rooms, lowest first "
+        "(each imports only those before it). Generated from the tree "
         "(`python -m tests.test_docs --write`; a test checks it); [design.md](design.md) says why it is laid "
         "out so.",
         "",
     ]
     for layer in LAYERS:
+        rooms = " ← ".join(f"`{r}/`" if (REPO / layer / r).is_dir() else f"`{r}`" for r in ROOMS[layer])
+        lines += [f"## `{layer}/`", "", f"Rooms: {rooms}.", ""]
         for init in sorted((REPO / layer).rglob("__init__.py")):
             doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
             first = " ".join(doc.split()).split(". ")[0].rstrip(".")
             lines.append(f"- `{init.parent.relative_to(REPO)}/`: {first}.")
-    lines += ["", "Beside them:", ""]
+        lines.append("")
+    lines += ["## Beside them", ""]
     lines += [f"- `{name}/`: {what}." for name, what in OTHER_FOLDERS.items()]
     return "\n".join(lines) + "\n"
 

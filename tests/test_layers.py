@@ -22,7 +22,8 @@ def test_no_module_imports_a_layer_to_its_right():
 
 
 def test_each_room_imports_only_those_before_it():
-    """data_prep/ and training/: each room imports only itself and the rooms before it (ROOMS)."""
+    """Every package: each room imports only itself and the rooms before it (ROOMS)."""
+    assert set(ROOMS) == set(LAYERS)
     g = graph(REPO)
     unplaced = [m for m in g if room(m) is not None and room(m)[1] < 0]
     assert not unplaced, f"modules in no room of ROOMS: {unplaced}"
@@ -41,7 +42,8 @@ def test_each_room_imports_only_those_before_it():
 
 
 def test_no_import_cycles():
-    g = graph(REPO)
+    """None in the whole tree: the packages, the benchmarks and the tests with their helpers."""
+    g = graph(REPO, LAYERS + ("bench", "tests"))
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     cycles = []
 
@@ -74,3 +76,11 @@ def test_the_checks_see_a_module_named_in_a_string(tmp_path):
     f.write_text('SCHEMAS = {"train": "training.config:TrainRecipe"}\nCMD = ["-m", "flows.stages.watch"]\nD = "eval"\n')
     known = {"training.config": f, "flows.stages.watch": f, "eval": f}
     assert imports(f, known) == [(1, "training.config"), (2, "flows.stages.watch")]
+
+
+def test_no_test_imports_another_test_module():
+    """Helpers live in tests/support/ (which bench/ may import too), never in a test module."""
+    g = graph(REPO, LAYERS + ("bench", "tests"))
+    found = [f"{m} imports {t}" for m, ts in g.items() for t in ts if t.rpartition(".")[2].startswith("test_")]
+    assert not found, found
+    assert not [p for p in (REPO / "tests" / "support").rglob("test_*.py")], "tests of the helpers go under tests/"

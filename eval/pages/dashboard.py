@@ -22,12 +22,13 @@ from typing import Any
 
 from bloomline.io import write_bytes_atomic
 from eval.pages import html as page
-from eval.results.metrics import change_from, regressions
-from eval.pages.mixture import mixture_page
+from eval.pages.html import lines_per_language
 from eval.pages.html import plotly_text as T
+from eval.pages.mixture import mixture_page
+from eval.pages.tasks import overview, task_pages
+from eval.results.metrics import change_from, regressions
 from eval.results.rows import is_language, of_languages, validation_rows
 from eval.results.table import read_generations, read_results
-from eval.pages.tasks import overview, task_pages
 from training.checkpoint.run_dir import RunDir
 from training.loop.metrics_log import read_metrics
 
@@ -109,16 +110,7 @@ def figures(run_dir: Path, threshold: float) -> list[Figure]:
 
 
 def bpb_lines(langs: list[dict[str, Any]], names: list[str]) -> Figure:
-    import plotly.graph_objects as go
-
-    f = go.Figure()
-    for lang in names:
-        pts = sorted((r["step"], r["bpb"]) for r in langs if r["lang"] == lang)
-        f.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=T(lang)))
-    f.update_layout(
-        xaxis_title="step", yaxis_title="bits per byte", height=520, legend_title="click: hide · double click: isolate"
-    )
-    return "Bits per byte per language", f
+    return "Bits per byte per language", lines_per_language(langs, "bpb", names, "bits per byte", 520)
 
 
 def change_from_import(langs: list[dict[str, Any]]) -> Figure:

@@ -71,6 +71,23 @@ def plotly_text(value: Any) -> str:
     return html.escape(str(value), quote=False)
 
 
+def lines_per_language(rows: list[dict[str, Any]], value: str, langs: list[str], y_title: str, height: int) -> Any:
+    """A plotly figure of ``value`` over steps, one line per language of ``langs`` (rows with
+    ``step``, ``lang`` and ``value``), its names escaped; a click on a legend entry hides it."""
+    import plotly.graph_objects as go
+
+    f = go.Figure()
+    for lang in langs:
+        pts = sorted((r["step"], r[value]) for r in rows if r["lang"] == lang)
+        f.add_trace(
+            go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=plotly_text(lang))
+        )
+    f.update_layout(
+        xaxis_title="step", yaxis_title=y_title, height=height, legend_title="click: hide · double click: isolate"
+    )
+    return f
+
+
 def _source(script: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode() + "'"
 

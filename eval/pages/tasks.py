@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from eval.pages import html as page
+from eval.pages.html import lines_per_language
 from eval.pages.html import plotly_text as T
 from eval.results.rows import VALIDATION, is_language
 from eval.results.table import read_results
@@ -102,15 +103,9 @@ def _metric_figures(rows: list[dict[str, Any]], task: str) -> list[tuple[str, An
         rs = [r for r in mine if r["metric"] == metric]
         langs = sorted({r["lang"] for r in rs})
         steps = sorted({r["step"] for r in rs})
-        f = go.Figure()
-        for lang in langs:
-            pts = sorted((r["step"], r["value"]) for r in rs if r["lang"] == lang)
-            f.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=T(lang)))
+        f = lines_per_language(rs, "value", langs, metric, 480)
         if metric in floor:
             f.add_hline(y=floor[metric], line={"dash": "dot", "color": "#888"}, annotation_text="chance")
-        f.update_layout(
-            xaxis_title="step", yaxis_title=metric, height=480, legend_title="click: hide · double click: isolate"
-        )
         figs.append((f"{task}: {metric} per language", f))
         grid = {(r["lang"], r["step"]): r["value"] for r in rs}
         f = go.Figure(

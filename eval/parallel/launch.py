@@ -22,6 +22,9 @@ from training.config.launch import LaunchConfig
 from training.loop.launch import EXIT_USER_ERROR, TIMED_OUT, check_hostfile, launcher, run_job
 
 MAIN = Path(__file__).resolve().parent / "main.py"
+CHECKED = "checked.json"
+"""Beside ``--settings``: the checkpoint's record (bloomline.json, or a published folder's) as the
+driver checked it, which the ranks evaluate with instead of reading and checking it again."""
 
 
 class EvaluationFailed(BloomlineError):
@@ -75,6 +78,7 @@ def evaluate_on_ranks(
     with tempfile.TemporaryDirectory(prefix="bloomline-eval-") as tmp:
         settings, result = Path(tmp) / "settings.json", Path(tmp) / "result.json"
         settings.write_text(json.dumps(to_dict(cfg)))
+        (Path(tmp) / CHECKED).write_text(json.dumps(meta))  # the ranks evaluate what was checked here
         cmd = launcher(world, launch) + _rank_args(ckpt_dir, data_dir, settings, run, result, stamp)
         seen = [0]
 

@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from training.loop.launch import EXIT_USER_ERROR
+
 if TYPE_CHECKING:
     from eval.evaluate import Evaluation
     from eval.parallel.ranks import StageRunner
     from training.config import EvalConfig
-
-EXIT_USER_ERROR = 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,9 +79,10 @@ def _stage_runner(args: argparse.Namespace, cfg: EvalConfig) -> tuple[StageRunne
 
     from eval.evaluate import precision_of
     from eval.model import resolve_device
+    from eval.parallel.launch import CHECKED
     from eval.parallel.ranks import StageRunner
     from eval.parallel.stage import build_stage
-    from eval.published import evaluated_meta, weights_of
+    from eval.published import weights_of
     from training.checkpoint.load import check_files
     from training.checkpoint.meta import PRECISIONS
     from training.config import ParallelConfig
@@ -97,7 +98,7 @@ def _stage_runner(args: argparse.Namespace, cfg: EvalConfig) -> tuple[StageRunne
     if device.type == "cuda":
         device = torch.device("cuda", torch.cuda.current_device())  # init_distributed chose it by LOCAL_RANK
     dtype = PRECISIONS[precision_of(cfg, device)]
-    meta = evaluated_meta(args.checkpoint, args.data)
+    meta = json.loads((args.settings.parent / CHECKED).read_text())  # as the driver checked it
     if meta.get("kind") is None:  # a checkpoint's files agree with its layout
         check_files(args.checkpoint, meta)
     t0 = time.perf_counter()
@@ -131,11 +132,6 @@ def _write_result(ev: Evaluation, result: Path) -> None:
 
 
 if __name__ == "__main__":
-    rc = main()
-    # Leave without the interpreter's teardown, as training's ranks do (training/loop/main.py): with
-    # torch.distributed still up, destroying gloo's objects while their threads run can abort a rank
-    # that finished (SIGABRT seen in CI, after rank 0 had written its result); nothing is left to
-    # write by now.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(rc)
+    from training.loop.launch import leave
+
+    leave(main())  # rank 0's result is written by now

@@ -14,49 +14,41 @@ Scope = Literal["language", "group", "overall"]
 """A row's ``scope``: one language, or an aggregate of a group of them or of all."""
 
 
-class ResultRow(TypedDict):
-    """One row of a results file (version 4; the columns of eval/results/table.py ``SCHEMA``, eval/RESULTS.md)."""
+class Identity(TypedDict):
+    """What names a result apart from its task and metric: the columns a long and a wide row share."""
 
     run: str
     step: int
     checkpoint: str
-    task: str
     scope: Scope
     lang: str
     family: str
     weighting: str
+    tokens_seen: Optional[int]
+    epochs_seen: Optional[float]
+    precision: str
+    layout: str
+    eval_layout: str
+    data_manifest_sha256: str
+    evaluated_at: Any
+
+
+class ResultRow(Identity):
+    """One row of a results file (version 4; the columns of eval/results/table.py ``SCHEMA``, in
+    the file's own order there, eval/RESULTS.md): its identity, and one metric of one task."""
+
+    task: str
     metric: str
     value: Optional[float]
     stderr: Optional[float]
     n: Optional[int]
     note: Optional[str]
-    tokens_seen: Optional[int]
-    epochs_seen: Optional[float]
-    precision: str
-    layout: str
-    eval_layout: str
-    data_manifest_sha256: str
-    evaluated_at: Any
 
 
-class ValidationRow(TypedDict):
+class ValidationRow(Identity):
     """One row of :func:`validation_rows`: the validation task's metrics of one (step, scope,
     lang, weighting), in wide form (the dashboard, the regressions and the online mixture read these)."""
 
-    run: str
-    step: int
-    checkpoint: str
-    scope: Scope
-    lang: str
-    family: str
-    weighting: str
-    tokens_seen: Optional[int]
-    epochs_seen: Optional[float]
-    precision: str
-    layout: str
-    eval_layout: str
-    data_manifest_sha256: str
-    evaluated_at: Any
     loss: float
     ppl: float
     bpb: float
@@ -65,8 +57,8 @@ class ValidationRow(TypedDict):
     docs: int
 
 
-IDENTITY = tuple(k for k in ValidationRow.__annotations__ if k not in ("loss", "ppl", "bpb", "tokens", "bytes", "docs"))
-"""What names a result apart from its task and metric: the columns a wide and a long row share."""
+IDENTITY = tuple(Identity.__annotations__)
+"""The identity's columns, in order."""
 
 Row = TypeVar("Row", ResultRow, ValidationRow, dict)
 

@@ -15,8 +15,8 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from eval.results.metrics import LangTotals, metric_rows
 from eval.model import EvalModel
+from eval.results.metrics import LangTotals, metric_rows
 from eval.results.rows import VALIDATION, VALIDATION_METRICS
 from eval.tasks.base import Context, Row, Task
 from training.config import EvalConfig

@@ -119,13 +119,20 @@ def owned(folder: Path, command: str, bars: bool = False) -> Iterator[ProgressBa
                 shown.stop()
 
 
-def run_flow(command: str, folder: Path, params: Any, call: Callable[[Any, InProcess], T], bars: bool = False) -> T:
+def run_flow(
+    command: str,
+    folder: Path,
+    params: Any,
+    call: Callable[[Any, InProcess], T],
+    bars: bool = False,
+    checked: Any = None,
+) -> T:
     """A flow command's run, once its checks passed and Prefect's server was started early
     (flows/run/api_server.py): ``folder`` held (:func:`owned`), ``params`` handed with their secrets
-    masked (flows/run/params.py), the server ready, then ``call(recorded_params, in_process)`` runs the
-    flow."""
+    masked (flows/run/params.py) and with what the command ``checked`` of them, the server ready,
+    then ``call(recorded_params, in_process)`` runs the flow."""
     with owned(folder, command, bars) as shown:
-        recorded, in_process = flow_args(params, shown)
+        recorded, in_process = flow_args(params, shown, checked=checked)
         wait_ready()
         return call(recorded, in_process)
 

@@ -174,16 +174,18 @@ def train(
             console.print(f"[bold green]done[/]: node {recipe.launch.node_rank}'s ranks finished ({n} attempt(s))")
             return
         start_early()  # while the recipe is checked against the data (torch's import alone is ~1.5 s)
-        from flows.stages.train_job import validate, where_stopped
+        from flows.stages.train_job import check, where_stopped
 
-        validate(recipe, data)  # before any launcher or rank starts
+        checked = check(recipe, data)  # before any launcher or rank starts; the flow runs on it
         from flows.display.summary import print_trained
         from flows.run import interrupt
         from flows.stages.train import train as train_flow
 
         interrupt.where(lambda: where_stopped(out, recipe.train.steps))
         at = absolute(data), str(out.resolve())
-        res = run_flow("bloomline train", out, to_dict(recipe), lambda p, i: train_flow(p, *at, local=i))
+        res = run_flow(
+            "bloomline train", out, to_dict(recipe), lambda p, i: train_flow(p, *at, local=i), checked=checked
+        )
         print_trained(res, out, console)
 
     run_command(body, debug, driver=True, out=out)
@@ -262,12 +264,14 @@ def evaluate(
                 cfg.heldout = at_text
         # a bad checkpoint folder, other data, an unknown task, device=cuda without a GPU, a layout
         # that does not cut the model: one line here, before the flow's server and logs
-        checked(local, prepared(where), cfg)
+        meta = checked(local, prepared(where), cfg)  # the flow evaluates with it: bloomline.json read once
         check_folder(local)  # a file that names code, or is cut short, too (memory-mapped: fast)
         at = str(local.resolve()), where
         to = str(out.resolve()) if out else None
         folder = out or RunDir.of_checkpoint(local).root
-        res = run_flow("bloomline evaluate", folder, to_dict(cfg), lambda p, i: evaluate_flow(*at, p, to, local=i))
+        res = run_flow(
+            "bloomline evaluate", folder, to_dict(cfg), lambda p, i: evaluate_flow(*at, p, to, local=i), checked=meta
+        )
         print_evaluated(res, console)
 
     run_command(

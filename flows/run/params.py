@@ -15,17 +15,22 @@ from bloomline.secrets import mask_tree, remember
 class InProcess:
     """What a caller in this process hands a flow beside its JSON parameters: ``params``, the
     parameters with their real values (their masked form is the flow's recorded parameter), and
-    ``progress``, a live display, and ``dask``, a Dask client already running (a cluster the caller
-    started while Prefect's server did; flows/run/api_server.py). Prefect records it as ``"<InProcess>"``: its encoder cannot read an
+    ``progress``, a live display, ``dask``, a Dask client already running (a cluster the caller
+    started while Prefect's server did; flows/run/api_server.py), and ``checked``, what the caller
+    already checked of ``params`` against the flow's other arguments, as the typed object the
+    flow's entry would make of them (the train flow's ``Checked`` recipe, the evaluate flow's
+    checkpoint record): each input is checked once, where it enters, and the flow checks again
+    only for a caller that did not. Prefect records it as ``"<InProcess>"``: its encoder cannot read an
     object with slots and no iteration (prefect.flows.Flow.serialize_parameters' fallback), so
     neither a secret nor the display reaches the API."""
 
-    __slots__ = ("params", "progress", "dask")
+    __slots__ = ("params", "progress", "dask", "checked")
 
-    def __init__(self, params: Any = None, progress: Any = None, dask: Any = None):
+    def __init__(self, params: Any = None, progress: Any = None, dask: Any = None, checked: Any = None):
         self.params = params
         self.progress = progress
         self.dask = dask
+        self.checked = checked
 
     def __iter__(self):  # what makes Prefect's encoder give up (dict(obj) fails, vars(obj) too)
         raise TypeError("an InProcess stays in this process")
@@ -34,13 +39,13 @@ class InProcess:
         return "<InProcess>"
 
 
-def flow_args(params: Any, progress: Any = None, dask: Any = None) -> tuple[Any, InProcess]:
+def flow_args(params: Any, progress: Any = None, dask: Any = None, checked: Any = None) -> tuple[Any, InProcess]:
     """(``params`` with its secrets masked, for the flow's record; the :class:`InProcess` holding the
-    real ones, ``progress`` and ``dask``, for the flow's ``local`` argument)."""
+    real ones, ``progress``, ``dask`` and ``checked``, for the flow's ``local`` argument)."""
     m = mask_tree(params)
     if m != params:
         remember(params)  # an error quoting one of them, in any form, is masked too
-    return m, InProcess(params, progress, dask)
+    return m, InProcess(params, progress, dask, checked)
 
 
 def unmasked(params: Any, local: InProcess | None) -> Any:

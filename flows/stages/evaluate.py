@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 from typing import Any, Optional
 
 from prefect import flow, get_run_logger, task
@@ -102,10 +101,11 @@ def evaluate_flow(
 
     log = get_run_logger()
     cfg = from_dict(EvalConfig, unmasked(config, local))
+    meta = local.checked if local is not None else None  # the checkpoint's record, where the caller checked it
     res = task(masks_exceptions(run_evaluation), name="evaluate-checkpoint", cache_policy=NONE, persist_result=False)(
-        checkpoint, data, cfg, out, progress=log.info
+        checkpoint, data, cfg, out, progress=log.info, meta=meta
     )
-    run = Path(res["results"]).parents[2].name
+    run = res["run"]
     cols = ("lang", "family", "loss", "ppl", "bpb", "tokens", "bytes", "docs", "tokens_seen")
     table = [
         {k: (round(r[k], 6) if isinstance(r[k], float) else r[k]) for k in cols} for r in res["rows"] if is_language(r)

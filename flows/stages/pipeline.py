@@ -20,9 +20,11 @@ RUN_DIR layout::
 
 from __future__ import annotations
 
+import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
@@ -32,6 +34,7 @@ from bloomline.errors import BloomlineError
 from bloomline.io import read_json, write_json_atomic
 from bloomline.secrets import mask_tree, masks_exceptions
 from bloomline.storage import content_digest
+from data_prep.config import PrepareConfig
 from data_prep.storage.shards import manifest_path, manifest_sha256
 from eval.results.table import clear_evaluations, copy_evaluations, results_dir
 from eval.tasks import data_digest
@@ -42,8 +45,14 @@ from flows.stages.reuse import StageKey, code_digest, completed, mark_complete, 
 from training.checkpoint.load import weights_digest
 from training.checkpoint.meta import read_meta
 from training.checkpoint.run_dir import RunDir
+from training.config import TrainRecipe
+
+if TYPE_CHECKING:
+    from flows.display.progress import ProgressBars
 
 RECORD = "pipeline.json"
+Log = Union[logging.Logger, logging.LoggerAdapter]
+"""Where the stages say what they do: the flow run's logger (Prefect's adapter), or any logger."""
 
 
 class StageError(BloomlineError):
@@ -54,13 +63,13 @@ class StageError(BloomlineError):
         super().__init__(f"stage '{stage}' failed: {error}")
 
 
-def prepare_key(cfg: Any) -> StageKey:
+def prepare_key(cfg: PrepareConfig) -> StageKey:
     """Data: :meth:`PrepareConfig.identity` (the settings and the bytes of every input) and the code."""
     ident = cfg.identity()
     return StageKey("prepare", {"inputs": ident["inputs"], "code": code_digest("prepare")}, ident["config"])
 
 
-def train_key(recipe: Any, data_dir: Path) -> StageKey:
+def train_key(recipe: TrainRecipe, data_dir: Path) -> StageKey:
     """Training: the recipe (less the evaluation, its own stage, and where the ranks run) and the
     prepared data's manifest, which holds every shard's sha256: a content hash of the whole dataset.
     A mixture steered by evaluations (``batch.online.rule: evaluation``) makes the evaluation's
@@ -78,7 +87,7 @@ def train_key(recipe: Any, data_dir: Path) -> StageKey:
     return StageKey("train", parts, c)
 
 
-def evaluate_key(recipe: Any, train: StageKey) -> StageKey:
+def evaluate_key(recipe: TrainRecipe, train: StageKey) -> StageKey:
     settings = recipe.evaluation.settings
     return StageKey(
         "evaluate",
@@ -87,14 +96,14 @@ def evaluate_key(recipe: Any, train: StageKey) -> StageKey:
     )
 
 
-def export_key(cfg: Any, ckpt: Path) -> StageKey:
+def export_key(cfg: PipelineConfig, ckpt: Path) -> StageKey:
     return StageKey("export", {"checkpoint": weights_digest(ckpt), "code": code_digest("export")}, to_dict(cfg.export))
 
 
 class Stages:
     """Runs or reuses each stage and keeps the record (``RUN_DIR/pipeline.json``)."""
 
-    def __init__(self, run: Path, log: Any):
+    def __init__(self, run: Path, log: Log):
         self.run, self.log = run, log
         previous = read_json(run / RECORD) if (run / RECORD).is_file() else {}
         self.previous: dict[str, Any] = previous.get("stages", {})
@@ -190,9 +199,10 @@ def pipeline(config: recipe_of(PipelineConfig), out: Location, local: InProcess 
     run = Path(out).resolve()
     run.mkdir(parents=True, exist_ok=True)
     stages = Stages(run, log)
-    data_dir = data_stage(cfg, run, stages, progress)
-    folder, ek = train_stage(cfg.train, data_dir, run, stages, log)
-    dashboard = evaluate_stage(cfg.train, data_dir, folder, ek, run, stages, log)
+    data_dir = data_stage(cfg.data, stages, progress)
+    trained = train_stage(cfg.train, data_dir, stages)
+    dashboard = evaluate_stage(cfg.train, data_dir, trained, stages)
+    folder = trained.folder
     result: dict[str, Any] = {
         "run": str(run),
         "data": str(data_dir),
@@ -202,22 +212,22 @@ def pipeline(config: recipe_of(PipelineConfig), out: Location, local: InProcess 
         "checkpoints": str(folder.checkpoints),
     }
     if cfg.export.enabled:
-        result["export"] = str(export_stage(cfg, folder, data_dir, run, stages))
+        result["export"] = str(export_stage(cfg, folder, data_dir, stages))
     result["stages"] = stages.record
     write_json_atomic(run / RECORD, {"stages": {**stages.previous, **stages.record}, "outputs": result})
     return result
 
 
-def data_stage(cfg: PipelineConfig, run: Path, stages: Stages, progress: Any = None) -> Path:
+def data_stage(cfg: PrepareConfig, stages: Stages, progress: ProgressBars | None = None) -> Path:
     """1. The prepared data (``bloomline prepare``), checked against contract 1 even when reused."""
     from data_prep.storage.shards import load_manifest
     from flows.stages.prepare import prepare
 
-    pk = prepare_key(cfg.data)
-    data_dir = pk.folder(run)
+    key = prepare_key(cfg)
+    data_dir = key.folder(stages.run)
 
     def do_prepare() -> dict[str, Any]:
-        sent, local = flow_args(to_dict(cfg.data), progress)
+        sent, local = flow_args(to_dict(cfg), progress)
         m = prepare(sent, str(data_dir), local=local)
         return {
             "data": str(data_dir),
@@ -232,28 +242,39 @@ def data_stage(cfg: PipelineConfig, run: Path, stages: Stages, progress: Any = N
             return f"{manifest} is missing or was rewritten"
         return None
 
-    stages.run_stage(pk, data_dir, do_prepare, data_intact)
+    stages.run_stage(key, data_dir, do_prepare, data_intact)
     load_manifest(data_dir)
     return data_dir
 
 
-def train_stage(recipe: Any, data_dir: Path, run: Path, stages: Stages, log: Any) -> tuple[RunDir, StageKey]:
+@dataclass(frozen=True)
+class Trained:
+    """What the training stage hands on."""
+
+    folder: RunDir
+    """The training run (contract 2)."""
+    evaluation: StageKey
+    """The key of its evaluation settings: the watcher evaluated with them, the evaluation stage
+    finishes with them."""
+
+
+def train_stage(recipe: TrainRecipe, data_dir: Path, stages: Stages) -> Trained:
     """2. Training, each checkpoint evaluated alongside by the train flow's watcher with the
     evaluation settings of the key it returns. The model's values left to the data are filled
     first (they are part of the key)."""
     from flows.stages.train import train
-    from flows.stages.train_job import fit_model_to_data, validate
+    from flows.stages.train_job import check, fit_model_to_data
 
     for line in fit_model_to_data(recipe, data_dir):
-        log.info(f"train: {line}")
-    tk = train_key(recipe, data_dir)
-    folder = RunDir(tk.folder(run))
-    ek = evaluate_key(recipe, tk)
+        stages.log.info(f"train: {line}")
+    key = train_key(recipe, data_dir)
+    folder = RunDir(key.folder(stages.run))
+    evaluation = evaluate_key(recipe, key)
 
     def do_train() -> dict[str, Any]:
-        validate(recipe, data_dir)
-        evaluations_of(folder, ek)  # the watcher evaluates with this recipe's settings: no mixing with others
-        sent, local = flow_args(to_dict(recipe))
+        checked = check(recipe, data_dir)
+        evaluations_of(folder, evaluation)  # the watcher evaluates with this recipe's settings: no mixing with others
+        sent, local = flow_args(to_dict(recipe), checked=checked)
         res = train(sent, str(data_dir), str(folder.root), local=local)
         if res["stopped_by_kill_switch"]:
             raise BloomlineError(
@@ -271,13 +292,11 @@ def train_stage(recipe: Any, data_dir: Path, run: Path, stages: Stages, log: Any
         step = folder.latest_step()
         return None if step == outputs["step"] else f"its latest checkpoint is step {step}, not {outputs['step']}"
 
-    stages.run_stage(tk, folder.root, do_train, train_intact)
-    return folder, ek
+    stages.run_stage(key, folder.root, do_train, train_intact)
+    return Trained(folder, evaluation)
 
 
-def evaluate_stage(
-    recipe: Any, data_dir: Path, folder: RunDir, ek: StageKey, run: Path, stages: Stages, log: Any
-) -> Path:
+def evaluate_stage(recipe: TrainRecipe, data_dir: Path, trained: Trained, stages: Stages) -> Path:
     """3. Evaluation of every kept checkpoint not evaluated yet with these settings, then the
     dashboard (its path). The stage's own folder keeps a copy of the run's evaluations per
     settings, so switching a value back restores them rather than evaluating again; the run's
@@ -286,10 +305,11 @@ def evaluate_stage(
     from eval.results.table import evaluated_steps, skipped_steps
     from flows.stages.evaluate import evaluate_flow
 
-    train_dir, kept = folder.root, ek.folder(run)
+    folder, key = trained.folder, trained.evaluation
+    train_dir, kept = folder.root, key.folder(stages.run)
 
     def do_evaluate() -> dict[str, Any]:
-        evaluations_of(folder, ek)  # made with other settings, or unknown: evaluate every checkpoint
+        evaluations_of(folder, key)  # made with other settings, or unknown: evaluate every checkpoint
         todo = [s for s in folder.complete_steps() if s not in evaluated_steps(train_dir)]
         settings, local = flow_args(to_dict(recipe.evaluation.settings))
         for step in todo:
@@ -305,21 +325,21 @@ def evaluate_stage(
         have = evaluated_steps(kept)
         return None if have == outputs["evaluated"] else f"it keeps results of steps {have}, not {outputs['evaluated']}"
 
-    _, reused = stages.run_stage(ek, kept, do_evaluate, kept_intact)
-    if reused and evaluations_of(folder, ek, restore_from=kept):  # the run's eval/ held other settings' results
-        log.info("evaluate: the run's evaluations restored from %s", kept)
+    _, reused = stages.run_stage(key, kept, do_evaluate, kept_intact)
+    if reused and evaluations_of(folder, key, restore_from=kept):  # the run's eval/ held other settings' results
+        stages.log.info("evaluate: the run's evaluations restored from %s", kept)
     return task(masks_exceptions(build), name="dashboard", cache_policy=NONE, persist_result=False)(train_dir)
 
 
-def export_stage(cfg: PipelineConfig, folder: RunDir, data_dir: Path, run: Path, stages: Stages) -> Path:
+def export_stage(cfg: PipelineConfig, folder: RunDir, data_dir: Path, stages: Stages) -> Path:
     """4. The final checkpoint as a Hugging Face model."""
     from training.hf.to_hf import export
 
     final = folder.latest_dir()
     if final is None:
         raise StageError("export", BloomlineError(f"{folder.root} has no checkpoint to export"))
-    xk = export_key(cfg, final)
-    export_dir = xk.folder(run)
+    key = export_key(cfg, final)
+    export_dir = key.folder(stages.run)
 
     def do_export() -> dict[str, Any]:
         made = task(masks_exceptions(export), name="export-hf", cache_policy=NONE, persist_result=False)(
@@ -327,5 +347,5 @@ def export_stage(cfg: PipelineConfig, folder: RunDir, data_dir: Path, run: Path,
         )
         return {"export": str(made), "step": read_meta(final)["step"]}
 
-    stages.run_stage(xk, export_dir, do_export, lambda outputs: export_broken(export_dir))
+    stages.run_stage(key, export_dir, do_export, lambda outputs: export_broken(export_dir))
     return export_dir

@@ -66,7 +66,9 @@ STAGES: dict[str, Stage] = {
     ),
     # eval.results.reference: the curve an evaluation-steered mixture compares against (flows/stages/pipeline.py train_key)
     "evaluate": Stage(
-        "eval", ("flows.stages.evaluate", "flows.stages.watch", "eval.pages.dashboard", "eval.results.reference"), ("torch",)
+        "eval",
+        ("flows.stages.evaluate", "flows.stages.watch", "eval.pages.dashboard", "eval.results.reference"),
+        ("torch",),
     ),
     "export": Stage(
         "eval", ("training.hf.to_hf",), ("torch", "transformers", "safetensors", "sentencepiece", "tokenizers")

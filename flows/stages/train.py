@@ -28,7 +28,7 @@ from eval.publish import retract_after
 from flows.display.progress import TrainProgress
 from flows.run.params import InProcess, unmasked
 from flows.run.runlock import acquire, owns
-from flows.stages.train_job import job_env, ranks_recipe, restarted, validate
+from flows.stages.train_job import Checked, check, job_env, ranks_recipe, restarted
 from training.checkpoint.integrity import newest_intact
 from training.checkpoint.meta import read_meta, saved_recipe, trained_on
 from training.checkpoint.mirror import MirrorUploader, pull_latest
@@ -300,12 +300,21 @@ def train(recipe: recipe_of(TrainRecipe), data: Location, out: Location, local: 
     """Train (or resume) the recipe on prepared data; restarts from ``latest`` after a failure
     (``local``: flows/run/params.py, the real recipe from a caller in this process)."""
     log = get_run_logger()
-    r = from_dict(TrainRecipe, unmasked(recipe, local))
-    r.resolve_paths(Path.cwd())
-    reference = validate(r, data)
+    checked = entered(recipe, data, local)
     run = Path(out).resolve()
-    with owned_mirror(r, log.warning):
-        return _train(r, data, run, reference, log)
+    with owned_mirror(checked.recipe, log.warning):
+        return _train(checked.recipe, data, run, checked.reference, log)
+
+
+def entered(recipe: dict[str, Any], data: str, local: InProcess | None) -> Checked:
+    """The recipe the flow runs on, checked once: as its caller checked it (the CLI, the
+    pipeline's train stage: ``local.checked``), else checked here (a deployment run, a direct call)."""
+    params = unmasked(recipe, local)  # refuses an InProcess of other parameters
+    if local is not None and isinstance(local.checked, Checked):
+        return local.checked
+    r = from_dict(TrainRecipe, params)
+    r.resolve_paths(Path.cwd())
+    return check(r, data)
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ import errno
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -31,6 +32,22 @@ from training.data.mixture.controller import ReferenceCurve
 from training.data.shard_reader import ShardIndex
 from training.hf.from_hf import check_init_from
 from training.loop.launch import EXIT_OK, EXIT_USER_ERROR, check_hostfile, launch_command, launch_env, run_job
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A training recipe checked against its data (:func:`check`), where it entered: the CLI or
+    the pipeline's train stage hands it to the train flow, which then runs on it as it is."""
+
+    recipe: TrainRecipe
+    """The recipe, with the model's values left to the data filled in."""
+    reference: Optional[tuple[ReferenceCurve, dict[str, Any]]]
+    """An online mixture's reference run as checked (None without one)."""
+
+
+def check(recipe: TrainRecipe, data_dir: str | Path) -> Checked:
+    """``recipe`` checked against ``data_dir`` by :func:`validate`, before any rank starts."""
+    return Checked(recipe, validate(recipe, data_dir))
 
 
 def validate(recipe: TrainRecipe, data_dir: str | Path) -> Optional[tuple[ReferenceCurve, dict[str, Any]]]:

@@ -12,19 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from bloomline.config import load_config
 from bloomline.errors import BloomlineError
-from data_prep.config import PrepareConfig
 from data_prep.pipeline import run_all
+from tests.support.prepare_runs import demo_cfg
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "data_prep/sample_corpus"
-
-
-def demo_cfg(source: str) -> PrepareConfig:
-    cfg = load_config(PrepareConfig, REPO / "configs/data/demo.yaml", [])
-    cfg.sources[0].path = source
-    return cfg
 
 
 def local_shards(out: Path) -> dict[str, str]:
@@ -57,7 +50,7 @@ def corpus_url(s3):
 KILLED = textwrap.dedent(
     """
     import sys
-    from tests.data_prep.test_object_store import demo_cfg
+    from tests.support.prepare_runs import demo_cfg
     from data_prep.pipeline import run_all
     run_all(demo_cfg(sys.argv[1]), sys.argv[2])
     """

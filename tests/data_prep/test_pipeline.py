@@ -15,20 +15,13 @@ from bloomline.io import TMP_MARK
 from data_prep.config import PrepareConfig, SourceConfig
 from data_prep.pipeline import run_all
 from data_prep.storage.shards import load_manifest
+from tests.support.prepare_runs import tree_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def demo_cfg(*overrides) -> PrepareConfig:
     return load_config(PrepareConfig, REPO / "configs/data/demo.yaml", list(overrides))
-
-
-def tree_bytes(root: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != "run_stats.json" and ".work" not in p.parts
-    }
 
 
 def run_demo(tmp_path, bad_inputs, *overrides):

@@ -11,8 +11,8 @@ import torch
 from bloomline.config import load_config
 from bloomline.io import TMP_MARK
 from eval.evaluate import generations
-from eval.results.metrics import LangTotals, metric_rows, regressions
 from eval.model import LocalModel
+from eval.results.metrics import LangTotals, metric_rows, regressions
 from eval.results.rows import long_rows, validation_rows
 from eval.results.table import (
     SCHEMA,

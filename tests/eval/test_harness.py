@@ -54,8 +54,8 @@ def test_lm_eval_bits_per_byte_on_an_export(demo, tmp_path):
 
     import sentencepiece as spm
 
-    from eval.publish import evaluate
     from eval.harness import lm_eval_bits_per_byte, validation_documents
+    from eval.publish import evaluate
     from training.config import EvalConfig
     from training.hf.to_hf import export
 

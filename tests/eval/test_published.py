@@ -13,7 +13,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from tests.eval.tasks.test_lm_eval_local import record, write
+from tests.support.task_files import record, write
 
 EXTRA = Path(__file__).resolve().parents[3] / "shared" / "corpus-extra" / "text"
 LANGS = ["ko", "ru", "th"]
@@ -34,7 +34,7 @@ def evaluated(hf_bloom, tmp_path_factory):
     """``bloomline evaluate --model`` at tp=2 pp=2 on 5 documents of each language, with a local
     xstorycloze of 6 items per language made of other documents of it: (the results folder, the
     task's spec)."""
-    from tests.flows.cli.test_cli import cli
+    from tests.support.cli import cli
 
     root = tmp_path_factory.mktemp("published")
     (root / "text").mkdir()
@@ -136,9 +136,9 @@ def test_another_architecture_runs_in_one_process_as_transformers_and_lm_eval_ru
     from bloomline.config import from_dict
     from bloomline.errors import ConfigError
     from bloomline.task_spec import TaskSpec
-    from eval.publish import evaluate
     from eval.generate import generate
     from eval.model import TransformersModel
+    from eval.publish import evaluate
     from eval.published import OtherModel, other_model
     from eval.tasks import make
     from eval.tasks.lm_eval_local import export_lm_args, run_lm_eval

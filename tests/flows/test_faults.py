@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from bloomline.disk import DiskFull, disk_full_error, full_disk
+from tests.support.prepare_runs import tree_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 BLOOMLINE = [sys.executable, "-m", "flows.cli.app"]
@@ -73,14 +74,6 @@ def tiny_disk(tmp_path):
         yield mnt, grow
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
-
-
-def tree_bytes(root: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name not in ("run_stats.json", ".lock") and ".work" not in p.parts
-    }
 
 
 def last_line(text: str) -> str:

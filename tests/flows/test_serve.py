@@ -129,7 +129,7 @@ def refused_serve(tmp_path, answer, *args, **env):
     """`bloomline serve ARGS` (PREFECT_API_* unset, ``env`` added) beside a loopback server that
     answers each GET with ``answer(path, authorization)``, its port as ``{port}`` in ``args``:
     the result and the Authorization headers the server was sent."""
-    from tests.flows.run.test_api_server import http_server
+    from tests.support.prefect import http_server
 
     server = http_server(answer)
     full = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API_", "PREFECT_SERVER_API_"))}
@@ -160,7 +160,7 @@ def test_a_port_another_process_holds_is_sent_no_auth_string(tmp_path):
     """`serve` on a port something already listens on (another user's squatter would answer
     /health, and then get the auth string and the deployments): one line, exit 2, and the
     squatter is sent no credentials."""
-    from tests.flows.run.test_api_server import AUTH, prefect_like
+    from tests.support.prefect import AUTH, prefect_like
 
     res, seen = refused_serve(  # the squatter would take AUTH, as a server started with it does
         tmp_path,
@@ -182,7 +182,7 @@ def test_a_started_server_that_exited_is_not_waited_for_elsewhere(tmp_path):
     there is not it, and serve ends in one line rather than sending it the auth string."""
     from bloomline.errors import BloomlineError
     from flows.serve import wait_healthy
-    from tests.flows.run.test_api_server import http_server
+    from tests.support.prefect import http_server
 
     squatter = http_server(lambda path, header: 200)
     exited = subprocess.Popen(["true"])

@@ -11,7 +11,9 @@
   and its MinHash dedup (:mod:`~tests.support.dedup_agreement`).
 
 Imported as ``tests.support.NAME`` from the repository root (pyproject.toml's pytest ``pythonpath``;
-``python -m bench.NAME`` runs from there too). ``test_*.py`` beside them test them.
+``python -m bench.NAME`` runs from there too). A helper more than one test module uses lives here,
+never in a test module: no test imports another. The tests of what the benchmarks share are in
+tests/bench/.
 """
 
 from pathlib import Path

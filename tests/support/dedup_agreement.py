@@ -1,5 +1,5 @@
 """bloomline's deduplication against datatrove's MinHash on the same corpus: which documents each
-removes, and why they differ (tests/support/test_dedup_agreement.py asserts that every difference
+removes, and why they differ (tests/bench/test_dedup_agreement.py asserts that every difference
 has a reason; ``python -m bench.dedup_agreement INPUT_DIR`` prints the report).
 
 Both sides see the same JSONL files in the same order with the same shape of LSH: 5-word

@@ -198,9 +198,12 @@ def merged_weights(step_dir: Path, meta: dict[str, Any], layers: Optional[set[st
     return merged
 
 
-def load_model(ckpt_dir: str | Path, dtype: torch.dtype = torch.float32) -> tuple[Any, dict[str, Any]]:
+def load_model(
+    ckpt_dir: str | Path, dtype: torch.dtype = torch.float32, meta: dict[str, Any] | None = None
+) -> tuple[Any, dict[str, Any]]:
     """The whole model of a checkpoint of any layout, as a single-device ``Bloom`` in ``dtype``
-    (eval mode, on CPU), and the checkpoint's checked bloomline.json.
+    (eval mode, on CPU), and the checkpoint's checked bloomline.json (``meta``: as the caller read
+    it already, with :func:`read_meta`).
 
     TP slices are merged (cuts from the checkpoint's own ``tp_rules``), pipeline stages joined,
     ZeRO-3 partitions gathered (:func:`merged_weights`). The weights are those the model computed
@@ -210,7 +213,7 @@ def load_model(ckpt_dir: str | Path, dtype: torch.dtype = torch.float32) -> tupl
     from training.model.bloom import Bloom
 
     step_dir = Path(ckpt_dir)
-    meta = read_meta(step_dir)
+    meta = read_meta(step_dir) if meta is None else meta
     check_files(step_dir, meta)
     merged = merged_weights(step_dir, meta)
     with torch.device("meta"):

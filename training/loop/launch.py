@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from bloomline.disk import FULL_ERRNOS
 from bloomline.errors import ConfigError
@@ -28,6 +28,18 @@ EXIT_OK = 0
 EXIT_USER_ERROR = 2  # training/loop/main.py: a configuration or data problem (BloomlineError); a restart cannot help
 TIMED_OUT = 124  # run_job's exit status when the job outlived its timeout (as timeout(1))
 # anything else: a crash (a killed rank, a hardware fault, a bug), which a restart from `latest` may get past
+
+
+def leave(status: int) -> NoReturn:
+    """End a rank's process (training's or an evaluation's) with ``status``, its output flushed,
+    without the interpreter's teardown: with torch.distributed still up, destroying its (gloo /
+    DeepSpeed comm) objects while their threads run can abort the process ("terminate called
+    without an active exception", SIGABRT seen in CI after a rank's last step and after a user
+    error), so that a finished job or a user's mistake reads as a crash. Call it only once
+    everything the rank writes is complete."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def free_port() -> int:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -19,7 +18,7 @@ from typing import NoReturn
 from bloomline.config import from_dict
 from bloomline.errors import BloomlineError
 from training.config import TrainRecipe
-from training.loop.launch import EXIT_OK, EXIT_USER_ERROR
+from training.loop.launch import EXIT_OK, EXIT_USER_ERROR, leave
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
@@ -49,19 +48,10 @@ def main(argv: list[str] | None = None) -> NoReturn:
             raise
     except BloomlineError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
-        sys.stdout.flush()
-        # Leave without the interpreter's teardown: with torch.distributed still up, destroying
-        # its (gloo / DeepSpeed comm) objects while their threads run can abort the process
-        # ("terminate called without an active exception", SIGABRT seen in CI), turning a user
-        # error into what looks like a crash. Nothing is left to flush or save at this point.
-        os._exit(EXIT_USER_ERROR)
-    # Finished: leave the same way, for the same reason. A rank that trained to the end aborted
-    # in the interpreter's teardown in CI (SIGABRT after its last step, the job reported failed);
-    # every file it writes is complete by now (checkpoints saved, metrics and TensorBoard flushed
-    # each step, training/loop/metrics_log.py).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(EXIT_OK)
+        leave(EXIT_USER_ERROR)  # nothing is left to save
+    # every file the rank writes is complete by now: checkpoints saved, metrics and TensorBoard
+    # flushed each step (training/loop/metrics_log.py)
+    leave(EXIT_OK)
 
 
 if __name__ == "__main__":

@@ -15,20 +15,13 @@ from data_prep.dedup import driver
 from data_prep.pipeline import run_all, serial_map
 from data_prep.steps.minhash import minhash
 from data_prep.storage.droplog import check_dropped
+from tests.support.prepare_runs import tree_bytes
 
 REPO = Path(__file__).resolve().parents[3]
 
 
 def demo_cfg(*overrides) -> PrepareConfig:
     return load_config(PrepareConfig, REPO / "configs/data/demo.yaml", list(overrides))
-
-
-def tree_bytes(root: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != "run_stats.json" and ".work" not in p.parts
-    }
 
 
 def words(n: int, tag: str) -> list[str]:

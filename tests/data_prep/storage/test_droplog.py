@@ -90,7 +90,7 @@ def run(tmp_path, bad_inputs, name="out", overrides=()):
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
-    from tests.conftest import write_bad_inputs
+    from tests.support.bad_inputs import write_bad_inputs
 
     tmp = tmp_path_factory.mktemp("droplog")
     return run(tmp, write_bad_inputs)

@@ -15,7 +15,7 @@ from eval.results.metrics import LangTotals, metric_rows
 from eval.results.rows import long_rows
 from eval.results.table import write_results
 from eval.tasks.base import Row, with_means
-from tests.eval.pages.test_dashboard import open_page, planted
+from tests.support.browser import open_page, planted
 
 
 def evaluated(run: Path, bpb: dict[str, float], acc: dict[str, float], step: int, seed: int | None) -> None:

@@ -48,8 +48,8 @@ def _cmdline(p: psutil.Process) -> str:
 
 
 def test_an_evaluation_past_its_timeout_is_stopped_in_one_line_with_no_rank_left(demo_data, tmp_path):
-    from eval.publish import evaluate
     from eval.parallel.launch import EvaluationFailed
+    from eval.publish import evaluate
 
     step = checkpoint(demo_data, tmp_path)
     cfg = from_dict(EvalConfig, {"parallel": {"pp": 2, "timeout_s": 1}, "prompts_per_lang": 0})
@@ -65,8 +65,8 @@ def test_an_evaluation_past_its_timeout_is_stopped_in_one_line_with_no_rank_left
 def test_a_ranks_refusal_reaches_the_user_as_its_own_line(demo_data, tmp_path):
     """A checkpoint file cut short is met by the ranks, not by the process that starts them: the
     error line a rank prints is what the evaluation fails with."""
-    from eval.publish import evaluate
     from eval.parallel.launch import EvaluationFailed
+    from eval.publish import evaluate
 
     step = checkpoint(demo_data, tmp_path)
     f = step / "mp_rank_00_model_states.pt"

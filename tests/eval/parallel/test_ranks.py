@@ -14,10 +14,10 @@ from bloomline.config import from_dict
 from bloomline.errors import ConfigError
 from bloomline.tokenizer import token_bytes
 from eval.evaluate import generations
-from eval.publish import evaluate
 from eval.model import LocalModel
+from eval.publish import evaluate
 from eval.tasks.continuation import CHOICES, CONTEXT, LENGTH, batch_loglikelihoods, documents, items
-from tests.training.loop.test_trainer_multiproc import launch, ok
+from tests.support.train_runs import launch, ok
 from training.checkpoint.load import load_model
 from training.config import EvalConfig
 from training.data.shard_reader import ShardIndex

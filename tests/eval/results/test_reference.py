@@ -3,18 +3,15 @@ with one line naming the mismatch, when its languages, tokenizer or validation d
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
 from bloomline.errors import ConfigError
 from eval.results.reference import reference_curve
+from tests.support.eval_runs import make_run
 from training.checkpoint.run_dir import RunDir
 from training.data.shard_reader import ShardIndex, verify_once
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_dashboard import make_run  # noqa: E402  (an evaluated run's contract files over the demo data)
 
 pytestmark = pytest.mark.slow
 

@@ -13,27 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.prefect import own_server
+from tests.support.cli import BLOOMLINE, cli
+from tests.support.prepare_runs import tree_bytes
 
 REPO = Path(__file__).resolve().parents[3]
 DEMO = REPO / "configs/data/demo.yaml"
-BLOOMLINE = [sys.executable, "-m", "flows.cli.app"]
-
-
-def cli(*args, timeout=600, **kw):
-    """The command's result; ``env``: variables to add. Given a ``PREFECT_HOME`` of its own, the
-    command keeps its runs there, on the temporary server it starts, not the session's."""
-    extra = kw.pop("env", {})
-    env = {**(own_server() if "PREFECT_HOME" in extra else os.environ), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    return subprocess.run(
-        [*BLOOMLINE, *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-        env={**env, **{k: str(v) for k, v in extra.items()}},
-        **kw,
-    )
 
 
 def one_line_error(res, pattern):
@@ -156,14 +140,6 @@ def test_a_budget_too_small_for_the_data_is_a_one_line_error(tmp_path):
     )
     assert "memory_gib" in prepare_refusal(overrides=["memory_gib=0.5"])
     assert not (tmp_path / "o" / ".work").exists()
-
-
-def tree_bytes(root: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name not in ("run_stats.json", ".lock") and ".work" not in p.parts
-    }
 
 
 @pytest.mark.slow
@@ -459,11 +435,9 @@ def test_evaluate_on_a_gpu_this_machine_lacks_is_a_one_line_error(demo_data, tmp
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    sys.path.insert(0, str(REPO / "tests" / "training" / "checkpoint"))
-    from test_checkpoint import write_checkpoint  # a checkpoint's files, without training
-
     from bloomline.config import load_config
     from data_prep.storage.shards import manifest_sha256
+    from tests.support.checkpoints import write_checkpoint
     from training.config import TrainRecipe
     from training.model.bloom import Bloom
 
@@ -488,6 +462,7 @@ def test_evaluate_publishes_results_tensorboard_and_artifacts_and_refuses_bad_ch
     from bloomline.config import load_config, to_dict
     from eval.results.rows import validation_rows
     from eval.results.table import read_results
+    from tests.support.checkpoints import Planted
     from training.config import TrainRecipe
     from training.loop.launch import launch_command, run_job
 
@@ -597,16 +572,6 @@ def evaluate_refusal(checkpoint: Path, data: Path) -> str:
     return str(e.value)
 
 
-class Planted:
-    """A pickled callable: loading it with weights_only=False runs ``touch`` on the marker."""
-
-    def __init__(self, marker: Path):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.marker}",))
-
-
 @pytest.mark.slow
 def test_every_checkpoint_is_evaluated_while_training_runs(demo_data, tmp_path):
     """bloomline train with the automatic evaluation: a separate, lower-priority process evaluates
@@ -676,13 +641,11 @@ def test_a_held_back_evaluation_never_stalls_the_evaluation_driven_mixture(demo_
     the checkpoints left unevaluated are recorded as skipped once the drain gives up."""
     from eval.results.reference import reference_curve
     from eval.results.table import skipped_steps
+    from tests.support.eval_runs import make_run
     from training.checkpoint.run_dir import RunDir
     from training.data.mixture.log import read_log
     from training.data.mixture.online import read_reference
     from training.data.shard_reader import ShardIndex, verify_once
-
-    sys.path.insert(0, str(REPO / "tests" / "eval"))
-    from test_dashboard import make_run  # an evaluated run's contract files over the demo data
 
     ref = tmp_path / "proxy"
     make_run(ref, demo_data)

@@ -1,16 +1,14 @@
 """Which Prefect server a command's flows report to, found or started early (flows/run/api_server.py)."""
 
-import base64
-import http.server
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 from flows.run import api_server, serve_state
+from tests.support.prefect import AUTH, http_server, prefect_like
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -27,36 +25,6 @@ def fresh(monkeypatch, tmp_path):
     # a command that adopts nothing may not start a server here: start_early says "configured"
     monkeypatch.setenv("PREFECT_SERVER_EPHEMERAL_ENABLED", "false")
     monkeypatch.setattr(api_server, "_server", {})
-
-
-AUTH = "the-users-own-auth-string"
-
-
-def http_server(answer):
-    """A server on a free loopback port; ``answer(path, authorization header)`` gives each GET's
-    status. Records the Authorization headers it was sent in ``.seen``."""
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            httpd.seen.append(self.headers.get("Authorization"))
-            self.send_response(answer(self.path, self.headers.get("Authorization")))
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    httpd.seen = []
-    httpd.url = f"http://127.0.0.1:{httpd.server_port}/api"
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    return httpd
-
-
-def prefect_like(path, header):
-    """Prefect's server with an auth string: /api/health open, the rest behind Basic auth."""
-    if path == "/api/health":
-        return 200
-    return 200 if header == "Basic " + base64.b64encode(AUTH.encode()).decode() else 401
 
 
 def mark(url):

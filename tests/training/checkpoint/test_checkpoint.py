@@ -3,7 +3,6 @@ checkpoint folders laid out as DeepSpeed lays them out (real DeepSpeed-written c
 every layout are loaded in test_trainer_multiproc.py)."""
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -11,12 +10,12 @@ import torch
 
 from bloomline.config import load_config
 from bloomline.errors import CheckpointError
+from tests.support.checkpoints import Planted, write_checkpoint
 from training.checkpoint.load import detect_layout, load_model
-from training.checkpoint.meta import make_meta, read_meta
+from training.checkpoint.meta import read_meta
 from training.checkpoint.run_dir import RunDir, step_dir_name, step_of_dir_name
 from training.config import TrainRecipe
 from training.model.bloom import Bloom
-from training.parallel.layout import pipeline_prefixes, tp_slice
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -31,41 +30,6 @@ def saved_names(step_dir):
 def recipe(*overrides):
     # 4,100 pieces: 4,224 rows at TP=1, 4,352 at TP=2, so merging must also cut the TP padding
     return load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", ["model.vocab_size=4100", *overrides])
-
-
-def write_checkpoint(step_dir: Path, r: TrainRecipe, model: Bloom, step: int = 4) -> dict:
-    """The files DeepSpeed writes for r's layout at ZeRO 0 (module weights only), and bloomline.json."""
-    step_dir.mkdir(parents=True, exist_ok=True)
-    tp, pp, L = r.parallel.tp, r.parallel.pp, r.model.num_layers
-    rows = r.model.padded_vocab(tp)
-    for rank in range(tp):
-        sd = {n: tp_slice(n, p.detach(), rank, tp, rows).clone() for n, p in model.named_parameters()}
-        if pp == 1:
-            torch.save({"module": sd}, step_dir / f"mp_rank_{rank:02d}_model_states.pt")
-            continue
-        for i, prefix in enumerate(pipeline_prefixes(L)[:-1]):
-            layer = {k[len(prefix) + 1 :]: v for k, v in sd.items() if k.startswith(prefix + ".")}
-            torch.save(layer, step_dir / f"layer_{i:02d}-model_{rank:02d}-model_states.pt")
-    for mp in range(tp * pp if pp > 1 else 0):
-        torch.save({"module": None}, step_dir / f"mp_rank_{mp:02d}_model_states.pt")
-    sampler = {
-        "version": 2,
-        "seed": r.train.seed,
-        "step": step,
-        "consumed_tokens": 0,
-        "tokens_by_lang": {},
-        "streams": {},
-    }
-    meta = make_meta(
-        step,
-        r,
-        step_dir.parent,
-        "a" * 64,
-        sampler,
-        {"skipped": 0, "fp16_overflows": 0, "skipped_in_a_row": 0, "loss_ema": None},
-    )
-    (step_dir / "bloomline.json").write_text(json.dumps(meta))
-    return meta
 
 
 @pytest.mark.parametrize("tp,pp", [(1, 1), (2, 1), (1, 2), (2, 2)])
@@ -182,16 +146,6 @@ def test_the_writer_discards_the_future_a_resumed_run_redoes(tmp_path):
     run.step_dir(5).mkdir()  # a save killed before its bloomline.json
     run.latest_file.write_text("step_20")
     assert run.discard_unpublished() == [5, 30] and run.complete_steps() == [10, 20]
-
-
-class Planted:
-    """A pickled callable: loading it with weights_only=False runs ``touch`` on the marker."""
-
-    def __init__(self, marker: Path):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.marker}",))
 
 
 def test_a_planted_pickle_is_refused_in_one_line_and_runs_nothing(tmp_path):

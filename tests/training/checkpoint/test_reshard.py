@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.support.checkpoints import Planted
 from training.checkpoint.reshard import check_convertible
 from training.config import ModelConfig
 from training.model.bloom import full_shapes
@@ -166,16 +167,6 @@ def test_mixed_precision_reshards_both_ways_and_trains_on(precision, demo_data, 
         assert abs(a["grad_norm"] - b["grad_norm"]) < 2e-2 * b["grad_norm"], (a["step"], a["grad_norm"], b["grad_norm"])
 
 
-class _Planted:
-    """A pickled callable: loading it with weights_only=False runs ``touch`` on the marker."""
-
-    def __init__(self, marker: Path):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.marker}",))
-
-
 FORKSERVER_CONVERT = """
 import multiprocessing, sys
 from pathlib import Path
@@ -199,7 +190,7 @@ def test_converter_workers_load_as_the_safe_loader_whatever_the_default_start_me
     (f,) = step.glob("*_mp_rank_01_optim_states.pt")
     sd = torch.load(f, weights_only=False)
     marker = tmp_path / "ran"
-    sd["planted"] = _Planted(marker)
+    sd["planted"] = Planted(marker)
     torch.save(sd, f)
     res = subprocess.run(
         [sys.executable, "-c", FORKSERVER_CONVERT, str(step)],

@@ -11,7 +11,7 @@ import torch
 
 from bloomline.config import load_config
 from bloomline.errors import CheckpointError, ConfigError
-from tests.training.loop.test_trainer_multiproc import launch, metrics, ok
+from tests.support.train_runs import launch, metrics, ok
 from training.config import TrainRecipe
 from training.hf.from_hf import check_init_from, init_weights, open_source
 from training.parallel.layout import EMBEDDING
@@ -167,7 +167,7 @@ def evaluated_as_lm_eval_evaluates_the_original(hf_bloom, hf_data, ck, tmp_path)
     from eval.publish import evaluate
     from eval.tasks import make
     from eval.tasks.lm_eval_local import export_lm_args, run_lm_eval
-    from tests.eval.tasks.test_lm_eval_local import pieces, record, write
+    from tests.support.task_files import pieces, record, write
     from training.config import EvalConfig
 
     langs = ["en", "sw", "zh-Hans"]
@@ -251,8 +251,7 @@ def test_a_bloomline_checkpoint_and_a_pickled_folder_are_sources_too(hf_bloom, h
     nothing and is refused in one line."""
     from transformers import AutoModelForCausalLM
 
-    from tests.support.checkpoints import one_rank_checkpoint
-    from tests.training.checkpoint.test_checkpoint import Planted
+    from tests.support.checkpoints import Planted, one_rank_checkpoint
     from training.model.bloom import Bloom
 
     r = load_config(TrainRecipe, TINY, ["parallel.zero_stage=0"])

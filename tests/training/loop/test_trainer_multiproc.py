@@ -2,7 +2,6 @@
 real checkpoints. One shared set of demo shards; every run is a few steps of bloom-tiny."""
 
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -11,20 +10,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from bloomline.config import load_config, to_dict
+from bloomline.config import load_config
+from tests.support.train_runs import BASE, ENV, command, launch, metrics, ok
 from training.checkpoint.load import load_model
 from training.checkpoint.meta import FORMAT_VERSION, read_meta
 from training.checkpoint.run_dir import RunDir
 from training.config import TrainRecipe
 from training.data.shard_reader import ShardIndex
-from training.loop.launch import EXIT_USER_ERROR, launch_command
+from training.loop.launch import EXIT_USER_ERROR
 from training.model.bloom import Bloom
 from training.parallel.shm import release_job_shm
 
 REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.slow
-
-BASE = ["train.steps=4", "checkpoint.interval=2", "optim.decay_steps=30"]
 
 
 @pytest.fixture(scope="module")
@@ -37,34 +35,6 @@ def saved_names(step_dir):
     from training.checkpoint.load import _rank_weights
 
     return list(_rank_weights(Path(step_dir), read_meta(step_dir), 0)[0])
-
-
-def command(data: Path, out: Path, overrides: list[str]) -> list[str]:
-    r = load_config(TrainRecipe, REPO / "configs/train/bloom-tiny.yaml", [*BASE, *overrides])
-    out.mkdir(parents=True, exist_ok=True)
-    recipe = out / "recipe.json"
-    recipe.write_text(json.dumps(to_dict(r)))
-    return launch_command(recipe, str(data), str(out), r.parallel.world_size)
-
-
-ENV = {**os.environ, "DS_ACCELERATOR": "cpu"}
-
-
-def launch(data: Path, out: Path, overrides: list[str], **env: str) -> subprocess.CompletedProcess:
-    """The ranks of one run; ``env``: switches of training/config/drills.py."""
-    cmd = command(data, out, overrides)
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO, env={**ENV, **env})
-    finally:
-        release_job_shm(cmd)
-
-
-def ok(res: subprocess.CompletedProcess) -> None:
-    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
-
-
-def metrics(out: Path) -> list[dict]:
-    return [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
 
 
 REFERENCE_RUN: list[Path] = []

@@ -4,7 +4,6 @@ language the sampler reports against what its stream positions imply, the decisi
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +11,7 @@ import pytest
 
 from bloomline.config import from_dict
 from bloomline.errors import ConfigError, DataError
+from tests.support.prepared import BATCH, write_prepared
 from training.checkpoint.run_dir import RunDir
 from training.config import BatchConfig, BlendRuleConfig
 from training.data.mixture.blend import Blend, check_resume, temperature_at, unimax_budgets
@@ -19,9 +19,6 @@ from training.data.mixture.fixed import FixedMixture
 from training.data.mixture.log import read_log
 from training.data.sampler import DynamicBatchSampler, permutation_at, planned_tokens
 from training.data.shard_reader import ShardIndex
-
-sys.path.insert(0, str(Path(__file__).parents[1]))
-from test_sampler import BATCH, write_prepared  # noqa: E402  (the sampler tests' synthetic prepared data)
 
 
 def rule(**kw) -> BlendRuleConfig:

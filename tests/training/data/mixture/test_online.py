@@ -5,18 +5,15 @@ land while it runs), and a missing evaluation never stalls it."""
 
 import json
 import shutil
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 
+from tests.support.train_runs import launch, metrics, ok
 from training.checkpoint.meta import read_meta
 from training.checkpoint.run_dir import RunDir
 from training.data.mixture.log import read_log
-
-sys.path.insert(0, str(Path(__file__).parents[2] / "loop"))
-from test_trainer_multiproc import launch, metrics, ok  # noqa: E402  (the launcher helpers of the trainer's tests)
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,5 @@
-"""The benchmarks' Megatron-style baseline (tests/support/fixed_sampler.py) on the sampler tests' data."""
+"""The benchmarks' Megatron-style baseline (tests/support/fixed_sampler.py) on the sampler tests' synthetic
+prepared data (tests/support/prepared.py)."""
 
 import json
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 from tests.support.fixed_sampler import MegatronBatches
-from tests.training.data.test_sampler import write_prepared
+from tests.support.prepared import write_prepared
 from training.data.shard_reader import ShardIndex
 
 
