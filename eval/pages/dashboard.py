@@ -22,7 +22,7 @@ from typing import Any
 
 from bloomline.io import write_bytes_atomic
 from eval.pages import html as page
-from eval.pages.html import lines_per_language
+from eval.pages.html import language_line, lines_per_language
 from eval.pages.html import plotly_text as T
 from eval.pages.mixture import mixture_page
 from eval.pages.tasks import overview, task_pages
@@ -178,16 +178,7 @@ def bpb_by_tokens_seen(langs: list[dict[str, Any]], names: list[str]) -> Figure:
 
     f = go.Figure()
     for lang in names:
-        pts = sorted((r["tokens_seen"], r["bpb"], r["step"]) for r in langs if r["lang"] == lang)
-        f.add_trace(
-            go.Scatter(
-                x=[p[0] for p in pts],
-                y=[p[1] for p in pts],
-                mode="lines+markers",
-                name=T(lang),
-                text=[f"step {p[2]}" for p in pts],
-            )
-        )
+        f.add_trace(language_line(langs, lang, "tokens_seen", "bpb"))
     f.update_layout(xaxis_title="training tokens seen of the language", yaxis_title="bits per byte", height=520)
     return "Bits per byte against tokens seen: starved or hard?", f
 

@@ -71,6 +71,21 @@ def plotly_text(value: Any) -> str:
     return html.escape(str(value), quote=False)
 
 
+def language_line(rows: list[dict[str, Any]], lang: str, x: str, y: str, **style: Any) -> Any:
+    """One language's line, ``y`` against ``x`` over its ``rows`` (each with ``lang`` and
+    ``step``), its name escaped; against anything but the step, each point's step shows on hover.
+    None when the language has no row."""
+    import plotly.graph_objects as go
+
+    pts = sorted((r[x], r[y], r["step"]) for r in rows if r["lang"] == lang)
+    if not pts:
+        return None
+    hover = {} if x == "step" else {"text": [f"step {p[2]}" for p in pts]}
+    return go.Scatter(
+        x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=plotly_text(lang), **hover, **style
+    )
+
+
 def lines_per_language(rows: list[dict[str, Any]], value: str, langs: list[str], y_title: str, height: int) -> Any:
     """A plotly figure of ``value`` over steps, one line per language of ``langs`` (rows with
     ``step``, ``lang`` and ``value``), its names escaped; a click on a legend entry hides it."""
@@ -78,10 +93,7 @@ def lines_per_language(rows: list[dict[str, Any]], value: str, langs: list[str],
 
     f = go.Figure()
     for lang in langs:
-        pts = sorted((r["step"], r[value]) for r in rows if r["lang"] == lang)
-        f.add_trace(
-            go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=plotly_text(lang))
-        )
+        f.add_trace(language_line(rows, lang, "step", value))
     f.update_layout(
         xaxis_title="step", yaxis_title=y_title, height=height, legend_title="click: hide · double click: isolate"
     )

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from eval.pages import html as page
+from eval.pages.html import language_line
 from eval.pages.html import plotly_text as T
 from eval.results.rows import of_languages, validation_rows
 from eval.results.table import read_results
@@ -103,27 +104,18 @@ def _bpb_figure(
 
     f = go.Figure()
     for lang in langs:
-        pts = sorted((r["tokens_seen"], r["bpb"], r["step"]) for r in rows if r["lang"] == lang)
-        if not pts:
+        line = language_line(rows, lang, "tokens_seen", "bpb", legendgroup=lang)
+        if line is None:
             continue
-        f.add_trace(
-            go.Scatter(
-                x=[p[0] for p in pts],
-                y=[p[1] for p in pts],
-                mode="lines+markers",
-                name=T(lang),
-                legendgroup=lang,
-                text=[f"step {p[2]}" for p in pts],
-            )
-        )
+        f.add_trace(line)
         # each change, where this language's curve was at that moment (its tokens seen by then)
         at = [int(seen[lang][steps.index(s)]) for s in changes if s in steps]
         if at:
-            xs_ = np.log(np.maximum([p[0] for p in pts], 1))
+            xs_ = np.log(np.maximum(line.x, 1))
             f.add_trace(
                 go.Scatter(
                     x=at,
-                    y=np.interp(np.log(np.maximum(at, 1)), xs_, [p[1] for p in pts]).tolist(),
+                    y=np.interp(np.log(np.maximum(at, 1)), xs_, line.y).tolist(),
                     mode="markers",
                     marker={"symbol": "x", "size": 7},
                     name=T(f"{lang}: weights changed"),
