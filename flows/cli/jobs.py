@@ -124,7 +124,9 @@ def pipeline(
         from flows.stages.pipeline import pipeline as pipeline_flow
 
         run_out = str(out.resolve())
-        res = run_flow("bloomline pipeline", out, to_dict(cfg), lambda p, i: pipeline_flow(p, run_out, local=i), True)
+        res = run_flow(
+            "bloomline pipeline", out, to_dict(cfg), lambda p, i: pipeline_flow(p, run_out, local=i), True, checked=cfg
+        )
         print_pipeline(res, console)
 
     run_command(body, debug, driver=True, out=out)

@@ -7,9 +7,12 @@ on is what its caller passed it."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
+from bloomline.config import from_dict
 from bloomline.secrets import mask_tree, remember
+
+T = TypeVar("T")
 
 
 class InProcess:
@@ -19,7 +22,7 @@ class InProcess:
     started while Prefect's server did; flows/run/api_server.py), and ``checked``, what the caller
     already checked of ``params`` against the flow's other arguments, as the typed object the
     flow's entry would make of them (the train flow's ``Checked`` recipe, the evaluate flow's
-    checkpoint record): each input is checked once, where it enters, and the flow checks again
+    checkpoint record, the prepare and pipeline flows' recipe): each input is checked once, where it enters, and the flow checks again
     only for a caller that did not. Prefect records it as ``"<InProcess>"``: its encoder cannot read an
     object with slots and no iteration (prefect.flows.Flow.serialize_parameters' fallback), so
     neither a secret nor the display reaches the API."""
@@ -56,3 +59,12 @@ def unmasked(params: Any, local: InProcess | None) -> Any:
     if mask_tree(local.params) != params:
         raise ValueError("the InProcess handed to this flow holds other parameters than the flow's")
     return local.params
+
+
+def typed(schema: type[T], params: Any, local: InProcess | None) -> T:
+    """The recipe a flow runs on: the ``schema`` object its caller checked and handed
+    (``local.checked``), else made and checked here from the parameters (:func:`unmasked`)."""
+    sent = unmasked(params, local)  # refuses an InProcess of other parameters either way
+    if local is not None and isinstance(local.checked, schema):
+        return local.checked
+    return from_dict(schema, sent)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Union
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
-from bloomline.config import Location, from_dict, recipe_of, to_dict
+from bloomline.config import Location, recipe_of, to_dict
 from bloomline.errors import BloomlineError
 from bloomline.io import read_json, write_json_atomic
 from bloomline.secrets import mask_tree, masks_exceptions
@@ -39,7 +39,7 @@ from data_prep.storage.shards import manifest_path, manifest_sha256
 from eval.results.table import clear_evaluations, copy_evaluations, results_dir
 from eval.tasks import data_digest
 from flows.config import PipelineConfig
-from flows.run.params import InProcess, flow_args, unmasked
+from flows.run.params import InProcess, flow_args, typed
 from flows.run.runlock import owns
 from flows.stages.reuse import StageKey, code_digest, completed, mark_complete, why_rerun
 from training.checkpoint.load import weights_digest
@@ -194,7 +194,7 @@ def pipeline(config: recipe_of(PipelineConfig), out: Location, local: InProcess 
     outputs are (``local``: flows/run/params.py, the real config and the prepare stage's progress
     display from a caller in this process)."""
     log = get_run_logger()
-    cfg = from_dict(PipelineConfig, unmasked(config, local))
+    cfg = typed(PipelineConfig, config, local)
     progress = local.progress if local is not None else None
     run = Path(out).resolve()
     run.mkdir(parents=True, exist_ok=True)
@@ -227,7 +227,7 @@ def data_stage(cfg: PrepareConfig, stages: Stages, progress: ProgressBars | None
     data_dir = key.folder(stages.run)
 
     def do_prepare() -> dict[str, Any]:
-        sent, local = flow_args(to_dict(cfg), progress)
+        sent, local = flow_args(to_dict(cfg), progress, checked=cfg)
         m = prepare(sent, str(data_dir), local=local)
         return {
             "data": str(data_dir),

@@ -18,7 +18,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 
-from bloomline.config import Location, from_dict, recipe_of, to_dict
+from bloomline.config import Location, recipe_of, to_dict
 from bloomline.mirror import drop
 from bloomline.secrets import mask_text, mask_tree, masks_exceptions
 from bloomline.storage import absolute, is_url
@@ -27,7 +27,7 @@ from data_prep.pipeline import Progress, run_all
 from flows.display.summary import summary_rows
 from flows.run.api_server import wait_ready
 from flows.run.dask_cluster import dask_client, dask_map, warm_worker
-from flows.run.params import InProcess, flow_args, unmasked
+from flows.run.params import InProcess, flow_args, typed
 from flows.run.runlock import owns
 
 
@@ -42,7 +42,7 @@ def _as_task(name: str, fn: Callable[[], Any]) -> Any:
 def prepare(config: recipe_of(PrepareConfig), out: Location, local: InProcess | None = None) -> dict[str, Any]:
     """Raw corpora → length-bucketed Arrow shards + manifest.json in ``out`` (``local``:
     flows/run/params.py, the real config and a progress display from a caller in this process)."""
-    cfg = from_dict(PrepareConfig, unmasked(config, local))
+    cfg = typed(PrepareConfig, config, local)
     progress = local.progress if local is not None and local.progress is not None else Progress()
     log = get_run_logger()
     log.info("preparing %d source(s) into %s", len(cfg.sources), out)
@@ -76,7 +76,7 @@ def run_prepare(cfg: PrepareConfig, out: str, progress: Progress | None = None) 
         workers = list(client.scheduler_info()["workers"])
         warming = [client.submit(warm_worker, cfg.langid.enabled, workers=[w], pure=False) for w in workers]
         wait_ready()
-        config, local = flow_args(to_dict(cfg), progress, dask=client)
+        config, local = flow_args(to_dict(cfg), progress, dask=client, checked=cfg)
         manifest = prepare(config, str(out), local=local)
         del warming  # held until here: a released future's task may be cancelled before it ran
         return manifest
