@@ -22,7 +22,7 @@ from typing import Any
 
 from bloomline.io import write_bytes_atomic
 from eval.pages import html as page
-from eval.pages.html import language_line, lines_per_language
+from eval.pages.html import language_by_step, language_line, lines_per_language
 from eval.pages.html import plotly_text as T
 from eval.pages.mixture import mixture_page
 from eval.pages.tasks import overview, task_pages
@@ -137,21 +137,8 @@ def change_from_import(langs: list[dict[str, Any]]) -> Figure:
 
 
 def bpb_heatmap(rows: list[dict[str, Any]], langs: list[dict[str, Any]], names: list[str]) -> Figure:
-    import plotly.graph_objects as go
-
     steps = sorted({r["step"] for r in rows})
-    grid = {(r["lang"], r["step"]): r["bpb"] for r in langs}
-    f = go.Figure(
-        go.Heatmap(
-            z=[[grid.get((l, s)) for s in steps] for l in names],
-            x=[str(s) for s in steps],
-            y=[T(l) for l in names],
-            colorscale="Viridis",
-            colorbar_title="bpb",
-        )
-    )
-    f.update_layout(xaxis_title="checkpoint step", height=max(400, 16 * len(names)))
-    return "Bits per byte, language × checkpoint", f
+    return "Bits per byte, language × checkpoint", language_by_step(langs, "bpb", names, steps, "bpb")
 
 
 def groups(rows: list[dict[str, Any]]) -> Figure:

@@ -100,6 +100,25 @@ def lines_per_language(rows: list[dict[str, Any]], value: str, langs: list[str],
     return f
 
 
+def language_by_step(rows: list[dict[str, Any]], value: str, langs: list[str], steps: list[int], label: str) -> Any:
+    """A plotly heatmap of ``value`` (its colour bar named ``label``), a row per language of
+    ``langs`` and a column per step of ``steps`` (a cell without a row stays empty), its names escaped."""
+    import plotly.graph_objects as go
+
+    grid = {(r["lang"], r["step"]): r[value] for r in rows}
+    f = go.Figure(
+        go.Heatmap(
+            z=[[grid.get((l, s)) for s in steps] for l in langs],
+            x=[str(s) for s in steps],
+            y=[plotly_text(l) for l in langs],
+            colorscale="Viridis",
+            colorbar_title=label,
+        )
+    )
+    f.update_layout(xaxis_title="checkpoint step", height=max(400, 16 * len(langs)))
+    return f
+
+
 def _source(script: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode() + "'"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from eval.pages import html as page
-from eval.pages.html import lines_per_language
+from eval.pages.html import language_by_step, lines_per_language
 from eval.pages.html import plotly_text as T
 from eval.results.rows import VALIDATION, is_language
 from eval.results.table import read_results
@@ -94,7 +94,6 @@ def _figures(rows: list[dict[str, Any]], task: str) -> list[tuple[str, Any]]:
 def _metric_figures(rows: list[dict[str, Any]], task: str) -> list[tuple[str, Any]]:
     """Per metric of ``task``: its value per language over checkpoints (with the chance level where
     known), and the language × checkpoint heatmap."""
-    import plotly.graph_objects as go
 
     figs = []
     mine = [r for r in rows if r["task"] == task and is_language(r) and r["metric"] != "skipped"]
@@ -107,17 +106,7 @@ def _metric_figures(rows: list[dict[str, Any]], task: str) -> list[tuple[str, An
         if metric in floor:
             f.add_hline(y=floor[metric], line={"dash": "dot", "color": "#888"}, annotation_text="chance")
         figs.append((f"{task}: {metric} per language", f))
-        grid = {(r["lang"], r["step"]): r["value"] for r in rs}
-        f = go.Figure(
-            go.Heatmap(
-                z=[[grid.get((l, s)) for s in steps] for l in langs],
-                x=[str(s) for s in steps],
-                y=[T(l) for l in langs],
-                colorscale="Viridis",
-                colorbar_title=metric,
-            )
-        )
-        f.update_layout(xaxis_title="checkpoint step", height=max(400, 16 * len(langs)))
+        f = language_by_step(rs, "value", langs, steps, metric)
         figs.append((f"{task}: {metric}, language × checkpoint", f))
     return figs
 
