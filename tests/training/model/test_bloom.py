@@ -64,6 +64,30 @@ def test_attention_bias_matches_naive_loops():
     assert torch.isfinite(torch.softmax(bias, dim=-1)).all()
 
 
+def test_one_bias_per_forward_and_a_new_one_when_its_inputs_change(monkeypatch):
+    """Every layer of a forward shares one bias; an in-place edit of the segment ids, other
+    slopes, another dtype or other tensors with the same values get a bias of their own."""
+    seg = segment_ids_from_offsets([[0, 3]], [6], T=8)
+    slopes = alibi_slopes(4)
+    first = attention_bias(seg, slopes, torch.float32)
+    assert attention_bias(seg, slopes, torch.float32) is first
+    assert attention_bias(seg.clone(), slopes, torch.float32) is not first  # equal values, another tensor
+    assert attention_bias(seg, slopes, torch.bfloat16).dtype == torch.bfloat16
+    seg[0, 5] = 0  # in place: position 5 becomes padding
+    edited = attention_bias(seg, slopes, torch.float32)
+    assert edited[0, 0, 5, 4] == torch.finfo(torch.float32).min and first[0, 0, 5, 4] != edited[0, 0, 5, 4]
+    half = attention_bias(seg, slopes[:2], torch.float32)
+    assert half.shape == (1, 2, 8, 8)
+    # a whole model's forward builds it once, not once per block
+    model = tiny_model()
+    import training.model.bloom as bloom
+
+    built, real = [], bloom._attention_bias
+    monkeypatch.setattr(bloom, "_attention_bias", lambda *a: built.append(1) or real(*a))
+    model(torch.randint(0, 100, (1, 8)), seg)
+    assert len(built) == 1 and len(model.blocks) > 1
+
+
 def test_packed_documents_do_not_leak():
     model = tiny_model()
     T = 16
