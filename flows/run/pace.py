@@ -41,12 +41,17 @@ class Pacer:
         clock: Callable[[], float] = time.monotonic,
         cpu: Callable[[], float] = time.process_time,
         sleep: Callable[[float], None] = time.sleep,
+        on_end: Callable[[], None] = lambda: None,
     ):
         if share <= 0:
             raise ValueError(f"share must be > 0, got {share}")
         self.share, self.active, self.burst_s = share, active, burst_s
         self.check_s, self.active_every_s, self.slice_s = check_s, active_every_s, slice_s
         self.clock, self.cpu, self.sleep = clock, cpu, sleep
+        self.on_end = on_end
+        """Called once, in the pacing thread, when ``active()`` is first found false: an evaluation
+        under way may then take the cores training has left (torch's thread count is the caller's
+        thread's), not only the next one."""
         self.wall, self.used = clock(), cpu()
         self.bucket = burst_s
         self.is_active, self.asked = True, float("-inf")
@@ -62,7 +67,7 @@ class Pacer:
         if now - self.wall < self.check_s:  # called per module: look at the clocks 100 times a second at most
             return
         if now - self.asked >= self.active_every_s:
-            self.is_active, self.asked = self.active(), now
+            self._ask(now)
         used = self.cpu()
         self.bucket = min(self.burst_s, self.bucket + self.share * (now - self.wall)) - (used - self.used)
         self.wall, self.used = now, used
@@ -78,8 +83,13 @@ class Pacer:
                 self.sleep(nap)
                 self.slept += nap
                 wait -= nap
-                self.is_active, self.asked = self.active(), self.clock()
+                self._ask(self.clock())
             self.wall, self.used, self.bucket = self.clock(), self.cpu(), 0.0
+
+    def _ask(self, now: float) -> None:
+        was, self.is_active, self.asked = self.is_active, self.active(), now
+        if was and not self.is_active:
+            self.on_end()
 
 
 class _PaceOnImport:

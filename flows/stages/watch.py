@@ -131,16 +131,21 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(threads or 1)
     done = RunDir(args.run).training_done.exists
 
+    drained: list[bool] = []
+
     def drain() -> None:
         # the ranks have exited: what is left to evaluate may use every core this process may run
-        # on (the demo's three checkpoints left at the end: 44 s on one thread of two cores)
-        if threads is None:
+        # on (the demo's three checkpoints left at the end: 44 s on one thread of two cores), the
+        # evaluation under way too (the pacer calls this in its thread; the demo's first
+        # checkpoint, begun during training, then took 13 s more at half the machine)
+        if threads is None and not drained:
+            drained.append(True)
             torch.set_num_threads(len(os.sched_getaffinity(0)))
             print(f"training is done: evaluating on {torch.get_num_threads()} threads", flush=True)
 
     pacer = None
     if recipe.evaluation.cpu_share is not None:
-        pacer = Pacer(recipe.evaluation.cpu_share, active=lambda: not done())
+        pacer = Pacer(recipe.evaluation.cpu_share, active=lambda: not done(), on_end=drain)
         install(pacer)
     try:
         watch(args.run, args.data, recipe, done=done, pacer=pacer, on_drain=drain)

@@ -2,6 +2,7 @@
 
 import time
 
+import pytest
 import torch
 
 from flows.run.pace import Pacer, install
@@ -22,7 +23,7 @@ class Clocks:
 
 
 def test_cpu_held_to_share_while_active_then_free():
-    c, active = Clocks(), [True]
+    c, active, ended = Clocks(), [True], []
     p = Pacer(
         0.25,
         active=lambda: active[0],
@@ -32,6 +33,7 @@ def test_cpu_held_to_share_while_active_then_free():
         clock=lambda: c.wall,
         cpu=lambda: c.cpu,
         sleep=c.sleep,
+        on_end=lambda: ended.append(c.wall),
     )
     for _ in range(400):
         c.work(0.05)
@@ -45,6 +47,7 @@ def test_cpu_held_to_share_while_active_then_free():
         c.work(0.05)
         p.pace()
     assert abs(c.wall - wall - 5.0) < 1e-9
+    assert ended == [pytest.approx(wall + 0.05)]  # told once, at the first pace after training ended
 
 
 def test_waiting_banks_at_most_the_burst():
