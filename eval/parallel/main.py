@@ -93,12 +93,16 @@ def _stage_runner(args: argparse.Namespace, cfg: EvalConfig) -> tuple[StageRunne
     # them, and the ranks then wait for each other's preempted threads (measured: 88 s -> 27 s for
     # a 4-rank evaluation on 2 cores)
     torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_SIZE", "1"))))
+    meta = json.loads((args.settings.parent / CHECKED).read_text())  # as the driver checked it
+    if (meta.get("model") or {}).get("attention") != "flex":
+        # nothing here is compiled (sdpa; FlexAttention would be): megatron-core's fused functions,
+        # torch.compile'd at import, then load no TorchDynamo and Inductor (1.8 s a rank, 2-core EPYC)
+        os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
     mesh = init_distributed(ParallelConfig(tp=tp, pp=pp, dp=1, zero_stage=0), seed=0)
     device = resolve_device(cfg.device)
     if device.type == "cuda":
         device = torch.device("cuda", torch.cuda.current_device())  # init_distributed chose it by LOCAL_RANK
     dtype = PRECISIONS[precision_of(cfg, device)]
-    meta = json.loads((args.settings.parent / CHECKED).read_text())  # as the driver checked it
     if meta.get("kind") is None:  # a checkpoint's files agree with its layout
         check_files(args.checkpoint, meta)
     t0 = time.perf_counter()

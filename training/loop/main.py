@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -36,6 +37,12 @@ def main(argv: list[str] | None = None) -> NoReturn:
         with open(args.recipe, encoding="utf-8") as f:
             recipe = from_dict(TrainRecipe, json.load(f))
         recipe.resolve_paths(Path("."))
+        if nothing_compiles(recipe):
+            # DeepSpeed's ZeRO optimizer check imports its Muon optimizer, and megatron-core its fused
+            # functions, each torch.compile'd at import: that loads TorchDynamo and Inductor, 1.7 s of
+            # a bloom-tiny rank's 8 s start on a 2-core AMD EPYC (1.8 s more with megatron-core's TP/PP
+            # layers). TorchDynamo's own switch, read when compile is called, makes them plain functions.
+            os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
         seed_everything(recipe.train.seed)
         try:
             Trainer(recipe, args.data, args.out).train()
@@ -52,6 +59,16 @@ def main(argv: list[str] | None = None) -> NoReturn:
     # every file the rank writes is complete by now: checkpoints saved, metrics and TensorBoard
     # flushed each step (training/loop/metrics_log.py)
     leave(EXIT_OK)
+
+
+def nothing_compiles(recipe: TrainRecipe) -> bool:
+    """Whether no part of this rank's training is ``torch.compile``'d: ``train.compile`` off and
+    attention sdpa, named so or ``auto`` without a GPU (FlexAttention, which is compiled, has no
+    CPU backward: training/loop/kernel_choice.py)."""
+    import torch
+
+    attention = getattr(recipe.model, "attention", "auto")
+    return not recipe.train.compile and (attention == "sdpa" or (attention == "auto" and not torch.cuda.is_available()))
 
 
 if __name__ == "__main__":
