@@ -209,7 +209,11 @@ class Embedding(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.word_embeddings = nn.Embedding(cfg.padded_vocab(), cfg.hidden_size)
+        # Uninitialised (init_weights draws every parameter): nn.Embedding's own normal_ init on the
+        # meta device goes through torch._refs, whose first call imports TorchDynamo, 1.6 s of every
+        # process that reads a checkpoint's parameter shapes (training/model/bloom.py full_shapes).
+        shape = (cfg.padded_vocab(), cfg.hidden_size)
+        self.word_embeddings = nn.Embedding(*shape, _weight=torch.empty(shape))
         self.vocab_size = cfg.vocab_size
         # Set by tensor parallelism: the token id of this rank's first row, and an op that makes
         # the projection's input gradient sum over the ranks that each hold part of the vocabulary.

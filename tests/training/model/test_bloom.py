@@ -1,5 +1,6 @@
 import copy
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -272,3 +273,19 @@ def test_padding_columns_of_the_vocabulary_are_inert():
     g = m.embedding.word_embeddings.weight.grad
     assert g[200:].abs().max() == 0 and g[:200].abs().max() > 0
     assert torch.softmax(logits.float(), -1)[..., 200:].max() == 0
+
+
+def test_reading_a_model_s_shapes_imports_no_torchdynamo():
+    """Every process that checks a checkpoint builds the model on the meta device; nn.Embedding's
+    own init there used to import TorchDynamo (1.6 s)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from training.config import ModelConfig; from training.model.bloom import full_shapes; "
+        "full_shapes(ModelConfig(vocab_size=100, hidden_size=8, num_layers=1, num_heads=2, seq_len=8)); "
+        "print('torch._dynamo' in sys.modules)"
+    )
+    repo = Path(__file__).resolve().parents[3]
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo, timeout=120)
+    assert res.stdout.strip() == "False", res.stderr[-2000:]
