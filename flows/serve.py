@@ -210,7 +210,9 @@ def serve_deployments(roots: list[str]) -> None:
     user_errors.install()
     os.environ[ROOTS_ENV] = json.dumps([str(r) for r in roots])  # the flow runs' subprocesses inherit it
     os.chdir(REPO)  # the flow runs' subprocesses import the flows from here
-    serve(*deployments(), print_starting_message=True)
+    # a run asked for (the UI, the API) starts within 2 s: Prefect's runner looks for scheduled runs
+    # every 10 s by default, a wait on every click for a query that costs the local server nothing
+    serve(*deployments(), print_starting_message=True, query_seconds=2)
 
 
 def serve_command(host: str, port: int, url: str | None, roots: list[str], say: Callable[..., None]) -> None:

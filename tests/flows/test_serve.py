@@ -77,9 +77,9 @@ async def main():
     config = default_parameters()["prepare"]["config"]
     config["dask"]["address"] = "tcp://127.0.0.1:9"
     runs = {{
-        "ok": await run_deployment("prepare/bloomline", parameters={{"out": {str(out)!r}}}, timeout=600),
-        "dask": await run_deployment("prepare/bloomline", parameters={{"out": {str(out)!r} + "-dask", "config": config}}, timeout=600),
-        "outside": await run_deployment("prepare/bloomline", parameters={{"out": {str(outside)!r}}}, timeout=600),
+        "ok": await run_deployment("prepare/bloomline", parameters={{"out": {str(out)!r}}}, timeout=600, poll_interval=1),
+        "dask": await run_deployment("prepare/bloomline", parameters={{"out": {str(out)!r} + "-dask", "config": config}}, timeout=600, poll_interval=1),
+        "outside": await run_deployment("prepare/bloomline", parameters={{"out": {str(outside)!r}}}, timeout=600, poll_interval=1),
     }}
     got = {{"deployments": deps}}
     async with get_client() as client:

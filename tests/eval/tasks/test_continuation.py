@@ -17,12 +17,16 @@ CPU = torch.device("cpu")
 
 
 class Successor(torch.nn.Module):
-    """A model that is sure the next token is this one plus one."""
+    """A model that is sure the next token is this one plus one, in Bloom's parts as LocalModel
+    runs them: one layer whose hidden states are the logits, and an output layer that passes them on."""
 
     cfg = SimpleNamespace(vocab_size=V)
 
-    def forward(self, ids, segment_ids=None):
-        return 20.0 * torch.nn.functional.one_hot((ids + 1) % V, V).float()
+    def layers(self):
+        return [("next", lambda x: (20.0 * torch.nn.functional.one_hot((x[0] + 1) % V, V).float(), x[1]))]
+
+    def embedding(self, x, project=False):
+        return x[0]
 
 
 def test_the_predictable_ending_wins_half_the_items_by_hand():
@@ -48,11 +52,11 @@ def test_per_byte_scoring_can_disagree_with_the_total():
     context = np.arange(CONTEXT)
     endings = [np.full(LENGTH, 7), np.full(LENGTH, 9), np.full(LENGTH, 11), np.full(LENGTH, 13)]
 
-    class Flat(torch.nn.Module):
-        cfg = SimpleNamespace(vocab_size=V)
+    class Flat(Successor):
+        """Every token equally likely."""
 
-        def forward(self, ids, segment_ids=None):
-            return torch.zeros(*ids.shape, V)
+        def layers(self):
+            return [("flat", lambda x: (torch.zeros(*x[0].shape, V), x[1]))]
 
     tb = np.ones(V, dtype=np.int64)
     tb[9] = 3  # ending 1's tokens stand for 3 bytes each
