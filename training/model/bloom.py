@@ -127,6 +127,8 @@ def attention_bias(
     # layer, bloom-tiny's forward+backward ran 1.2x faster on CPU, and the layers share one saved
     # mask instead of each keeping its own for backward. The memo holds its key tensors, so no id
     # is reused while they are cached; ``_version`` catches an in-place edit of the segment ids.
+    if torch.compiler.is_compiling():  # a compiled block builds its own: no global state in its graph
+        return _attention_bias(segment_ids, slopes, dtype, key_segment_ids)
     tensors = (segment_ids, key_segment_ids, slopes)  # compared by identity
     versions = (segment_ids._version, None if key_segment_ids is None else key_segment_ids._version)
     values = (*versions, dtype, torch.is_inference_mode_enabled())
