@@ -131,15 +131,16 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(threads or 1)
     done = RunDir(args.run).training_done.exists
 
-    drained: list[bool] = []
+    drained = False
 
     def drain() -> None:
+        nonlocal drained
         # the ranks have exited: what is left to evaluate may use every core this process may run
         # on (the demo's three checkpoints left at the end: 44 s on one thread of two cores), the
         # evaluation under way too (the pacer calls this in its thread; the demo's first
         # checkpoint, begun during training, then took 13 s more at half the machine)
         if threads is None and not drained:
-            drained.append(True)
+            drained = True
             torch.set_num_threads(len(os.sched_getaffinity(0)))
             print(f"training is done: evaluating on {torch.get_num_threads()} threads", flush=True)
 
