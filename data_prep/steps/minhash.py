@@ -19,7 +19,6 @@ from typing import Iterable
 
 import numpy as np
 import xxhash
-from datasketch import MinHash
 
 from bloomline import languages
 from data_prep.config import DedupConfig
@@ -117,6 +116,10 @@ class MinHasher:
     """Shingles per block: [num_perm, BLOCK] uint32 is 2 MiB at 128 permutations, within L2."""
 
     def __init__(self, num_perm: int, seed: int = 1):
+        # here, not at the top: datasketch imports scipy (0.9 s), which every command that imports
+        # the pipeline would pay; only the processes that hash documents need it
+        from datasketch import MinHash
+
         perms = MinHash(num_perm=num_perm, seed=seed, scheme="affine32").permutations
         self.a, self.b = (p.astype(np.uint32)[:, None] for p in perms)
         self.num_perm = num_perm
