@@ -293,7 +293,7 @@ def processes(s: Sampled) -> dict[str, int]:
         cmd = s.cmdlines.get(pid, "")
         if s.roles[pid] == "driver":
             out["driver"] = pid
-        elif "eval/parallel/main.py" in cmd and "deepspeed.launcher" not in cmd:  # (the launchers name it too)
+        elif "eval/parallel/main.py" in cmd and "--local_rank" in cmd:  # (the launchers name it too)
             rank = re.search(r"--local_rank[= ](\d+)", cmd)
             who = f"rank {rank.group(1) if rank else '?'}"
             if who not in out or seen.get(pid, 0) > seen.get(out[who], 0):

@@ -39,7 +39,7 @@ class Stage(NamedTuple):
     evaluation code does not shape the weights (see :func:`flows.stages.pipeline.train_key` for when it does)."""
     entries: tuple[str, ...]
     """What the stage runs: the modules its flow calls, and what it starts by file (training/loop/launch.py
-    hands training/loop/main.py to the DeepSpeed launcher)."""
+    hands training/loop/main.py to the ranks' launcher)."""
     libraries: tuple[str, ...]
     """Distributions whose version can change the output (a new SentencePiece trains another
     tokenizer, a new torch other weights)."""

@@ -1,4 +1,4 @@
-"""The Prefect flow ``train``: validate, launch the ranks with the DeepSpeed launcher, restart
+"""The Prefect flow ``train``: validate, launch the ranks (training/loop/launch.py), restart
 from the latest checkpoint when a rank dies.
 
 The job runs as a subprocess in its own session (``start_new_session``) so that on failure or

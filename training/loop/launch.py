@@ -1,4 +1,4 @@
-"""Start a training job: the DeepSpeed launcher (one process per rank) in its own process group.
+"""Start a training job: a launcher (one process per rank; DeepSpeed's on several nodes) in its own process group.
 
 Free of Prefect, so that the flow ``train`` and the GPU validation script (bench/gpu_validate.py,
 run where Prefect is not installed) start jobs the same way.
@@ -23,7 +23,7 @@ from bloomline.errors import ConfigError
 from bloomline.secrets import copy_masked
 from training.parallel.shm import release_job_shm
 
-# Exit statuses of a job (the DeepSpeed launcher passes on the first failing rank's):
+# Exit statuses of a job (the launcher passes on the first failing rank's):
 EXIT_OK = 0
 EXIT_USER_ERROR = 2  # training/loop/main.py: a configuration or data problem (BloomlineError); a restart cannot help
 TIMED_OUT = 124  # run_job's exit status when the job outlived its timeout (as timeout(1))
@@ -70,7 +70,7 @@ def hostfile_slots(hostfile: str | Path) -> dict[str, int]:
 def launch_command(
     recipe_file: str | Path, data_dir: str | Path, out: str | Path, world: int, launch: Any = None
 ) -> list[str]:
-    """The DeepSpeed launcher starting ``world`` ranks of training/loop/main.py: on this node, or on
+    """The launcher starting ``world`` ranks of training/loop/main.py: on this node, or on
     the hostfile's nodes (``launch``: a training.config.LaunchConfig)."""
     main = Path(__file__).resolve().parent / "main.py"
     return launcher(world, launch) + [
@@ -85,21 +85,22 @@ def launch_command(
 
 
 def launcher(world: int, launch: Any = None) -> list[str]:
-    """The DeepSpeed launcher's command for ``world`` ranks, to be followed by the ranks' script
+    """The launcher's command for ``world`` ranks, to be followed by the ranks' script
     and its arguments: on this node, or on the hostfile's nodes (``launch``: a
     training.config.LaunchConfig). Run as a module of this interpreter, so it needs no
     ``deepspeed`` script on PATH. Training's and the parallel evaluation's ranks start this way.
 
-    On one node, DeepSpeed's per-node launcher (``deepspeed.launcher.launch``) itself, given the
-    world DeepSpeed's runner would give it (deepspeed/launcher/runner.py ``main``, its
-    single-node branch: ``localhost`` with slots 0..world-1, master 127.0.0.1, nothing else
-    exported). The runner would only add a Python start that imports torch and DeepSpeed
-    (3 s of a CPU, measured on a 2-core AMD EPYC) before the ranks can begin to start."""
+    On one node, training/loop/node_launch.py: DeepSpeed's per-node launcher's command line,
+    environment and exit status without its imports, given the world DeepSpeed's runner would
+    give it (deepspeed/launcher/runner.py ``main``, its single-node branch: ``localhost`` with
+    slots 0..world-1, master 127.0.0.1, nothing else exported). DeepSpeed's runner and launcher
+    would each add a Python start that imports torch and DeepSpeed (2.5-3 s of a CPU, measured on
+    a 2-core AMD EPYC) before the ranks can begin to start."""
     if launch is None or launch.hostfile is None:
         port = launch.master_port if launch is not None and launch.master_port else free_port()
         world_info = base64.urlsafe_b64encode(json.dumps({"localhost": list(range(world))}).encode()).decode()
         return [
-            *(sys.executable, "-u", "-m", "deepspeed.launcher.launch", f"--world_info={world_info}"),
+            *(sys.executable, "-u", "-m", "training.loop.node_launch", f"--world_info={world_info}"),
             *("--master_addr", "127.0.0.1", "--master_port", str(port)),
         ]
     cmd = [sys.executable, "-m", "deepspeed.launcher.runner"]

@@ -1,7 +1,7 @@
 """Entry point of one training rank: ``python -m training.loop.main --recipe R.json --data DIR --out RUN``.
 
-Started once per rank by the DeepSpeed launcher (``bloomline train`` / the Prefect flow ``train``
-do that); it reads the fully resolved recipe the flow wrote, so every rank trains exactly the
+Started once per rank by the job's launcher (training/loop/launch.py; ``bloomline train`` / the
+Prefect flow ``train`` start it); it reads the fully resolved recipe the flow wrote, so every rank trains exactly the
 same configuration. Exit status (``training/loop/launch.py``): EXIT_OK when done or stopped by the
 kill switch; EXIT_USER_ERROR, after printing ``error: <message>`` to stderr, for a problem with
 the configuration or the data, or a full disk, which a restart cannot fix; anything else is a crash.
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     ap.add_argument("--recipe", required=True, help="resolved recipe (JSON) written by the train flow")
     ap.add_argument("--data", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--local_rank", type=int, default=0)  # passed by the DeepSpeed launcher
+    ap.add_argument("--local_rank", type=int, default=0)  # passed by the launcher, as DeepSpeed's passes it
     args = ap.parse_args(argv)
     from training.checkpoint.resume import seed_everything
     from training.loop.trainer import Trainer

@@ -13,12 +13,13 @@ from training.loop.launch import TIMED_OUT, launch_command, run_job
 from training.parallel.shm import SHM_DIR, master_port, release_job_shm
 
 
-def test_one_node_starts_deepspeeds_node_launcher_of_this_interpreter_with_the_runners_world(tmp_path):
-    """On one node, DeepSpeed's node launcher directly, with the world its runner would give it."""
+def test_one_node_starts_the_node_launcher_of_this_interpreter_with_the_runners_world(tmp_path):
+    """On one node, a node launcher directly (training/loop/node_launch.py), with the world
+    DeepSpeed's runner would give it."""
     import base64
 
     cmd = launch_command(tmp_path / "r.json", tmp_path / "data", tmp_path / "out", 4)
-    assert cmd[:4] == [sys.executable, "-u", "-m", "deepspeed.launcher.launch"]
+    assert cmd[:4] == [sys.executable, "-u", "-m", "training.loop.node_launch"]
     (info,) = [a.split("=", 1)[1] for a in cmd if a.startswith("--world_info=")]
     assert json.loads(base64.urlsafe_b64decode(info)) == {"localhost": [0, 1, 2, 3]}
     assert cmd[cmd.index("--master_addr") + 1] == "127.0.0.1" and master_port(cmd) > 0
