@@ -1,4 +1,4 @@
-"""Start a parallel evaluation's tp·pp ranks, as training's are started (DeepSpeed's launcher, on
+"""Start a parallel evaluation's tp·pp ranks, as training's are started (on
 this machine or on a hostfile's hosts: training/loop/launch.py), wait for rank 0's results, and
 leave no rank behind: the job runs in a session of its own that is killed whole however it ends
 (``run_job``), and every process carries the driver's job token (flows/run/lifeline.py), so a
@@ -43,8 +43,8 @@ def error_line(log_file: Path, start: int = 0) -> Optional[str]:
         if "error: " in line and not line.lstrip().startswith("Traceback"):
             return line.split("error: ", 1)[1].strip()
     for line in reversed(lines):
-        # DeepSpeed's launcher, when a rank ends badly: "[ERROR] ... [<the rank's command>] exits
-        # with return code = -9"; its command line says nothing a user needs
+        # the launcher, when a rank ends badly (training/loop/node_launch.py, DeepSpeed's on other
+        # nodes): "[<the rank's command>] exits with return code = -9"; the command says nothing a user needs
         code = re.search(r"exits with return code = (-?\d+)", line)
         if code:
             n = int(code.group(1))

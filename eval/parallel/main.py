@@ -1,5 +1,5 @@
-"""One rank of a parallel evaluation (started by eval/parallel/launch.py through DeepSpeed's
-launcher, as training's ranks are). Rank 0 runs the evaluation and writes what it found to
+"""One rank of a parallel evaluation (started by eval/parallel/launch.py through the launcher
+training's ranks start from, training/loop/launch.py). Rank 0 runs the evaluation and writes what it found to
 ``--result``; the others serve its commands (eval/parallel/ranks.py). A problem of the user's
 (a refused checkpoint file, bad settings) is one line ``error: ...`` and exit status 2."""
 
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run", required=True)
     ap.add_argument("--stamp", type=Path)
     ap.add_argument("--result", required=True, type=Path)
-    ap.add_argument("--local_rank", type=int, default=0, help=argparse.SUPPRESS)  # DeepSpeed's launcher adds it
+    ap.add_argument("--local_rank", type=int, default=0, help=argparse.SUPPRESS)  # the launcher adds it
     args = ap.parse_args(argv)
     from bloomline.errors import BloomlineError
 
