@@ -82,10 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     world = json.loads(base64.urlsafe_b64decode(a.world_info))
     env, first = rank_env(world, a.node_rank, a.master_addr, a.master_port)
     local_size = int(env["LOCAL_SIZE"])
-    ranks: dict[int, tuple[int, subprocess.Popen]] = {}
+    alive: dict[int, tuple[int, subprocess.Popen]] = {}  # pid -> (rank, process), until it is reaped
 
     def end_all() -> None:
-        for _, proc in ranks.values():
+        # only ranks not yet reaped: a reaped rank's pid may already be another process's
+        for _, proc in alive.values():
             end_tree(proc.pid)
 
     def interrupted(signum: int, frame: object) -> NoReturn:
@@ -99,8 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         local = rank % local_size  # DeepSpeed's rule
         cmd = [sys.executable, "-u", a.script, f"--local_rank={local}", *a.args]
         proc = subprocess.Popen(cmd, env={**env, "RANK": str(rank), "LOCAL_RANK": str(local)})
-        ranks[proc.pid] = (rank, proc)
-    alive = dict(ranks)
+        alive[proc.pid] = (rank, proc)
     while alive:
         pid, status = os.waitpid(-1, 0)  # the next rank to end, the moment it does
         if pid not in alive:
