@@ -1,6 +1,6 @@
 """One rank of a parallel evaluation (started by eval/parallel/launch.py through the launcher
-training's ranks start from, training/loop/launch.py). Rank 0 runs the evaluation and writes what it found to
-``--result``; the others serve its commands (eval/parallel/ranks.py). A problem of the user's
+training's ranks start from, training/loop/launch.py). Rank 0 runs the evaluation and writes
+what it found to ``--result``; the others serve its commands (eval/parallel/ranks.py). A problem of the user's
 (a refused checkpoint file, bad settings) is one line ``error: ...`` and exit status 2."""
 
 from __future__ import annotations

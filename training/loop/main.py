@@ -1,8 +1,8 @@
 """Entry point of one training rank: ``python -m training.loop.main --recipe R.json --data DIR --out RUN``.
 
 Started once per rank by the job's launcher (training/loop/launch.py; ``bloomline train`` / the
-Prefect flow ``train`` start it); it reads the fully resolved recipe the flow wrote, so every rank trains exactly the
-same configuration. Exit status (``training/loop/launch.py``): EXIT_OK when done or stopped by the
+Prefect flow ``train`` start it); it reads the fully resolved recipe the flow wrote, so every
+rank trains exactly the same configuration. Exit status (``training/loop/launch.py``): EXIT_OK when done or stopped by the
 kill switch; EXIT_USER_ERROR, after printing ``error: <message>`` to stderr, for a problem with
 the configuration or the data, or a full disk, which a restart cannot fix; anything else is a crash.
 """

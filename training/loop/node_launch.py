@@ -50,13 +50,16 @@ def rank_env(world: dict[str, list[int]], node_rank: int, addr: str, port: int) 
     return env, sum(len(world[n]) for n in nodes[:node_rank])
 
 
-def end_tree(pid: int) -> None:
-    """SIGTERM a process and everything it started; SIGKILL what is left after GRACE_S."""
-    try:
-        root = psutil.Process(pid)
-        tree = [*root.children(recursive=True), root]
-    except psutil.NoSuchProcess:
-        return
+def end_trees(pids: list[int]) -> None:
+    """SIGTERM these processes and everything they started, together; SIGKILL what is left after
+    GRACE_S (one grace period for all of them, not one per rank)."""
+    tree: list[psutil.Process] = []
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            tree += [*root.children(recursive=True), root]
+        except psutil.NoSuchProcess:
+            pass
     for p in tree:
         try:
             p.terminate()
@@ -86,8 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def end_all() -> None:
         # only ranks not yet reaped: a reaped rank's pid may already be another process's
-        for _, proc in alive.values():
-            end_tree(proc.pid)
+        end_trees([proc.pid for _, proc in alive.values()])
 
     def interrupted(signum: int, frame: object) -> NoReturn:
         end_all()
