@@ -68,24 +68,13 @@ def lm_eval_bits_per_byte(
     """Run lm-eval offline on the export ``hf_dir``; ``max_length`` is passed explicitly because
     BLOOM's config has no ``n_positions`` for lm-eval to read. The process's environment is as it
     was afterwards (the offline switches hold for this call only)."""
-    from eval.tasks.lm_eval_local import offline
+    from eval.tasks.lm_eval_local import export_lm_args, run_lm_eval
 
-    with offline():
-        import lm_eval
-        from lm_eval.tasks import TaskManager
-
-        name = write_task(data_dir, lang, work)
-        # prefix_token_id: the first token is conditioned on </s>, what precedes every document in
-        # training (packed samples); lm-eval would take the tokenizer's BOS, <s>, which training never saw
-        eos = json.loads((Path(hf_dir) / "config.json").read_text())["eos_token_id"]
-        res = lm_eval.simple_evaluate(
-            model="hf",
-            model_args=f"pretrained={hf_dir},max_length={max_length},dtype=float32,prefix_token_id={eos}",
-            tasks=[name],
-            task_manager=TaskManager(include_path=str(work)),
-            batch_size=1,
-            device="cpu",
-        )
+    name = write_task(data_dir, lang, work)
+    # prefix_token_id: the first token is conditioned on </s>, what precedes every document in
+    # training (packed samples); lm-eval would take the tokenizer's BOS, <s>, which training never saw
+    eos = json.loads((Path(hf_dir) / "config.json").read_text())["eos_token_id"]
+    res = run_lm_eval("hf", [name], work, None, model_args=export_lm_args(hf_dir, max_length, eos))
     return {
         "task": name,
         "bits_per_byte": float(res["results"][name]["bits_per_byte,none"]),
