@@ -121,7 +121,12 @@ def test_a_full_disk_ends_prepare_train_and_evaluate_in_one_line(demo_data, tiny
     assert [p.name for p in run.glob("logs/run-*/attempt-*.log")] == ["attempt-1.log"]  # no restart spent
     # the evaluation of the checkpoint that was saved: no space for its results either
     res = cli(
-        "evaluate", "--checkpoint", run / "checkpoints" / "step_2", "--data", demo_data, "-o", "max_tokens_per_lang=50"
+        "evaluate",
+        "--checkpoint",
+        run / "checkpoints" / "step_2",
+        "--data",
+        demo_data,
+        *("-o", "max_tokens_per_lang=50", "-o", "tasks=[]", "-o", "prompts_per_lang=0"),
     )
     assert res.returncode == 2, res.stderr[-3000:]
     assert "Traceback" not in res.stdout + res.stderr

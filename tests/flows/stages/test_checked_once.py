@@ -48,6 +48,7 @@ def reads():
     counting.clear()
 
 
+@pytest.mark.processes
 def test_an_evaluation_reads_the_checkpoint_record_once_where_it_entered(demo_data, tmp_path, reads):
     from data_prep.storage.shards import manifest_sha256
     from eval.evaluate import checked
@@ -61,7 +62,9 @@ def test_an_evaluation_reads_the_checkpoint_record_once_where_it_entered(demo_da
     ckpt = tmp_path / "run" / "checkpoints" / "step_4"
     meta = write_checkpoint(ckpt, r, Bloom(r.model, seed=1))
     (ckpt / "bloomline.json").write_text(json.dumps({**meta, "data_manifest_sha256": manifest_sha256(demo_data)}))
-    cfg = load_config(EvalConfig, REPO / "configs/eval/default.yaml", ["max_tokens_per_lang=200", "tasks=[]"])
+    cfg = load_config(
+        EvalConfig, REPO / "configs/eval/default.yaml", ["max_tokens_per_lang=50", "tasks=[]", "prompts_per_lang=0"]
+    )
     seen, counting = reads
     counting.append(ckpt)
     record = checked(ckpt, demo_data, cfg)  # the CLI's check: the one read
