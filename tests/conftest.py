@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import lanes
 from tests.support.bad_inputs import write_bad_inputs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -11,6 +12,15 @@ SAMPLE = REPO / "data_prep" / "sample_corpus"
 SHARED = REPO.parent / "shared" / "corpus"
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+lanes.install()
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(lanes.Guard(), "lanes")
+
+
+def pytest_collection_modifyitems(items):
+    lanes.group(items)  # the tests that start processes: one worker, one at a time (tests/support/lanes.py)
 
 
 @pytest.fixture(scope="session", autouse=True)
