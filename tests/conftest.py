@@ -19,6 +19,7 @@ def pytest_configure(config):
     config.pluginmanager.register(lanes.Guard(), "lanes")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items):
     lanes.group(items)  # the tests that start processes: one worker, one at a time (tests/support/lanes.py)
 

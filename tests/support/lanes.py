@@ -44,6 +44,17 @@ def group(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(GROUP))
 
 
+def check_grouped(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker of ``--dist loadgroup``, after xdist has read the groups: every test of
+    the lane carries the group in its node id, or the run stops. pytest-xdist marks the group by
+    renaming the node id, which pytest 9.2 no longer reads: the lane's tests would run two at once."""
+    if not config.getoption("loadgroup", default=False):
+        return
+    lost = [i.nodeid for i in items if in_lane(i) and not i.nodeid.endswith(f"@{GROUP}")]
+    if lost:
+        raise pytest.UsageError(f"pytest-xdist left {lost[0]} out of its group: pytest and pytest-xdist do not fit")
+
+
 def install() -> None:
     """Note every process and semaphore started from here on (once per test process)."""
     execute_child = subprocess.Popen._execute_child
@@ -71,7 +82,12 @@ def install() -> None:
 
 
 class Guard:
-    """The pytest plugin that fails an in-process test that started what only the lane may."""
+    """The pytest plugin that fails an in-process test that started what only the lane may, and
+    stops a run whose lane xdist did not group."""
+
+    @pytest.hookimpl(trylast=True)  # after pytest-xdist has read the groups
+    def pytest_collection_modifyitems(self, config, items):
+        check_grouped(config, items)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_fixture_setup(self, fixturedef, request):
