@@ -51,7 +51,11 @@ def test_a_lease_is_renewed_while_held_and_taken_over_once_left(s3, monkeypatch)
             f"took over {url} from pid 1 on node-9 (gone), whose lease was not"
         )
         first = fs.info(key, refresh=True)["LastModified"]
-        time.sleep(3.0)
+        # the heartbeat rewrites it every 4/3 s; the store's times are whole seconds (a busy machine
+        # may delay a beat: up to 15 s)
+        deadline = time.monotonic() + 15
+        while fs.info(key, refresh=True)["LastModified"] <= first and time.monotonic() < deadline:
+            time.sleep(0.5)
         assert fs.info(key, refresh=True)["LastModified"] > first  # the heartbeat rewrote it
         assert json.loads(fs.cat_file(key))["token"] == lifeline.ensure_driver()
     finally:
