@@ -1,7 +1,7 @@
 """The test run's two lanes (pytest-xdist, ``-n 2 --dist loadgroup``: the README's test command).
 
 Every test that starts a process or makes a multiprocessing semaphore, marked ``slow`` or
-``processes``, runs in one xdist group, ``processes``: on one worker, one at a time, as the whole
+``processes`` (also a test that times its own CPU share: a neighbour would skew it), runs in one xdist group, ``processes``: on one worker, one at a time, as the whole
 suite ran before. The in-process tests run on the other worker beside them, on the CPU the
 process tests leave idle (their drivers, ranks and servers keep 2 cores busy about 60% of the
 time). Two jobs side by side would each see the other's processes and /dev/shm files in their
@@ -9,7 +9,9 @@ checks of what a job leaves behind; an in-process test leaves nothing of the kin
 
 :func:`install` enforces the rule: a test outside the lane that starts a process (subprocess,
 ``fork``, multiprocessing's spawn and forkserver) or makes a semaphore fails, naming the marker.
-What a shared fixture (session or module scope) starts serves many tests and is not counted.
+What a shared fixture (session or module scope) starts serves many tests and is not counted, nor
+the reaper of the test process's own job (flows/run/lifeline.py), which the first test to drive a
+flow or hold a lease starts once for the whole process.
 """
 
 from __future__ import annotations
@@ -91,6 +93,18 @@ def install() -> None:
         _note("a multiprocessing semaphore (/dev/shm)")
         return semlock_init(self, *args, **kwargs)
 
+    from flows.run import lifeline
+
+    become_driver = lifeline.become_driver
+
+    def _become_driver():  # the reaper of this test process's own job: one per process, as a session's
+        was, _watching[0] = _watching[0], False
+        try:
+            return become_driver()
+        finally:
+            _watching[0] = was
+
+    lifeline.become_driver = _become_driver
     subprocess.Popen._execute_child = _execute_child
     _posixsubprocess.fork_exec = _fork_exec
     multiprocessing.synchronize.SemLock.__init__ = _semlock_init
