@@ -4,7 +4,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import lanes
 from tests.support.bad_inputs import write_bad_inputs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -12,16 +11,6 @@ SAMPLE = REPO / "data_prep" / "sample_corpus"
 SHARED = REPO.parent / "shared" / "corpus"
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-lanes.install()
-
-
-def pytest_configure(config):
-    config.pluginmanager.register(lanes.Guard(), "lanes")
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(items):
-    lanes.group(items)  # the tests that start processes: one worker, one at a time (tests/support/lanes.py)
 
 
 @pytest.fixture(scope="session", autouse=True)

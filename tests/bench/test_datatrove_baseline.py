@@ -21,7 +21,6 @@ def texts():
     ]
 
 
-@pytest.mark.processes
 def test_tokenizers_form_gives_sentencepiece_ids(demo_data, tmp_path):
     import sentencepiece as spm
     from tokenizers import Tokenizer

@@ -1,7 +1,5 @@
 """The skewed benchmark corpus's proportions (tests/support/skewed.py): ROOTS' table as written down."""
 
-import pytest
-
 from tests.support.grow import SHARED
 from tests.support.skewed import roots_shares, skewed_targets
 
@@ -23,7 +21,6 @@ def test_targets_keep_the_proportions_above_the_floor():
     assert all(abs(t[a] / t[b] - s[a] / s[b]) < 1e-3 * s[a] / s[b] for a in above for b in above)
 
 
-@pytest.mark.processes
 def test_the_test_corpus_holds_every_language_and_no_training_text(tmp_path):
     import json
 

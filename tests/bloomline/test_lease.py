@@ -18,7 +18,6 @@ from tests.support.holder import start_holder
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.processes
 def test_a_second_job_on_a_url_in_use_is_refused_and_a_released_lease_is_gone(s3):
     url = f"s3://{s3.bucket}/locks/held"
     holder = start_holder(url)
@@ -113,7 +112,6 @@ def test_two_jobs_taking_over_one_stale_lease_at_once_one_holds_it_and_the_other
     got[held[0]].release()
 
 
-@pytest.mark.processes
 def test_a_job_whose_lease_was_taken_over_stops_in_one_line(s3):
     url = f"s3://{s3.bucket}/locks/taken"
     holder = start_holder(url, lease_seconds=1.5)

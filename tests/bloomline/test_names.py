@@ -153,7 +153,6 @@ def test_a_prepare_mirror_refuses_an_object_named_outside(s3, tmp_path, monkeypa
     assert escaped(tmp_path) == []
 
 
-@pytest.mark.processes
 def test_an_hf_index_and_a_grown_tokenizer_name_files_inside_their_folder(hf_bloom, tmp_path):
     import shutil
 

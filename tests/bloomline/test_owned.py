@@ -34,7 +34,6 @@ def nobody(*cmd, **kw):
     return subprocess.run([*NOBODY, *cmd], capture_output=True, text=True, timeout=60, **kw)
 
 
-@pytest.mark.processes
 @as_root
 def test_a_cache_folder_another_user_made_first_is_refused(shared_tmp, monkeypatch):
     from bloomline.storage import scratch_dir
@@ -78,7 +77,6 @@ def test_a_lock_file_is_never_followed_nor_truncated(tmp_path):
     assert stat.S_IMODE((tmp_path / "own.lock").stat().st_mode) == 0o600
 
 
-@pytest.mark.processes
 @as_root
 def test_another_user_cannot_enter_the_cache_to_swap_a_shard(shared_tmp, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(shared_tmp))
@@ -89,7 +87,6 @@ def test_another_user_cannot_enter_the_cache_to_swap_a_shard(shared_tmp, monkeyp
     assert (data / "x.arrow").read_bytes() == b"prepared"
 
 
-@pytest.mark.processes
 @as_root
 def test_a_run_folder_lock_is_private_links_are_refused_and_another_users_hold_is_named(shared_tmp):
     from flows.run import lifeline

@@ -57,7 +57,6 @@ KILLED = textwrap.dedent(
 )
 
 
-@pytest.mark.processes
 def test_prepare_from_s3_to_s3_killed_during_an_upload_then_rerun_gives_the_local_run_s_shards(
     s3, corpus_url, local_run, tmp_path
 ):

@@ -7,7 +7,6 @@ own S3 test (tests/training/loop/test_trainer_multiproc.py). Before, each of the
 import json
 import re
 
-import pytest
 from typer.testing import CliRunner
 
 from bloomline.config import load_config
@@ -26,7 +25,6 @@ def invoke(*args: str):
     return res
 
 
-@pytest.mark.processes
 def test_every_command_that_reads_data_takes_its_url(s3, demo_data, hf_bloom, tmp_path, monkeypatch):
     monkeypatch.setenv("BLOOMLINE_DATA_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("BLOOMLINE_SCRATCH", str(tmp_path / "scratch"))

@@ -148,7 +148,6 @@ def refused_serve(tmp_path, answer, *args, **env):
     return res, server.seen
 
 
-@pytest.mark.processes
 def test_an_existing_server_without_authentication_is_refused(tmp_path):
     """`serve --api-url` on a server anyone reaching it can use: one line, exit 2, nothing served."""
     res, _ = refused_serve(tmp_path, lambda path, header: 200, "--api-url", "http://127.0.0.1:{port}/api")
@@ -157,7 +156,6 @@ def test_an_existing_server_without_authentication_is_refused(tmp_path):
     assert len(lines) == 1 and "answers requests without authentication" in lines[0], res.stderr
 
 
-@pytest.mark.processes
 def test_a_port_another_process_holds_is_sent_no_auth_string(tmp_path):
     """`serve` on a port something already listens on (another user's squatter would answer
     /health, and then get the auth string and the deployments): one line, exit 2, and the
@@ -179,7 +177,6 @@ def test_a_port_another_process_holds_is_sent_no_auth_string(tmp_path):
     assert res.returncode == 2 and len(lines) == 1 and "already in use" in lines[0], res.stderr[-2000:]
 
 
-@pytest.mark.processes
 def test_a_started_server_that_exited_is_not_waited_for_elsewhere(tmp_path):
     """The server serve started exited (its port taken in between): whatever answers /health
     there is not it, and serve ends in one line rather than sending it the auth string."""

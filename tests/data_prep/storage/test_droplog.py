@@ -321,7 +321,6 @@ def test_the_report_reads_the_kept_score_statistics_the_manifest_holds(prepared,
     assert "| 0.1235 |" in report(copy, lang="en").split("| en | char_repetition |")[1].splitlines()[0]
 
 
-@pytest.mark.processes
 def test_filters_command(prepared):
     import subprocess
     import sys

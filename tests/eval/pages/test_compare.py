@@ -9,7 +9,6 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from eval.results.metrics import LangTotals, metric_rows
@@ -47,7 +46,6 @@ def evaluated(run: Path, bpb: dict[str, float], acc: dict[str, float], step: int
         )
 
 
-@pytest.mark.processes
 def test_runs_side_by_side_show_each_language_against_the_base_with_the_seed_spread(tmp_path):
     from flows.cli.app import app
 

@@ -47,7 +47,6 @@ def _cmdline(p: psutil.Process) -> str:
         return ""
 
 
-@pytest.mark.processes
 def test_an_evaluation_past_its_timeout_is_stopped_in_one_line_with_no_rank_left(demo_data, tmp_path):
     from eval.parallel.launch import EvaluationFailed
     from eval.publish import evaluate
@@ -63,7 +62,6 @@ def test_an_evaluation_past_its_timeout_is_stopped_in_one_line_with_no_rank_left
     assert not left, [_cmdline(p) for p in left]
 
 
-@pytest.mark.processes
 def test_a_ranks_refusal_reaches_the_user_as_its_own_line(demo_data, tmp_path):
     """A checkpoint file cut short is met by the ranks, not by the process that starts them: the
     error line a rank prints is what the evaluation fails with."""

@@ -31,7 +31,6 @@ def one_line_error(res, pattern):
     "command, code",
     [("raise typer.Exit(3)", 3), ("pass", 0), ("raise RuntimeError('boom')", 1), ("sys.exit('bye')", 1)],
 )
-@pytest.mark.processes
 def test_the_process_ends_without_teardown_but_after_every_exit_handler(command, code):
     """main() ends the process with os._exit after the other exit handlers ran (a handler
     registered later still runs; the streams are flushed), and with the command's exit code."""
@@ -79,7 +78,6 @@ def prepare_refusal(inputs=(), config=None, overrides=()) -> str:
     return str(e.value)
 
 
-@pytest.mark.processes
 def test_misuse_gives_one_line_errors(tmp_path):
     """The command once (one line, exit status 2), the other refusals in-process."""
     one_line_error(
@@ -99,7 +97,6 @@ def test_misuse_gives_one_line_errors(tmp_path):
     assert not (REPO / "s3:").exists()
 
 
-@pytest.mark.processes
 def test_a_budget_too_small_for_the_data_is_a_one_line_error(tmp_path):
     """memory_gib bounds each process: a unit of work that cannot fit stops the run before any
     work starts, naming the setting — not the kernel's OOM killer halfway through."""
@@ -167,7 +164,6 @@ def test_prepare_of_another_corpus_without_a_recipe_names_the_two_recipes(tmp_pa
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.processes
 def test_prepare_end_to_end_and_resume_after_kill(tmp_path, bad_inputs):
     bad = tmp_path / "bad.jsonl"
     bad_inputs(bad)
@@ -338,7 +334,6 @@ def test_train_refuses_bad_configuration(demo_data, overrides, pattern):
     assert pattern in train_refusal(demo_data, *overrides)
 
 
-@pytest.mark.processes
 def test_train_refuses_bad_configuration_before_any_rank_starts(demo_data, tmp_path):
     """The command itself, once: one line, exit status 2, no run folder (no rank, no launcher, no log)."""
     one_line_error(
@@ -435,7 +430,6 @@ def test_train_flow_restarts_after_a_rank_is_killed(demo_data, tmp_path, s3):
     assert "step_6" in mirrored and len(mirrored) <= 3  # latest and the newest checkpoint.keep (2: the recipe's)
 
 
-@pytest.mark.processes
 def test_evaluate_on_a_gpu_this_machine_lacks_is_a_one_line_error(demo_data, tmp_path):
     """device=cuda without a GPU: refused by the command itself, before the flow runs (no Prefect
     log line, no results), though the checkpoint and the data are fine."""

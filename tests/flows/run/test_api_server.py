@@ -109,7 +109,6 @@ def test_a_configured_serve_server_gets_the_kept_auth_string(fresh, monkeypatch)
         httpd.shutdown()
 
 
-@pytest.mark.processes
 def test_the_temporary_server_is_used_only_once_proven_its_own(fresh, monkeypatch):
     """A process that took the temporary server's free port before uvicorn bound it answers
     there: it is not used, and the command ends in one line (uvicorn exits, or never answers as

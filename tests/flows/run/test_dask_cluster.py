@@ -4,8 +4,6 @@ import json
 import os
 from pathlib import Path
 
-import pytest
-
 from bloomline.config import load_config
 from data_prep.config import PrepareConfig
 from flows.run.dask_cluster import dask_client
@@ -13,7 +11,6 @@ from flows.run.dask_cluster import dask_client
 REPO = Path(__file__).resolve().parents[3]
 
 
-@pytest.mark.processes
 def test_a_local_cluster_leaves_the_drivers_environment_as_it_was():
     """Dask's nannies set OMP_NUM_THREADS=1 and more in the process that starts them; the ranks
     of a pipeline's training inherited them when its data had just been prepared, and trained on
@@ -31,7 +28,6 @@ def test_a_local_cluster_leaves_the_drivers_environment_as_it_was():
     assert dict(os.environ) == before
 
 
-@pytest.mark.processes
 def test_the_local_cluster_refuses_a_client_without_its_credentials():
     """Any user of the host can reach a loopback port; a plain Dask scheduler runs whatever
     functions its clients send, as the job's user. Only the cluster's own TLS credentials get in:
@@ -56,7 +52,6 @@ def test_the_local_cluster_refuses_a_client_without_its_credentials():
             raise AssertionError(f"a {kind} client reached the cluster at {addr}")
 
 
-@pytest.mark.processes
 def test_a_local_clusters_processes_are_quiet_from_their_first_import():
     """Every process a local cluster spawns has Dask's connection chatter at WARNING as soon as it
     imports ``distributed``, before any worker callback could run: a worker torn down while still

@@ -61,7 +61,6 @@ def gone_within(pids: list[int], seconds: float) -> bool:
     return False
 
 
-@pytest.mark.processes
 def test_a_killed_drivers_processes_end_with_it():
     """SIGKILL the driver: its child and grandchild, each in a session of its own (no process group
     or session ties them to it), end within seconds; a process of another job does not."""
@@ -81,7 +80,6 @@ def test_a_killed_drivers_processes_end_with_it():
     assert gone_within([o["child"], o["grandchild"]], 10)  # ... until its own driver ends
 
 
-@pytest.mark.processes
 def test_a_second_job_on_a_folder_in_use_is_refused_naming_the_holder(tmp_path):
     driver, d = start_driver(tmp_path / "run")
     try:
@@ -121,7 +119,6 @@ def test_a_second_job_on_a_folder_in_use_is_refused_naming_the_holder(tmp_path):
         driver.wait()
 
 
-@pytest.mark.processes
 def test_a_dead_holders_lock_is_taken_over_and_its_leftovers_ended(tmp_path):
     """The holder and its reaper both SIGKILLed (so nothing ended its processes): the next job
     takes the lock over, says so, and ends the old job's processes before it goes on."""
@@ -146,7 +143,6 @@ def test_a_dead_holders_lock_is_taken_over_and_its_leftovers_ended(tmp_path):
         assert len(said) == 1
 
 
-@pytest.mark.processes
 def test_a_copy_of_a_live_jobs_folder_is_taken_and_that_job_left_running(tmp_path):
     """cp -r of a folder a live job holds copies its lock file, which names that job: taking the
     copy says so and signals none of that job's processes; the original stays held."""

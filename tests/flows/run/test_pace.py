@@ -92,7 +92,6 @@ def test_a_long_debt_stops_being_paid_when_training_ends():
     assert naps == [1.0, 1.0, 1.0] and p.slept == 3.0
 
 
-@pytest.mark.processes  # its CPU share against the wall clock: alone, in the lane
 def test_installed_on_every_forward_caps_a_real_model():
     """Real forwards of a torch model in this process: without the hook they take all the CPU."""
     torch.set_num_threads(1)
@@ -118,7 +117,6 @@ def test_installed_on_every_forward_caps_a_real_model():
     assert pacer.slept > 1.0
 
 
-@pytest.mark.processes  # its CPU share against the wall clock: alone, in the lane
 def test_imports_are_paced(tmp_path, monkeypatch):
     """The first evaluation imports for seconds: each import waits its turn too."""
     for i in range(30):

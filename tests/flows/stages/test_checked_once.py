@@ -48,7 +48,6 @@ def reads():
     counting.clear()
 
 
-@pytest.mark.processes
 def test_an_evaluation_reads_the_checkpoint_record_once_where_it_entered(demo_data, tmp_path, reads):
     from data_prep.storage.shards import manifest_sha256
     from eval.evaluate import checked

@@ -162,7 +162,6 @@ def test_demo_pipeline_end_to_end_reuse_failure_and_rerun(demo_run):
     assert AutoConfig.from_pretrained(record(out)["outputs"]["export"], local_files_only=True).vocab_size == 8000
 
 
-@pytest.mark.processes
 def test_a_password_in_the_dask_address_is_refused_without_showing_it(tmp_path):
     """Dask addresses take no credentials: one masked line, before any server starts (a Dask
     error quoting the address, scheme cut off, used to carry the password into the log)."""

@@ -6,8 +6,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from eval.results.table import evaluated_steps, record_skipped, skipped_steps, write_results
 from flows.stages.train import stop_watcher
 from flows.stages.watch import pending, watch
@@ -78,7 +76,6 @@ def test_what_is_left_when_training_ends_is_evaluated_after_the_drain_hook(tmp_p
     assert events == [10, "drain", 30, 20]
 
 
-@pytest.mark.processes
 def test_checkpoints_wait_for_their_evaluation_up_to_max_deferred(tmp_path):
     """The watcher's hold keeps the checkpoints it has not released, up to max_deferred; prune logs
     the ones it deletes anyway, and the watcher records them as skipped with that reason."""
@@ -114,7 +111,6 @@ def test_the_checkpoint_being_evaluated_is_never_deleted(tmp_path):
     assert run.complete_steps() == [2, 4, 5] and [r["step"] for r in run.pruned()] == [1, 3]
 
 
-@pytest.mark.processes
 def test_a_watcher_killed_at_the_end_of_the_drain_leaves_no_hold(tmp_path):
     """A watcher still busy when evaluation.drain_s runs out is SIGKILLed and cannot remove its
     own hold: stopping it does, and records what it left as skipped."""

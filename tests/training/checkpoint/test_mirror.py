@@ -5,7 +5,6 @@ mirror keeps the newest ``keep``, an empty run folder pulls its latest (the trai
 import json
 import logging
 
-import pytest
 import torch
 
 from bloomline.config import load_config
@@ -67,8 +66,9 @@ def test_latest_is_never_pruned_and_a_copied_runs_future_goes(s3, demo_data, tmp
     assert prunable([10, 20, 30, 40], 30, 2) == [10, 40] and prunable([30], 30, 1) == []
 
 
-@pytest.mark.processes
 def test_a_second_run_on_a_mirror_in_use_is_refused(s3, tmp_path):
+    import pytest
+
     from flows.run.runlock import FolderInUse
     from flows.stages.train import owned_mirror
     from tests.support.holder import start_holder

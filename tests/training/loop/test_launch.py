@@ -42,7 +42,6 @@ def test_only_the_jobs_own_buffers_are_released():
             f.unlink(missing_ok=True)
 
 
-@pytest.mark.processes
 def test_a_job_past_its_timeout_is_killed_with_its_children(tmp_path):
     """The launcher's children (the ranks) must not outlive it: they would keep the GPU."""
     pid_file = tmp_path / "child.pid"
@@ -59,7 +58,6 @@ def test_a_job_past_its_timeout_is_killed_with_its_children(tmp_path):
         pytest.fail("the job's child survived the timeout")
 
 
-@pytest.mark.processes
 def test_a_job_that_exits_returns_its_status(tmp_path):
     assert (
         run_job([sys.executable, "-c", "print('hi'); raise SystemExit(3)"], tmp_path / "log.txt", dict(os.environ)) == 3
@@ -128,7 +126,6 @@ def user_args(argv, tmp_path):
     return argv[i + 1 :]
 
 
-@pytest.mark.processes
 def test_pdsh_command_for_two_nodes_carries_ranks_rendezvous_and_nccl_settings(tmp_path):
     argv, launch = generated(tmp_path, "pdsh", {"node-a": 2, "node-b": 2}, master_addr="10.0.0.1", master_port=29511)
     assert argv[:6] == ["pdsh", "-S", "-f", "1024", "-w", "node-a,node-b"]
@@ -148,7 +145,6 @@ def test_pdsh_command_for_two_nodes_carries_ranks_rendezvous_and_nccl_settings(t
     assert launch.nccl == {"NCCL_ASYNC_ERROR_HANDLING": "1"}
 
 
-@pytest.mark.processes
 def test_openmpi_and_slurm_commands_start_every_rank_with_the_settings(tmp_path):
     argv, _ = generated(
         tmp_path,
@@ -180,7 +176,6 @@ def test_openmpi_and_slurm_commands_start_every_rank_with_the_settings(tmp_path)
     assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("13", "16", "5")
 
 
-@pytest.mark.processes
 def test_bloom_176b_launches_on_48_nodes(tmp_path):
     from bloomline.config import load_config
     from training.config import TrainRecipe

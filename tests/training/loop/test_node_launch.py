@@ -8,7 +8,6 @@ import sys
 import time
 
 import psutil
-import pytest
 
 from training.loop.launch import launcher
 
@@ -32,7 +31,6 @@ def run(tmp_path, world, fail):
     return cmd, res, time.time() - t0, ranks
 
 
-@pytest.mark.processes
 def test_each_rank_gets_deepspeeds_environment_and_arguments(tmp_path):
     cmd, res, _, ranks = run(tmp_path, 3, 0)
     assert cmd[:4] == [sys.executable, "-u", "-m", "training.loop.node_launch"]
@@ -48,7 +46,6 @@ def test_each_rank_gets_deepspeeds_environment_and_arguments(tmp_path):
         assert got["argv"] == [f"--local_rank={r}", str(tmp_path), "0"]
 
 
-@pytest.mark.processes
 def test_a_failing_rank_ends_the_others_at_once_with_its_status(tmp_path):
     _, res, took, ranks = run(tmp_path, 2, 3)
     assert res.returncode == 3 and took < 30, (res.returncode, took)

@@ -30,7 +30,6 @@ def reference(q, k, v, seg, slopes):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=attention_bias(seg, slopes, q.dtype))
 
 
-@pytest.mark.processes
 def test_flex_equals_the_reference_in_fp32_with_tp_sliced_heads():
     seg = batch()
     slopes = alibi_slopes(8)[4:8]  # TP rank 1 of 2: heads 4..7 and their slopes
@@ -83,7 +82,6 @@ def test_flex_gradients_equal_the_reference_on_gpu():
         assert (x.grad - y.grad).abs().max().item() < 1e-5
 
 
-@pytest.mark.processes
 def test_the_model_computes_the_same_function_with_either_kernel():
     import dataclasses
 

@@ -275,7 +275,6 @@ def test_padding_columns_of_the_vocabulary_are_inert():
     assert torch.softmax(logits.float(), -1)[..., 200:].max() == 0
 
 
-@pytest.mark.processes
 def test_reading_a_model_s_shapes_imports_no_torchdynamo():
     """Every process that checks a checkpoint builds the model on the meta device; nn.Embedding's
     own init there used to import TorchDynamo (1.6 s)."""

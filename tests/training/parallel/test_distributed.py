@@ -6,8 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from training.loop.launch import free_port
 
 REPO = Path(__file__).resolve().parents[3]
@@ -36,7 +34,6 @@ def rank(tp: int) -> str:
     return res.stdout.strip().splitlines()[-2:]
 
 
-@pytest.mark.processes
 def test_data_parallel_alone_imports_no_megatron_core_and_a_rank_builds_no_shared_memory_kernel():
     """Nor does any rank build or start DeepSpeed's CPU shared-memory all-reduce (only DeepSpeed's
     inference uses it): no compile on a fresh machine, no buffer in /dev/shm; collectives are gloo's."""

@@ -115,7 +115,6 @@ def test_small_recipes_fit_where_they_are_meant_to_run():
     assert p["fits"] and p["stages"][0]["memory_gib"] < 2
 
 
-@pytest.mark.processes
 def test_cli_json_and_exit_status(tmp_path):
     cmd = [
         sys.executable,
