@@ -78,5 +78,5 @@ def lm_eval_bits_per_byte(
     return {
         "task": name,
         "bits_per_byte": float(res["results"][name]["bits_per_byte,none"]),
-        "documents": len(validation_documents(data_dir, lang)),
+        "documents": len((Path(work) / f"{name}.jsonl").read_text().splitlines()),  # as write_task wrote them
     }

@@ -39,7 +39,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.parse
 from pathlib import Path
 
 from bloomline.errors import BloomlineError
@@ -118,25 +117,13 @@ def wait_ready(timeout: float | None = None) -> None:
         code = _server["proc"].poll()  # first: a dead server's port answers for someone else
         if code is not None:  # 3: uvicorn's "address in use" (the free port taken in between)
             raise BloomlineError(f"the temporary Prefect server exited with code {code} before it answered")
-        # a connection first, which sends nothing: the ownership check reads the kernel's socket
-        # tables (~20 ms), and polled 20 times a second it took 40% of a core from the starting server
-        if _accepts(_server["url"]) and serve_state.owned_server(_server["url"], _server["auth"]):
+        if serve_state.owned_server(_server["url"], _server["auth"]):
             return
         if time.monotonic() > deadline:
             raise BloomlineError(
                 f"the temporary Prefect server at {_server['url']} was not proven its own within {limit:.0f} s"
             )
         time.sleep(0.05)
-
-
-def _accepts(url: str) -> bool:
-    """Whether something accepts a TCP connection at ``url``'s host and port (nothing is sent)."""
-    u = urllib.parse.urlsplit(url)
-    try:
-        socket.create_connection((u.hostname, u.port), timeout=0.5).close()
-    except OSError:
-        return False
-    return True
 
 
 def stop() -> None:
